@@ -1,0 +1,261 @@
+#include "ops/dense.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "ops/error.h"
+#include "ops/instantiate.h"
+
+namespace gnnrt::ops {
+namespace {
+
+constexpr int64_t kParallelElements = 1 << 15;
+
+void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// Applies out[i] = fn(i) over n elements, in parallel when large.
+template <typename Fn>
+void elementwise(std::size_t n, Fn fn) {
+  const int64_t size = static_cast<int64_t>(n);
+#pragma omp parallel for simd if (size > kParallelElements)
+  for (int64_t i = 0; i < size; ++i) fn(i);
+}
+
+template <typename T>
+void expect_same_sizes(std::string_view op, std::span<const T> x, std::size_t out_size,
+                       std::string_view out_name) {
+  expect_size(op, out_name, out_size, static_cast<int64_t>(x.size()), "len(x)");
+}
+
+}  // namespace
+
+template <typename T>
+void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t m, int64_t k,
+            int64_t n, bool trans_a, bool trans_b, bool accumulate) {
+  constexpr std::string_view op = "matmul";
+  expect_non_negative(op, "m", m);
+  expect_non_negative(op, "k", k);
+  expect_non_negative(op, "n", n);
+  expect_size(op, "a", a.size(), m * k, "m*k");
+  expect_size(op, "b", b.size(), k * n, "k*n");
+  expect_size(op, "c", c.size(), m * n, "m*n");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) std::fill(c.begin(), c.end(), T(0));
+    return;
+  }
+  cblas_gemm(trans_a, trans_b, m, n, k, T(1), a.data(), trans_a ? m : k, b.data(),
+             trans_b ? k : n, accumulate ? T(1) : T(0), c.data(), n);
+}
+
+template <typename T>
+void bias_add_forward(std::span<const T> x, std::span<const T> bias, std::span<T> out,
+                      int64_t rows, int64_t cols) {
+  constexpr std::string_view op = "bias_add";
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "cols", cols);
+  expect_size(op, "x", x.size(), rows * cols, "rows*cols");
+  expect_size(op, "bias", bias.size(), cols, "cols");
+  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
+  elementwise(x.size(), [&](int64_t i) { out[i] = x[i] + bias[i % cols]; });
+}
+
+template <typename T>
+void bias_add_backward(std::span<const T> grad_out, int64_t rows, int64_t cols,
+                       std::span<T> grad_bias) {
+  constexpr std::string_view op = "bias_add_backward";
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "cols", cols);
+  expect_size(op, "grad_out", grad_out.size(), rows * cols, "rows*cols");
+  expect_size(op, "grad_bias", grad_bias.size(), cols, "cols");
+  // Columns are split among threads; each column sums its rows in order.
+  constexpr int64_t kBlock = 16;
+#pragma omp parallel for if (rows * cols > kParallelElements)
+  for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+    const int64_t c1 = std::min(cols, c0 + kBlock);
+    T acc[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* g = grad_out.data() + r * cols;
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += g[c];
+    }
+    std::copy(acc, acc + (c1 - c0), grad_bias.data() + c0);
+  }
+}
+
+template <typename T>
+void relu_forward(std::span<const T> x, std::span<T> out) {
+  expect_same_sizes("relu", x, out.size(), "out");
+  elementwise(x.size(), [&](int64_t i) { out[i] = x[i] > T(0) ? x[i] : T(0); });
+}
+
+template <typename T>
+void relu_backward(std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x) {
+  expect_same_sizes("relu_backward", x, grad_out.size(), "grad_out");
+  expect_same_sizes("relu_backward", x, grad_x.size(), "grad_x");
+  elementwise(x.size(), [&](int64_t i) { grad_x[i] = x[i] > T(0) ? grad_out[i] : T(0); });
+}
+
+template <typename T>
+void leaky_relu_forward(std::span<const T> x, T negative_slope, std::span<T> out) {
+  expect_same_sizes("leaky_relu", x, out.size(), "out");
+  elementwise(x.size(), [&](int64_t i) { out[i] = x[i] > T(0) ? x[i] : negative_slope * x[i]; });
+}
+
+template <typename T>
+void leaky_relu_backward(std::span<const T> x, T negative_slope, std::span<const T> grad_out,
+                         std::span<T> grad_x) {
+  expect_same_sizes("leaky_relu_backward", x, grad_out.size(), "grad_out");
+  expect_same_sizes("leaky_relu_backward", x, grad_x.size(), "grad_x");
+  elementwise(x.size(), [&](int64_t i) {
+    grad_x[i] = x[i] > T(0) ? grad_out[i] : negative_slope * grad_out[i];
+  });
+}
+
+template <typename T>
+void elu_forward(std::span<const T> x, T alpha, std::span<T> out) {
+  expect_same_sizes("elu", x, out.size(), "out");
+  elementwise(x.size(),
+              [&](int64_t i) { out[i] = x[i] > T(0) ? x[i] : alpha * std::expm1(x[i]); });
+}
+
+template <typename T>
+void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out,
+                  std::span<T> grad_x) {
+  expect_same_sizes("elu_backward", x, grad_out.size(), "grad_out");
+  expect_same_sizes("elu_backward", x, grad_x.size(), "grad_x");
+  elementwise(x.size(), [&](int64_t i) {
+    grad_x[i] = x[i] > T(0) ? grad_out[i] : grad_out[i] * alpha * std::exp(x[i]);
+  });
+}
+
+template <typename T>
+void log_softmax_forward(std::span<const T> x, int64_t rows, int64_t cols, std::span<T> out) {
+  constexpr std::string_view op = "log_softmax";
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "cols", cols);
+  expect_size(op, "x", x.size(), rows * cols, "rows*cols");
+  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
+  if (cols == 0) return;
+#pragma omp parallel for if (rows * cols > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x.data() + r * cols;
+    T* o = out.data() + r * cols;
+    const T m = *std::max_element(xr, xr + cols);
+    T sum = T(0);
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(xr[c] - m);
+    const T lse = m + std::log(sum);
+    for (int64_t c = 0; c < cols; ++c) o[c] = xr[c] - lse;
+  }
+}
+
+template <typename T>
+void log_softmax_backward(std::span<const T> out, std::span<const T> grad_out, int64_t rows,
+                          int64_t cols, std::span<T> grad_x) {
+  constexpr std::string_view op = "log_softmax_backward";
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "cols", cols);
+  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
+  expect_size(op, "grad_out", grad_out.size(), rows * cols, "rows*cols");
+  expect_size(op, "grad_x", grad_x.size(), rows * cols, "rows*cols");
+#pragma omp parallel for if (rows * cols > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* o = out.data() + r * cols;
+    const T* g = grad_out.data() + r * cols;
+    T* gx = grad_x.data() + r * cols;
+    T sum = T(0);
+    for (int64_t c = 0; c < cols; ++c) sum += g[c];
+    for (int64_t c = 0; c < cols; ++c) gx[c] = g[c] - std::exp(o[c]) * sum;
+  }
+}
+
+namespace {
+
+template <typename I>
+void check_nll(std::string_view op, int64_t rows, int64_t classes, std::span<const I> labels,
+               std::span<const uint8_t> mask) {
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "classes", classes);
+  expect_size(op, "labels", labels.size(), rows, "rows");
+  if (!mask.empty()) expect_size(op, "mask", mask.size(), rows, "rows");
+  for (int64_t i = 0; i < rows; ++i) {
+    if (!mask.empty() && !mask[i]) continue;
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw OpError(op, "labels[" + std::to_string(i) + "] = " + std::to_string(labels[i]) +
+                            " is outside [0, " + std::to_string(classes) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T, typename I>
+LossSum nll_loss_forward(std::span<const T> log_prob, int64_t rows, int64_t classes,
+                         std::span<const I> labels, std::span<const uint8_t> mask) {
+  constexpr std::string_view op = "nll_loss";
+  check_nll(op, rows, classes, labels, mask);
+  expect_size(op, "log_prob", log_prob.size(), rows * classes, "rows*classes");
+  LossSum loss;
+  for (int64_t i = 0; i < rows; ++i) {
+    if (!mask.empty() && !mask[i]) continue;
+    loss.sum -= static_cast<double>(log_prob[i * classes + labels[i]]);
+    ++loss.count;
+  }
+  return loss;
+}
+
+template <typename T, typename I>
+void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
+                       std::span<const uint8_t> mask, T scale, std::span<T> grad_log_prob) {
+  constexpr std::string_view op = "nll_loss_backward";
+  check_nll(op, rows, classes, labels, mask);
+  expect_size(op, "grad_log_prob", grad_log_prob.size(), rows * classes, "rows*classes");
+  std::fill(grad_log_prob.begin(), grad_log_prob.end(), T(0));
+  for (int64_t i = 0; i < rows; ++i) {
+    if (!mask.empty() && !mask[i]) continue;
+    grad_log_prob[i * classes + labels[i]] = -scale;
+  }
+}
+
+#define GNNRT_INSTANTIATE_T(T)                                                                  \
+  template void matmul<T>(std::span<const T>, std::span<const T>, std::span<T>, int64_t,        \
+                          int64_t, int64_t, bool, bool, bool);                                  \
+  template void bias_add_forward<T>(std::span<const T>, std::span<const T>, std::span<T>,       \
+                                    int64_t, int64_t);                                          \
+  template void bias_add_backward<T>(std::span<const T>, int64_t, int64_t, std::span<T>);       \
+  template void relu_forward<T>(std::span<const T>, std::span<T>);                              \
+  template void relu_backward<T>(std::span<const T>, std::span<const T>, std::span<T>);         \
+  template void leaky_relu_forward<T>(std::span<const T>, T, std::span<T>);                     \
+  template void leaky_relu_backward<T>(std::span<const T>, T, std::span<const T>,               \
+                                       std::span<T>);                                           \
+  template void elu_forward<T>(std::span<const T>, T, std::span<T>);                            \
+  template void elu_backward<T>(std::span<const T>, T, std::span<const T>, std::span<T>);       \
+  template void log_softmax_forward<T>(std::span<const T>, int64_t, int64_t, std::span<T>);     \
+  template void log_softmax_backward<T>(std::span<const T>, std::span<const T>, int64_t,        \
+                                        int64_t, std::span<T>);
+GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE_T)
+
+#define GNNRT_INSTANTIATE_TI(T, I)                                                              \
+  template LossSum nll_loss_forward<T, I>(std::span<const T>, int64_t, int64_t,                 \
+                                          std::span<const I>, std::span<const uint8_t>);        \
+  template void nll_loss_backward<T, I>(int64_t, int64_t, std::span<const I>,                   \
+                                        std::span<const uint8_t>, T, std::span<T>);
+GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE_TI)
+
+}  // namespace gnnrt::ops

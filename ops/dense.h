@@ -1,0 +1,68 @@
+// Dense node-wise ops on row-major matrices: matmul (CBLAS, never
+// hand-written), bias add, activations, log_softmax and the masked NLL loss.
+// Each forward overwrites its output; each backward overwrites its gradient
+// (in-place, out == x, is allowed for the elementwise ops). Blocking; OpenMP
+// (or OpenBLAS's OpenMP threads) inside; every result is bitwise identical
+// for any thread count. Bad sizes throw OpError.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace gnnrt::ops {
+
+// c [m, n] = op(a) [m, k] * op(b) [k, n]  (+ c when accumulate).
+// a is stored [m, k], or [k, m] when trans_a; b is [k, n], or [n, k] when trans_b.
+template <typename T>
+void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t m, int64_t k,
+            int64_t n, bool trans_a = false, bool trans_b = false, bool accumulate = false);
+
+// out [rows, cols] = x + bias [cols] broadcast over rows.
+template <typename T>
+void bias_add_forward(std::span<const T> x, std::span<const T> bias, std::span<T> out,
+                      int64_t rows, int64_t cols);
+// grad_bias [cols] = column sums of grad_out (each column summed in row order).
+template <typename T>
+void bias_add_backward(std::span<const T> grad_out, int64_t rows, int64_t cols,
+                       std::span<T> grad_bias);
+
+// Activations; the backward takes the forward's input x.
+template <typename T>
+void relu_forward(std::span<const T> x, std::span<T> out);
+template <typename T>
+void relu_backward(std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x);
+template <typename T>
+void leaky_relu_forward(std::span<const T> x, T negative_slope, std::span<T> out);
+template <typename T>
+void leaky_relu_backward(std::span<const T> x, T negative_slope, std::span<const T> grad_out,
+                         std::span<T> grad_x);
+template <typename T>
+void elu_forward(std::span<const T> x, T alpha, std::span<T> out);
+template <typename T>
+void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out, std::span<T> grad_x);
+
+// out[i] = x[i] - logsumexp(x[i]) per row; backward takes the forward's output.
+template <typename T>
+void log_softmax_forward(std::span<const T> x, int64_t rows, int64_t cols, std::span<T> out);
+template <typename T>
+void log_softmax_backward(std::span<const T> out, std::span<const T> grad_out, int64_t rows,
+                          int64_t cols, std::span<T> grad_x);
+
+// Negative log-likelihood over the rows selected by mask (bool per row; empty
+// mask = every row): sum = -sum_i log_prob[i, labels[i]], count = rows used.
+// The mean loss is sum / count; sums and counts add across ranks. Labels of
+// selected rows must lie in [0, classes) (OpError names the first bad row).
+struct LossSum {
+  double sum = 0;
+  int64_t count = 0;
+};
+template <typename T, typename I>
+LossSum nll_loss_forward(std::span<const T> log_prob, int64_t rows, int64_t classes,
+                         std::span<const I> labels, std::span<const uint8_t> mask);
+// grad_log_prob [rows, classes] = -scale at (i, labels[i]) of selected rows, 0
+// elsewhere; scale is d(loss)/d(sum), i.e. 1 / count for the mean loss.
+template <typename T, typename I>
+void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
+                       std::span<const uint8_t> mask, T scale, std::span<T> grad_log_prob);
+
+}  // namespace gnnrt::ops

@@ -1,0 +1,92 @@
+#include "ops/dropout.h"
+
+#include <Random123/philox.h>
+
+#include <string>
+
+#include "ops/error.h"
+#include "ops/instantiate.h"
+
+namespace gnnrt::ops {
+namespace {
+
+using Philox = r123::Philox4x64;
+constexpr int64_t kColsPerDraw = 8;  // four 64-bit words = eight 32-bit uniforms
+constexpr double kTwoToMinus32 = 1.0 / 4294967296.0;
+
+Philox::ctr_type counter(const DropoutKey& key, uint64_t row, uint64_t block) {
+  return {{key.step, row, block, 0}};
+}
+
+// The eight uniforms for columns [8 * block, 8 * block + 8) of one row.
+void uniforms(const DropoutKey& key, uint64_t row, uint64_t block, double u[kColsPerDraw]) {
+  const Philox::ctr_type r = Philox()(counter(key, row, block), {{key.seed, key.op}});
+  for (int i = 0; i < 4; ++i) {
+    u[2 * i] = static_cast<double>(r.v[i] & 0xffffffffu) * kTwoToMinus32;
+    u[2 * i + 1] = static_cast<double>(r.v[i] >> 32) * kTwoToMinus32;
+  }
+}
+
+template <typename T>
+void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t cols,
+                std::span<const int64_t> global_rows, std::span<const T> in, std::span<T> out) {
+  if (!(p >= 0.0 && p <= 1.0)) {
+    throw OpError(op, "p = " + std::to_string(p) + " is outside [0, 1]");
+  }
+  expect_non_negative(op, "cols", cols);
+  if (cols == 0) {
+    if (!in.empty()) throw OpError(op, "cols is 0 but x is not empty");
+    expect_size(op, "out", out.size(), 0, "0");
+    return;
+  }
+  const int64_t rows = static_cast<int64_t>(in.size()) / cols;
+  expect_size(op, "x", in.size(), rows * cols, "rows*cols");
+  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
+  if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
+  const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+#pragma omp parallel for if (rows * cols > (1 << 14))
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t row = global_rows.empty() ? static_cast<uint64_t>(r) : global_rows[r];
+    double u[kColsPerDraw];
+    for (int64_t c0 = 0; c0 < cols; c0 += kColsPerDraw) {
+      uniforms(key, row, static_cast<uint64_t>(c0 / kColsPerDraw), u);
+      const int64_t n = std::min(kColsPerDraw, cols - c0);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = r * cols + c0 + j;
+        out[i] = u[j] >= p ? in[i] * scale : T(0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col) {
+  double u[kColsPerDraw];
+  uniforms(key, global_row, col / kColsPerDraw, u);
+  return u[col % kColsPerDraw] >= p;
+}
+
+template <typename T>
+void dropout_forward(const DropoutKey& key, double p, int64_t cols,
+                     std::span<const int64_t> global_rows, std::span<const T> x,
+                     std::span<T> out) {
+  apply_mask("dropout", key, p, cols, global_rows, x, out);
+}
+
+template <typename T>
+void dropout_backward(const DropoutKey& key, double p, int64_t cols,
+                      std::span<const int64_t> global_rows, std::span<const T> grad_out,
+                      std::span<T> grad_x) {
+  apply_mask("dropout_backward", key, p, cols, global_rows, grad_out, grad_x);
+}
+
+#define GNNRT_INSTANTIATE(T)                                                                   \
+  template void dropout_forward<T>(const DropoutKey&, double, int64_t, std::span<const int64_t>, \
+                                   std::span<const T>, std::span<T>);                          \
+  template void dropout_backward<T>(const DropoutKey&, double, int64_t,                        \
+                                    std::span<const int64_t>, std::span<const T>,              \
+                                    std::span<T>);
+GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
+
+}  // namespace gnnrt::ops

@@ -1,0 +1,38 @@
+// Dropout whose mask is a pure function of (seed, step, op id, global row,
+// column): a Philox4x64-10 counter-based generator (Random123) keyed by
+// (seed, op) and counted by (step, global row, column / 8). Any split of the
+// rows over cores, any thread count and the backward pass all draw the same
+// mask, and nothing is stored between forward and backward.
+//
+// An element is kept when its uniform draw u in [0, 1) satisfies u >= p; kept
+// elements are scaled by 1 / (1 - p). p = 0 copies; p = 1 zeroes.
+// Layout: x, out [rows, cols] row-major; global_rows [rows] maps local rows to
+// global row ids (empty: row i is global row i). Outputs overwritten (in-place
+// allowed). Blocking; OpenMP inside. Bad p or sizes throw OpError.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace gnnrt::ops {
+
+struct DropoutKey {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint64_t op = 0;
+};
+
+// True if element (global_row, col) is kept.
+bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col);
+
+template <typename T>
+void dropout_forward(const DropoutKey& key, double p, int64_t cols,
+                     std::span<const int64_t> global_rows, std::span<const T> x, std::span<T> out);
+
+// grad_x = grad_out * mask / (1 - p), the same mask as the forward.
+template <typename T>
+void dropout_backward(const DropoutKey& key, double p, int64_t cols,
+                      std::span<const int64_t> global_rows, std::span<const T> grad_out,
+                      std::span<T> grad_x);
+
+}  // namespace gnnrt::ops

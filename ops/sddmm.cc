@@ -1,0 +1,123 @@
+#include "ops/sddmm.h"
+
+#include <string>
+
+#include "ops/error.h"
+#include "ops/instantiate.h"
+#include "ops/segment_reduce.h"
+
+namespace gnnrt::ops {
+namespace {
+
+template <typename I>
+void check_shapes(std::string_view op, const Adjacency<I>& adj, int64_t features, int64_t heads,
+                  std::size_t a_size, std::size_t b_size) {
+  expect_non_negative(op, "features", features);
+  if (heads <= 0 || features % heads != 0) {
+    throw OpError(op, "heads = " + std::to_string(heads) + " must be positive and divide F = " +
+                          std::to_string(features));
+  }
+  expect_size(op, "a", a_size, adj.num_src_nodes() * features, "N_src*F");
+  expect_size(op, "b", b_size, adj.num_dst_nodes() * features, "N_dst*F");
+}
+
+// grad[r] = sum over the csr row's edges of grad_out[e, h] * x[col][h-th block]:
+// the per-head weighted aggregation that both sddmm backwards reduce to.
+template <typename T, typename I>
+void aggregate_by(const Csr<I>& csr, const I* source, int64_t features, int64_t heads,
+                  const T* x, const T* weight, T* out) {
+  detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &csr,
+                                              .source = source,
+                                              .x = x,
+                                              .features = features,
+                                              .weight = weight,
+                                              .heads = heads,
+                                              .out = out});
+}
+
+}  // namespace
+
+template <typename T, typename I>
+void sddmm_dot_forward(const Adjacency<I>& adj, int64_t features, int64_t heads,
+                       std::span<const T> a, std::span<const T> b, std::span<T> out) {
+  constexpr std::string_view op = "sddmm_dot";
+  check_shapes(op, adj, features, heads, a.size(), b.size());
+  expect_size(op, "out", out.size(), adj.num_edges() * heads, "E*H");
+  detail::edge_dot<T, I>(adj.by_dst, features, heads, a.data(), b.data(), false, nullptr,
+                         out.data());
+}
+
+template <typename T, typename I>
+void sddmm_dot_backward(const Adjacency<I>& adj, int64_t features, int64_t heads,
+                        std::span<const T> a, std::span<const T> b, std::span<const T> grad_out,
+                        std::span<T> grad_a, std::span<T> grad_b) {
+  constexpr std::string_view op = "sddmm_dot_backward";
+  check_shapes(op, adj, features, heads, a.size(), b.size());
+  expect_size(op, "grad_out", grad_out.size(), adj.num_edges() * heads, "E*H");
+  if (!grad_a.empty()) {
+    expect_size(op, "grad_a", grad_a.size(), adj.num_src_nodes() * features, "N_src*F");
+    aggregate_by(adj.by_src, adj.by_src.col().data(), features, heads, b.data(), grad_out.data(),
+                 grad_a.data());
+  }
+  if (!grad_b.empty()) {
+    expect_size(op, "grad_b", grad_b.size(), adj.num_dst_nodes() * features, "N_dst*F");
+    aggregate_by(adj.by_dst, adj.by_dst.col().data(), features, heads, a.data(), grad_out.data(),
+                 grad_b.data());
+  }
+}
+
+template <typename T, typename I>
+void sddmm_add_forward(const Adjacency<I>& adj, int64_t heads, std::span<const T> a,
+                       std::span<const T> b, std::span<T> out) {
+  constexpr std::string_view op = "sddmm_add";
+  check_shapes(op, adj, heads, heads, a.size(), b.size());
+  expect_size(op, "out", out.size(), adj.num_edges() * heads, "E*H");
+  const Csr<I>& csr = adj.by_dst;
+  const int64_t rows = csr.num_rows();
+  const int64_t H = heads;
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const I* col = csr.col().data();
+  const bool parallel = (csr.num_edges() + rows) * H > detail::kParallelWork;
+#pragma omp parallel for schedule(dynamic, detail::kRowChunk) if (parallel)
+  for (int64_t v = 0; v < rows; ++v) {
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const T* au = a.data() + static_cast<int64_t>(col[p]) * H;
+      T* o = out.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) o[h] = au[h] + b[v * H + h];
+    }
+  }
+}
+
+template <typename T, typename I>
+void sddmm_add_backward(const Adjacency<I>& adj, int64_t heads, std::span<const T> grad_out,
+                        std::span<T> grad_a, std::span<T> grad_b) {
+  constexpr std::string_view op = "sddmm_add_backward";
+  if (heads <= 0) throw OpError(op, "heads = " + std::to_string(heads) + " must be positive");
+  expect_size(op, "grad_out", grad_out.size(), adj.num_edges() * heads, "E*H");
+  if (!grad_a.empty()) {
+    expect_size(op, "grad_a", grad_a.size(), adj.num_src_nodes() * heads, "N_src*H");
+    aggregate_by(adj.by_src, adj.by_src.edge().data(), heads, 1, grad_out.data(),
+                 static_cast<const T*>(nullptr), grad_a.data());
+  }
+  if (!grad_b.empty()) {
+    expect_size(op, "grad_b", grad_b.size(), adj.num_dst_nodes() * heads, "N_dst*H");
+    aggregate_by(adj.by_dst, adj.by_dst.edge().data(), heads, 1, grad_out.data(),
+                 static_cast<const T*>(nullptr), grad_b.data());
+  }
+}
+
+#define GNNRT_INSTANTIATE(T, I)                                                              \
+  template void sddmm_dot_forward<T, I>(const Adjacency<I>&, int64_t, int64_t,              \
+                                        std::span<const T>, std::span<const T>,             \
+                                        std::span<T>);                                       \
+  template void sddmm_dot_backward<T, I>(const Adjacency<I>&, int64_t, int64_t,             \
+                                         std::span<const T>, std::span<const T>,            \
+                                         std::span<const T>, std::span<T>, std::span<T>);   \
+  template void sddmm_add_forward<T, I>(const Adjacency<I>&, int64_t, std::span<const T>,   \
+                                        std::span<const T>, std::span<T>);                  \
+  template void sddmm_add_backward<T, I>(const Adjacency<I>&, int64_t, std::span<const T>,  \
+                                         std::span<T>, std::span<T>);
+GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
+
+}  // namespace gnnrt::ops

@@ -1,0 +1,224 @@
+// The fused row loops behind scatter, gather, spmm and sddmm (internal to
+// ops/; include only from kernel .cc files).
+//
+// Every loop walks the rows of a Csr. Row r owns positions p in
+// rowptr[r] .. rowptr[r+1]-1, visited in ascending edge id; a thread owns a
+// whole row, so there are no atomics and the result does not depend on the
+// number of threads. Nothing is allocated; outputs are overwritten.
+//
+// Layout: row-major matrices. F = features = heads * D. Per-edge arrays
+// (weight, scores) are indexed by original edge id: weight[edge[p] * heads + h].
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/csr.h"
+#include "ops/reduce.h"
+
+namespace gnnrt::ops::detail {
+
+// Rows smaller than this much work run on the calling thread.
+inline constexpr int64_t kParallelWork = 1 << 15;
+inline constexpr int kRowChunk = 32;
+
+template <typename T, typename I>
+struct SegmentReduce {
+  const Csr<I>* csr;
+  const I* source;     // [E] by position: the row of x each message reads
+  const T* x;          // [*, F]
+  int64_t features;
+  const T* weight = nullptr;               // [E, heads] or null (weight 1)
+  int64_t heads = 1;
+  const int64_t* source_rowptr = nullptr;  // if set: message scaled by 1 / its degree there
+  const I* winner = nullptr;               // if set: [*, F]; element f of message p counts
+                                           // only where winner[source[p], f] == edge[p]
+  T* out;                                  // [rows, F]
+  I* arg = nullptr;                        // [rows, F], max/min only
+};
+
+template <Reduce R>
+inline bool improves(auto candidate, auto current) {
+  if constexpr (R == Reduce::kMax) {
+    return candidate > current || (std::isnan(candidate) && !std::isnan(current));
+  } else {
+    return candidate < current || (std::isnan(candidate) && !std::isnan(current));
+  }
+}
+
+template <Reduce R, bool kWeighted, bool kScaled, bool kMasked, typename T, typename I>
+void segment_reduce_impl(const SegmentReduce<T, I>& a) {
+  const Csr<I>& csr = *a.csr;
+  const int64_t rows = csr.num_rows();
+  const int64_t F = a.features;
+  const int64_t H = a.heads;
+  const int64_t D = H > 0 ? F / H : F;
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const I* source = a.source;
+  const T* x = a.x;
+  const I num_edges = static_cast<I>(csr.num_edges());
+  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
+
+#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* __restrict o = a.out + r * F;
+    const int64_t begin = rp[r];
+    const int64_t end = rp[r + 1];
+    if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
+      std::fill(o, o + F, T(0));
+      for (int64_t p = begin; p < end; ++p) {
+        const int64_t s = source[p];
+        const T* __restrict xr = x + s * F;
+        T scale = T(1);
+        if constexpr (kScaled) scale = T(1) / T(a.source_rowptr[s + 1] - a.source_rowptr[s]);
+        const I* win = nullptr;
+        if constexpr (kMasked) win = a.winner + s * F;
+        const I e = edge[p];
+        for (int64_t h = 0; h < H; ++h) {
+          T c = scale;
+          if constexpr (kWeighted) c *= a.weight[static_cast<int64_t>(e) * H + h];
+          const int64_t lo = h * D;
+          if constexpr (kMasked) {
+            for (int64_t f = lo; f < lo + D; ++f) o[f] += win[f] == e ? c * xr[f] : T(0);
+          } else if constexpr (kWeighted || kScaled) {
+#pragma omp simd
+            for (int64_t f = lo; f < lo + D; ++f) o[f] += c * xr[f];
+          } else {
+#pragma omp simd
+            for (int64_t f = lo; f < lo + D; ++f) o[f] += xr[f];
+          }
+        }
+      }
+      if constexpr (R == Reduce::kMean) {
+        if (end > begin) {
+          const T count = static_cast<T>(end - begin);
+          for (int64_t f = 0; f < F; ++f) o[f] /= count;
+        }
+      }
+    } else {
+      I* __restrict g = a.arg + r * F;
+      if (begin == end) {
+        std::fill(o, o + F, T(0));
+        std::fill(g, g + F, num_edges);
+        continue;
+      }
+      for (int64_t p = begin; p < end; ++p) {
+        const T* __restrict xr = x + static_cast<int64_t>(source[p]) * F;
+        const I e = edge[p];
+        for (int64_t h = 0; h < H; ++h) {
+          T c = T(1);
+          if constexpr (kWeighted) c = a.weight[static_cast<int64_t>(e) * H + h];
+          const int64_t lo = h * D;
+          if (p == begin) {
+            for (int64_t f = lo; f < lo + D; ++f) {
+              o[f] = kWeighted ? c * xr[f] : xr[f];
+              g[f] = e;
+            }
+            continue;
+          }
+          for (int64_t f = lo; f < lo + D; ++f) {
+            const T m = kWeighted ? c * xr[f] : xr[f];
+            if (improves<R>(m, o[f])) {
+              o[f] = m;
+              g[f] = e;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+template <Reduce R, bool kWeighted, bool kScaled, typename T, typename I>
+void segment_reduce_masked(const SegmentReduce<T, I>& a) {
+  a.winner ? segment_reduce_impl<R, kWeighted, kScaled, true>(a)
+           : segment_reduce_impl<R, kWeighted, kScaled, false>(a);
+}
+
+template <Reduce R, bool kWeighted, typename T, typename I>
+void segment_reduce_scaled(const SegmentReduce<T, I>& a) {
+  a.source_rowptr ? segment_reduce_masked<R, kWeighted, true>(a)
+                  : segment_reduce_masked<R, kWeighted, false>(a);
+}
+
+template <Reduce R, typename T, typename I>
+void segment_reduce_as(const SegmentReduce<T, I>& a) {
+  a.weight ? segment_reduce_scaled<R, true>(a) : segment_reduce_scaled<R, false>(a);
+}
+
+// out[r] = reduce over the row's messages. Max/min ignore source_rowptr and
+// winner.
+template <typename T, typename I>
+void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
+  switch (reduce) {
+    case Reduce::kSum: return segment_reduce_as<Reduce::kSum>(a);
+    case Reduce::kMean: return segment_reduce_as<Reduce::kMean>(a);
+    case Reduce::kMax: return segment_reduce_as<Reduce::kMax>(a);
+    case Reduce::kMin: return segment_reduce_as<Reduce::kMin>(a);
+  }
+}
+
+// out[edge[p]] = x[r] (divided by the row's degree if divide_by_degree): each edge
+// gets its row's value. Gather's forward and scatter's sum/mean backward.
+template <typename T, typename I>
+void broadcast_rows(const Csr<I>& csr, int64_t features, const T* x, bool divide_by_degree,
+                    T* out) {
+  const int64_t rows = csr.num_rows();
+  const int64_t F = features;
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
+#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict xr = x + r * F;
+    const T count = static_cast<T>(rp[r + 1] - rp[r]);
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      T* __restrict o = out + static_cast<int64_t>(edge[p]) * F;
+      if (divide_by_degree) {
+        for (int64_t f = 0; f < F; ++f) o[f] = xr[f] / count;
+      } else {
+        std::copy(xr, xr + F, o);
+      }
+    }
+  }
+}
+
+// out[edge[p], h] = scale(r) * sum_{d} a[col[p], h, d] * b[r, h, d], where
+// scale(r) = 1 / degree(r) if divide_by_degree, and, with winner set, only the
+// elements f with winner[r, f] == edge[p] count. sddmm's dot product and the
+// weight gradient of spmm.
+template <typename T, typename I>
+void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, const T* b,
+              bool divide_by_degree, const I* winner, T* out) {
+  const int64_t rows = csr.num_rows();
+  const int64_t F = features;
+  const int64_t H = heads;
+  const int64_t D = F / H;
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const I* col = csr.col().data();
+  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
+#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict br = b + r * F;
+    const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      const T* __restrict ar = a + static_cast<int64_t>(col[p]) * F;
+      const I e = edge[p];
+      for (int64_t h = 0; h < H; ++h) {
+        T acc = T(0);
+        if (winner != nullptr) {
+          const I* win = winner + r * F;
+          for (int64_t f = h * D; f < (h + 1) * D; ++f) acc += win[f] == e ? ar[f] * br[f] : T(0);
+        } else {
+          for (int64_t f = h * D; f < (h + 1) * D; ++f) acc += ar[f] * br[f];
+        }
+        out[static_cast<int64_t>(e) * H + h] = scale * acc;
+      }
+    }
+  }
+}
+
+}  // namespace gnnrt::ops::detail
