@@ -217,7 +217,13 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view source) {
   if (fortran == "True") fail(source, "Fortran-order arrays are not supported");
   if (fortran != "False") fail(source, fmt::format("fortran_order '{}' is not a bool", fortran));
 
-  NpyArray array(found->dtype, parse_shape(dict_value(header, "shape", source), source));
+  std::vector<int64_t> shape = parse_shape(dict_value(header, "shape", source), source);
+  const int64_t count = element_count(shape, source);
+  if (count > static_cast<int64_t>(file.size())) {  // checked before allocating
+    fail(source, fmt::format("shape ({}) has {} elements, more than the file's {} bytes",
+                             fmt::join(shape, ", "), count, file.size()));
+  }
+  NpyArray array(found->dtype, std::move(shape));
   const std::size_t data_offset = offset + header_len;
   const std::size_t expected = static_cast<std::size_t>(array.size()) * found->size;
   const std::size_t actual = file.size() - data_offset;

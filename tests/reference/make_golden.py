@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""Writes the golden data of gnnrt's kernel tests from an independent
+implementation: PyTorch 1.13 (Debian's python3-torch) and NumPy.
+
+Each case is a folder tests/golden/ops/<op>/<case>/ with meta.json (the op,
+its parameters, the input and output names, whether finite differences
+apply) and one .npy per array: inputs, grad_out (the upstream gradient) and
+the expected outputs and input gradients. Values are computed in float64
+from the float32 inputs and stored as float32.
+
+Semantics follow PyG / torch_scatter. Where torch itself differs, the rule
+is written out here in torch ops, not taken from gnnrt:
+  - scatter/spmm max and min: torch.scatter_reduce splits the gradient among
+    tied maxima; torch_scatter sends it to one arg-winner, the lowest edge id.
+    winner_reduce() computes that winner with torch ops.
+  - segment softmax: PyG's formula (max-subtracted, +1e-16 in the
+    denominator), with the max of an all -inf segment taken as 0 so that it
+    gives 0, not NaN.
+  - dropout: NumPy's own Philox4x64-10 bit generator draws the mask.
+
+Usage: /usr/bin/python3 tests/reference/make_golden.py [--out tests/golden/ops]
+CI does not run this; the files it writes are committed.
+"""
+import argparse
+import json
+import shutil
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+
+REDUCES = ["sum", "mean", "max", "min"]
+
+
+class Writer:
+    def __init__(self, root: Path):
+        self.root = root
+        self.count = 0
+
+    def case(self, op, name, params, inputs, outputs, grad_out, grads, fd=True):
+        """inputs/outputs/grads: dict name -> array; grads keyed by input name."""
+        d = self.root / op / name
+        d.mkdir(parents=True, exist_ok=True)
+        arrays = {}
+        for k, v in inputs.items():
+            arrays[k] = v
+        for k, v in outputs.items():
+            arrays[k] = v
+        for k, v in grad_out.items():
+            arrays["grad_" + k] = v
+        for k, v in grads.items():
+            arrays["grad_" + k] = v
+        for k, v in arrays.items():
+            if isinstance(v, torch.Tensor):
+                v = v.detach().numpy()
+            v = np.ascontiguousarray(v)
+            if v.dtype == np.float64:
+                v = v.astype(np.float32)
+            np.save(d / (k + ".npy"), v)
+        meta = {
+            "op": op,
+            "params": params,
+            "inputs": list(inputs),
+            "outputs": list(outputs),
+            "grad_outputs": ["grad_" + k for k in grad_out],
+            "grads": ["grad_" + k for k in grads],
+            "finite_differences": fd,
+        }
+        (d / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        self.count += 1
+
+
+def f32(a):
+    """float32 input, returned as a float64 torch tensor of the same values."""
+    return torch.from_numpy(np.asarray(a, dtype=np.float32).astype(np.float64))
+
+
+def leaf(a):
+    return f32(a).requires_grad_(True)
+
+
+# ---------------------------------------------------------------- references
+
+
+def winner_reduce(msg, index, n, reduce):
+    """torch_scatter's max/min: value per (n, f) and the lowest edge id that
+    attains it (E for an empty segment); empty segments give 0."""
+    e, f = msg.shape
+    amax = "amax" if reduce == "max" else "amin"
+    out = torch.zeros(n, f).scatter_reduce(0, index[:, None].expand(e, f), msg, amax,
+                                           include_self=False)
+    counts = torch.zeros(n).index_add_(0, index, torch.ones(e))
+    out = torch.where(counts[:, None] > 0, out, torch.zeros(()))
+    hit = msg == out[index]
+    cand = torch.where(hit, torch.arange(e)[:, None].expand(e, f), torch.full((e, f), e))
+    arg = torch.full((n, f), e, dtype=torch.int64).scatter_reduce(
+        0, index[:, None].expand(e, f), cand, "amin", include_self=True)
+    return out, arg
+
+
+class WinnerReduce(torch.autograd.Function):
+    """max/min whose backward routes each output gradient to its winner only."""
+
+    @staticmethod
+    def forward(ctx, msg, index, n, reduce):
+        out, arg = winner_reduce(msg.detach(), index, n, reduce)
+        ctx.save_for_backward(arg)
+        ctx.e = msg.shape[0]
+        return out, arg
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_arg):
+        (arg,) = ctx.saved_tensors
+        e = ctx.e
+        grad = torch.zeros(e + 1, grad_out.shape[1])  # row e collects empty segments
+        grad.scatter_(0, arg, grad_out)
+        return grad[:e], None, None, None
+
+
+def scatter_ref(msg, index, n, reduce):
+    """Returns (out, arg or None) with PyG semantics, differentiable in msg."""
+    f = msg.shape[1]
+    if reduce == "sum":
+        return torch.zeros(n, f).index_add(0, index, msg), None
+    if reduce == "mean":
+        s = torch.zeros(n, f).index_add(0, index, msg)
+        c = torch.zeros(n).index_add_(0, index, torch.ones(len(index))).clamp(min=1)
+        return s / c[:, None], None
+    return WinnerReduce.apply(msg, index, n, reduce)
+
+
+def segment_softmax_ref(score, index, n):
+    e, h = score.shape
+    m = torch.full((n, h), float("-inf")).scatter_reduce(
+        0, index[:, None].expand(e, h), score.detach(), "amax", include_self=True)
+    m = torch.where(torch.isinf(m), torch.zeros(()), m)
+    ex = (score - m[index]).exp()
+    s = torch.zeros(n, h).index_add(0, index, ex)
+    return ex / (s[index] + 1e-16)
+
+
+def philox_uniforms(seed, step, op, row, block):
+    """Eight uniforms of Philox4x64-10, key (seed, op), counter (step, row, block, 0).
+    NumPy's generator increments the counter before drawing, so start one below."""
+    ctr = step + (row << 64) + (block << 128) - 1
+    g = np.random.Philox(key=[seed, op], counter=ctr % (1 << 256))
+    words = g.random_raw(4).astype(np.uint64)
+    lo = (words & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    hi = (words >> np.uint64(32)).astype(np.float64)
+    return np.stack([lo, hi], axis=1).reshape(-1) / 4294967296.0
+
+
+# ---------------------------------------------------------------- cases
+
+# (name, E, N, F, index dtype, kind); kind shapes the values and indices.
+SCATTER_CASES = [
+    ("random", 200, 30, 3, np.int64, "random"),
+    ("duplicates", 60, 5, 64, np.int32, "random"),
+    ("empty_segments", 40, 20, 3, np.int64, "sparse"),
+    ("ties", 80, 6, 3, np.int32, "ties"),
+    ("one_edge", 1, 4, 1, np.int64, "random"),
+    ("zero_edges", 0, 3, 3, np.int32, "random"),
+    ("wide", 40, 10, 130, np.int64, "random"),
+    ("single_node", 10, 1, 64, np.int32, "random"),
+]
+
+
+def make_index(rng, e, n, kind):
+    if kind == "sparse":  # only every third row receives edges
+        return rng.integers(0, max(1, (n + 2) // 3), e) * 3 % max(n, 1)
+    return rng.integers(0, n, e)
+
+
+def make_values(rng, shape, kind):
+    if kind == "ties":
+        return rng.integers(-1, 2, shape).astype(np.float32)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def gen_scatter(w, rng):
+    for reduce in REDUCES:
+        for name, e, n, f, idt, kind in SCATTER_CASES:
+            index = make_index(rng, e, n, kind).astype(idt)
+            src = make_values(rng, (e, f), kind)
+            gout = rng.standard_normal((n, f)).astype(np.float32)
+            s = leaf(src)
+            out, arg = scatter_ref(s, torch.from_numpy(index.astype(np.int64)), n, reduce)
+            out.backward(f32(gout))
+            outputs = {"out": out}
+            if arg is not None:
+                outputs["arg"] = arg.numpy().astype(np.int64)
+            w.case("scatter", f"{reduce}_{name}", {"reduce": reduce, "num_rows": n, "features": f},
+                   {"src": src, "index": index}, outputs, {"out": gout}, {"src": s.grad},
+                   fd=not (kind == "ties" and reduce in ("max", "min")))
+
+
+def gen_gather(w, rng):
+    for name, e, n, f, idt, kind in SCATTER_CASES:
+        index = make_index(rng, e, n, kind).astype(idt)
+        x = make_values(rng, (n, f), kind)
+        gout = rng.standard_normal((e, f)).astype(np.float32)
+        xt = leaf(x)
+        out = xt.index_select(0, torch.from_numpy(index.astype(np.int64)))
+        out.backward(f32(gout))
+        w.case("gather", name, {"num_rows": n, "features": f}, {"x": x, "index": index},
+               {"out": out}, {"out": gout}, {"x": xt.grad})
+
+
+# (name, E, N_src, N_dst, F, index dtype, kind, weight: none | edge | head2)
+GRAPH_CASES = [
+    ("random", 200, 25, 30, 4, np.int64, "random", "edge"),
+    ("duplicates", 60, 4, 5, 64, np.int32, "random", "none"),
+    ("empty_segments", 40, 12, 20, 3, np.int64, "sparse", "edge"),
+    ("ties", 80, 5, 6, 4, np.int32, "ties", "none"),
+    ("one_edge", 1, 2, 4, 1, np.int64, "random", "edge"),
+    ("zero_edges", 0, 3, 3, 6, np.int32, "random", "head2"),
+    ("wide", 40, 8, 10, 130, np.int64, "random", "head2"),
+    ("single_node", 10, 1, 1, 64, np.int32, "random", "head2"),
+]
+
+
+def graph_inputs(rng, e, ns, nd, kind, idt):
+    src = make_index(rng, e, ns, "random").astype(idt)
+    dst = make_index(rng, e, nd, kind).astype(idt)
+    return src, dst
+
+
+def gen_spmm(w, rng):
+    for reduce in REDUCES:
+        for name, e, ns, nd, f, idt, kind, wmode in GRAPH_CASES:
+            src, dst = graph_inputs(rng, e, ns, nd, kind, idt)
+            x = make_values(rng, (ns, f), kind)
+            inputs = {"x": x, "src": src, "dst": dst}
+            heads = {"none": 0, "edge": 1, "head2": 2}[wmode]
+            xt = leaf(x)
+            si = torch.from_numpy(src.astype(np.int64))
+            di = torch.from_numpy(dst.astype(np.int64))
+            msg = xt[si]
+            grads = {}
+            if heads:
+                wv = (rng.uniform(0.5, 1.5, (e,) if heads == 1 else (e, heads))).astype(np.float32)
+                inputs["weight"] = wv
+                wt = leaf(wv)
+                if heads == 1:
+                    msg = msg * wt[:, None]
+                else:
+                    msg = (msg.view(e, heads, f // heads) * wt[:, :, None]).reshape(e, f)
+            if reduce == "sum" and heads <= 1:
+                # Independent path: the adjacency as a dense matrix, A @ x.
+                a = torch.zeros(nd, ns).index_put((di, si), wt if heads else torch.ones(e),
+                                                  accumulate=True)
+                out, arg = a @ xt, None
+            else:
+                out, arg = scatter_ref(msg, di, nd, reduce)
+            gout = rng.standard_normal((nd, f)).astype(np.float32)
+            out.backward(f32(gout))
+            grads["x"] = xt.grad
+            if heads:
+                grads["weight"] = wt.grad
+            outputs = {"out": out}
+            if arg is not None:
+                outputs["arg"] = arg.numpy().astype(np.int64)
+            w.case("spmm", f"{reduce}_{name}",
+                   {"reduce": reduce, "num_src": ns, "num_dst": nd, "features": f},
+                   inputs, outputs, {"out": gout}, grads,
+                   fd=not (kind == "ties" and reduce in ("max", "min")))
+
+
+def gen_sddmm(w, rng):
+    for name, e, ns, nd, f, idt, kind, wmode in GRAPH_CASES:
+        heads = 2 if f % 2 == 0 else 1
+        src, dst = graph_inputs(rng, e, ns, nd, kind, idt)
+        a, b = make_values(rng, (ns, f), kind), make_values(rng, (nd, f), kind)
+        at, bt = leaf(a), leaf(b)
+        si, di = torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst.astype(np.int64))
+        out = (at[si] * bt[di]).view(e, heads, f // heads).sum(-1)
+        gout = rng.standard_normal((e, heads)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("sddmm_dot", name, {"num_src": ns, "num_dst": nd, "features": f, "heads": heads},
+               {"a": a, "b": b, "src": src, "dst": dst}, {"out": out}, {"out": gout},
+               {"a": at.grad, "b": bt.grad})
+
+        heads = [1, 2, 3, 8][len(name) % 4]
+        a, b = make_values(rng, (ns, heads), kind), make_values(rng, (nd, heads), kind)
+        at, bt = leaf(a), leaf(b)
+        out = at[si] + bt[di]
+        gout = rng.standard_normal((e, heads)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("sddmm_add", name, {"num_src": ns, "num_dst": nd, "heads": heads},
+               {"a": a, "b": b, "src": src, "dst": dst}, {"out": out}, {"out": gout},
+               {"a": at.grad, "b": bt.grad})
+
+
+def gen_segment_softmax(w, rng):
+    cases = [(name, e, n, [1, 2, 8][i % 3], idt, kind)
+             for i, (name, e, n, _f, idt, kind) in enumerate(SCATTER_CASES)]
+    cases.append(("neg_inf", 30, 6, 2, np.int64, "neg_inf"))
+    for name, e, n, h, idt, kind in cases:
+        index = make_index(rng, e, n, "sparse" if kind == "sparse" else "random").astype(idt)
+        score = (3 * rng.standard_normal((e, h))).astype(np.float32)
+        if kind == "ties":
+            score = rng.integers(-1, 2, (e, h)).astype(np.float32)
+        fd = True
+        if kind == "neg_inf":
+            # Row 0 all -inf, row 1 one -inf: alpha 0 there, finite elsewhere.
+            index[:6] = 0
+            index[6:12] = 1
+            index[12:] = rng.integers(2, n, e - 12)
+            score[index == 0] = -np.inf
+            score[6, :] = -np.inf
+            fd = False
+        st = leaf(score)
+        alpha = segment_softmax_ref(st, torch.from_numpy(index.astype(np.int64)), n)
+        gout = rng.standard_normal((e, h)).astype(np.float32)
+        alpha.backward(f32(gout))
+        w.case("segment_softmax", name, {"num_rows": n, "heads": h},
+               {"score": score, "index": index}, {"alpha": alpha}, {"alpha": gout},
+               {"score": st.grad}, fd=fd)
+
+
+def gen_dense(w, rng):
+    for name, m, k, n, ta, tb in [("square", 8, 8, 8, False, False), ("tall", 33, 5, 3, False, False),
+                                  ("trans_a", 7, 12, 5, True, False), ("trans_b", 6, 4, 9, False, True),
+                                  ("both", 5, 3, 130, True, True), ("empty_k", 4, 0, 3, False, False)]:
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        at, bt = leaf(a), leaf(b)
+        c = (at.t() if ta else at) @ (bt.t() if tb else bt)
+        gout = rng.standard_normal((m, n)).astype(np.float32)
+        c.backward(f32(gout))
+        w.case("matmul", name, {"m": m, "k": k, "n": n, "trans_a": ta, "trans_b": tb},
+               {"a": a, "b": b}, {"c": c}, {"c": gout}, {"a": at.grad, "b": bt.grad})
+
+    shapes = [("small", 5, 3), ("wide", 4, 130), ("one", 1, 1), ("empty", 0, 4), ("tall", 300, 7)]
+    for name, r, c in shapes:
+        x = rng.standard_normal((r, c)).astype(np.float32)
+        bias = rng.standard_normal(c).astype(np.float32)
+        gout = rng.standard_normal((r, c)).astype(np.float32)
+        xt, bt = leaf(x), leaf(bias)
+        out = xt + bt
+        out.backward(f32(gout))
+        w.case("bias_add", name, {"rows": r, "cols": c}, {"x": x, "bias": bias}, {"out": out},
+               {"out": gout}, {"x": xt.grad, "bias": bt.grad})
+
+        for act, fn, params in [("relu", torch.relu, {}),
+                                ("leaky_relu", lambda t: torch.nn.functional.leaky_relu(t, 0.2),
+                                 {"negative_slope": 0.2}),
+                                ("elu", lambda t: torch.nn.functional.elu(t, 1.0), {"alpha": 1.0})]:
+            xt = leaf(x)
+            out = fn(xt)
+            out.backward(f32(gout))
+            w.case(act, name, dict(params, rows=r, cols=c), {"x": x}, {"out": out}, {"out": gout},
+                   {"x": xt.grad})
+
+        if c > 0:
+            xt = leaf(3 * x)
+            out = torch.log_softmax(xt, dim=1)
+            out.backward(f32(gout))
+            w.case("log_softmax", name, {"rows": r, "cols": c}, {"x": 3 * x}, {"out": out},
+                   {"out": gout}, {"x": xt.grad})
+
+            labels = rng.integers(0, c, r).astype(np.int64 if r % 2 else np.int32)
+            mask = rng.random(r) < 0.6
+            if r > 0:
+                mask[0] = True
+                labels[~mask] = -1  # unlabelled rows may hold anything outside the mask
+            logp = torch.log_softmax(f32(x), dim=1).numpy().astype(np.float32)
+            lt = leaf(logp)
+            sel = torch.from_numpy(mask)
+            if sel.any():
+                loss = torch.nn.functional.nll_loss(lt[sel], torch.from_numpy(labels.astype(np.int64))[sel])
+                loss.backward()
+                w.case("nll_loss", name, {"rows": r, "classes": c},
+                       {"log_prob": logp, "labels": labels, "mask": mask},
+                       {"loss": loss.reshape(1), "count": np.array([int(mask.sum())], np.int64)},
+                       {}, {"log_prob": lt.grad})
+
+
+def gen_dropout(w, rng):
+    for name, r, c, p, seed, step, op, rows in [
+        ("half", 20, 13, 0.5, 1, 0, 3, None), ("sparse_rows", 6, 64, 0.2, 2**40 + 7, 9, 1, [5, 100, 7, 2**33, 0, 1]),
+        ("keep_all", 4, 9, 0.0, 3, 1, 0, None), ("drop_all", 4, 9, 1.0, 3, 1, 0, None),
+        ("wide", 3, 130, 0.7, 11, 123456, 2, None)]:
+        x = rng.standard_normal((r, c)).astype(np.float32)
+        gout = rng.standard_normal((r, c)).astype(np.float32)
+        global_rows = np.arange(r, dtype=np.int64) if rows is None else np.array(rows, np.int64)
+        mask = np.zeros((r, c), bool)
+        for i, g in enumerate(global_rows):
+            u = np.concatenate([philox_uniforms(seed, step, op, int(g), b) for b in range((c + 7) // 8)])
+            mask[i] = u[:c] >= p
+        scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+        out = x.astype(np.float64) * mask * scale
+        inputs = {"x": x}
+        if rows is not None:
+            inputs["global_rows"] = global_rows
+        w.case("dropout", name, {"p": p, "seed": seed, "step": step, "op": op, "cols": c}, inputs,
+               {"out": out}, {"out": gout}, {"x": gout.astype(np.float64) * mask * scale}, fd=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "golden" / "ops"))
+    args = ap.parse_args()
+    root = Path(args.out)
+    if root.exists():
+        shutil.rmtree(root)
+    w = Writer(root)
+    for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout]:
+        gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
+    print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
+
+
+if __name__ == "__main__":
+    main()
