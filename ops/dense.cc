@@ -1,10 +1,13 @@
 #include "ops/dense.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -14,8 +17,25 @@ namespace {
 
 constexpr int64_t kParallelElements = 1 << 15;
 
+// OpenBLAS's OpenMP build sizes its thread team from omp_get_max_threads()
+// at each call, and its pthread build from openblas_set_num_threads; pin both
+// to one thread for the duration of a call (the OpenMP setting is per thread).
+class SingleThreadedBlas {
+ public:
+  SingleThreadedBlas() : saved_(omp_get_max_threads()) {
+    static std::once_flag once;
+    std::call_once(once, [] { openblas_set_num_threads(1); });
+    omp_set_num_threads(1);
+  }
+  ~SingleThreadedBlas() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
 void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const SingleThreadedBlas pin;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
@@ -24,6 +44,7 @@ void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 
 void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
                 int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  const SingleThreadedBlas pin;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
@@ -46,6 +67,20 @@ void expect_same_sizes(std::string_view op, std::span<const T> x, std::size_t ou
 
 }  // namespace
 
+// matmul is bitwise identical for any thread count because the work is cut
+// into pieces that depend only on (m, k, n): OpenBLAS runs single-threaded
+// on each piece and OpenMP threads take whole pieces. Row blocks of C for
+// tall products; for a small C with a long inner dimension (a weight
+// gradient X^T G), fixed depth blocks whose partial products are added in
+// block order.
+namespace {
+
+constexpr int64_t kRowBlock = 256;
+constexpr int64_t kDepthBlock = 2048;
+constexpr int64_t kMaxSplitOutput = 1 << 18;  // C elements per depth-block partial
+
+}  // namespace
+
 template <typename T>
 void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t m, int64_t k,
             int64_t n, bool trans_a, bool trans_b, bool accumulate) {
@@ -61,8 +96,45 @@ void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t 
     if (!accumulate) std::fill(c.begin(), c.end(), T(0));
     return;
   }
-  cblas_gemm(trans_a, trans_b, m, n, k, T(1), a.data(), trans_a ? m : k, b.data(),
-             trans_b ? k : n, accumulate ? T(1) : T(0), c.data(), n);
+  const int64_t lda = trans_a ? m : k;
+  const int64_t ldb = trans_b ? k : n;
+  const T beta = accumulate ? T(1) : T(0);
+
+  if (m >= 2 * kRowBlock) {
+    const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t r0 = blk * kRowBlock;
+      const int64_t rows = std::min(kRowBlock, m - r0);
+      // Rows r0.. of op(a): rows of a, or columns of a stored transposed.
+      const T* a0 = a.data() + (trans_a ? r0 : r0 * k);
+      cblas_gemm(trans_a, trans_b, rows, n, k, T(1), a0, lda, b.data(), ldb, beta,
+                 c.data() + r0 * n, n);
+    }
+    return;
+  }
+  if (k >= 2 * kDepthBlock && m * n <= kMaxSplitOutput) {
+    const int64_t blocks = (k + kDepthBlock - 1) / kDepthBlock;
+    std::vector<T> partial(blocks * m * n);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t k0 = blk * kDepthBlock;
+      const int64_t depth = std::min(kDepthBlock, k - k0);
+      const T* a0 = a.data() + (trans_a ? k0 * m : k0);
+      const T* b0 = b.data() + (trans_b ? k0 : k0 * n);
+      cblas_gemm(trans_a, trans_b, m, n, depth, T(1), a0, lda, b0, ldb, T(0),
+                 partial.data() + blk * m * n, n);
+    }
+    const int64_t size = m * n;
+#pragma omp parallel for if (size > kParallelElements)
+    for (int64_t i = 0; i < size; ++i) {
+      T sum = accumulate ? c[i] : T(0);
+      for (int64_t blk = 0; blk < blocks; ++blk) sum += partial[blk * size + i];
+      c[i] = sum;
+    }
+    return;
+  }
+  cblas_gemm(trans_a, trans_b, m, n, k, T(1), a.data(), lda, b.data(), ldb, beta, c.data(), n);
 }
 
 template <typename T>

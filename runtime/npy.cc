@@ -140,7 +140,7 @@ NpyArray NpyArray::from(std::span<const T> values, std::vector<int64_t> shape) {
     throw NpyError(fmt::format("array of shape ({}) cannot hold {} values",
                                fmt::join(a.shape_, ", "), values.size()));
   }
-  std::memcpy(a.data_.data(), values.data(), a.data_.size());
+  if (!a.data_.empty()) std::memcpy(a.data_.data(), values.data(), a.data_.size());
   return a;
 }
 
@@ -231,7 +231,7 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view source) {
     fail(source, fmt::format("data has {} bytes, shape ({}) of {} needs {}", actual,
                              fmt::join(array.shape(), ", "), to_string(found->dtype), expected));
   }
-  std::memcpy(array.bytes().data(), bytes + data_offset, expected);
+  if (expected > 0) std::memcpy(array.bytes().data(), bytes + data_offset, expected);
   return array;
 }
 

@@ -108,6 +108,11 @@ const std::vector<Recipe>& recipes() {
                        .param("n", 200).floats("a", {500, 300}).floats("b", {300, 200})
                        .floats("grad_c", {500, 200}).build();
                  }});
+    r.push_back({"matmul_depth_split", [] {
+                   return Builder(golden("matmul/trans_a")).param("m", 64).param("k", 10000)
+                       .param("n", 16).floats("a", {10000, 64}).floats("b", {10000, 16})
+                       .floats("grad_c", {64, 16}).build();
+                 }});
     r.push_back({"bias_add", [=] {
                    return Builder(golden("bias_add/small")).param("rows", N).param("cols", F)
                        .floats("x", {N, F}).floats("bias", {F}).floats("grad_out", {N, F})

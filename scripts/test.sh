@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Sets up the machine, builds gnnrt and runs every test, twice: a Release
+# build (build/) and an AddressSanitizer + UBSan build (build-sanitize/).
+#   scripts/test.sh                  both builds
+#   scripts/test.sh --no-sanitize    the Release build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=1
+[[ "${1:-}" == "--no-sanitize" ]] && sanitize=0
+
+scripts/setup.sh
+jobs=$(nproc)
+
+run_suite() {  # build-dir, extra cmake args...
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja "$@"
+  cmake --build "$dir" -j "$jobs"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" --timeout 600)
+}
+
+echo "== Release build and tests"
+run_suite build -DCMAKE_BUILD_TYPE=Release
+
+if ((sanitize)); then
+  echo "== address,undefined sanitizer build and tests"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGNNRT_SANITIZE=address,undefined
+fi
