@@ -23,6 +23,18 @@ namespace gnnrt::ops::detail {
 inline constexpr int64_t kParallelWork = 1 << 15;
 inline constexpr int kRowChunk = 32;
 
+// Message rows are read in an order the hardware prefetcher cannot guess
+// (x[source[p]]), so each loop asks for the row kPrefetchDistance positions
+// ahead: many row fetches are then in flight at once instead of one.
+inline constexpr int64_t kPrefetchDistance = 12;
+
+template <typename T>
+inline void prefetch_row(const T* row, int64_t features) {
+  const char* p = reinterpret_cast<const char*>(row);
+  const int64_t bytes = features * static_cast<int64_t>(sizeof(T));
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+}
+
 template <typename T, typename I>
 struct SegmentReduce {
   const Csr<I>* csr;
@@ -38,12 +50,14 @@ struct SegmentReduce {
   I* arg = nullptr;                        // [rows, F], max/min only
 };
 
-template <Reduce R>
-inline bool improves(auto candidate, auto current) {
+template <Reduce R, typename T>
+inline bool improves(T candidate, T current) {
+  // (c != c) is isnan(c), spelled so that the compiler vectorises it.
+  const bool nan_wins = candidate != candidate && current == current;
   if constexpr (R == Reduce::kMax) {
-    return candidate > current || (std::isnan(candidate) && !std::isnan(current));
+    return candidate > current || nan_wins;
   } else {
-    return candidate < current || (std::isnan(candidate) && !std::isnan(current));
+    return candidate < current || nan_wins;
   }
 }
 
@@ -59,6 +73,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const I* source = a.source;
   const T* x = a.x;
   const I num_edges = static_cast<I>(csr.num_edges());
+  const int64_t num_positions = csr.num_edges();
   const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
 
 #pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
@@ -69,6 +84,9 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
     if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
       std::fill(o, o + F, T(0));
       for (int64_t p = begin; p < end; ++p) {
+        if (p + kPrefetchDistance < num_positions) {
+          prefetch_row(x + static_cast<int64_t>(source[p + kPrefetchDistance]) * F, F);
+        }
         const int64_t s = source[p];
         const T* __restrict xr = x + s * F;
         T scale = T(1);
@@ -105,6 +123,9 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
         continue;
       }
       for (int64_t p = begin; p < end; ++p) {
+        if (p + kPrefetchDistance < num_positions) {
+          prefetch_row(x + static_cast<int64_t>(source[p + kPrefetchDistance]) * F, F);
+        }
         const T* __restrict xr = x + static_cast<int64_t>(source[p]) * F;
         const I e = edge[p];
         for (int64_t h = 0; h < H; ++h) {
@@ -118,12 +139,14 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
             }
             continue;
           }
+          // Branch-free so that it vectorises: strict improvement keeps the
+          // lowest edge id on ties; NaN replaces a number, never the reverse.
+#pragma omp simd
           for (int64_t f = lo; f < lo + D; ++f) {
             const T m = kWeighted ? c * xr[f] : xr[f];
-            if (improves<R>(m, o[f])) {
-              o[f] = m;
-              g[f] = e;
-            }
+            const bool better = improves<R>(m, o[f]);
+            o[f] = better ? m : o[f];
+            g[f] = better ? e : g[f];
           }
         }
       }
