@@ -86,6 +86,9 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
       for (int64_t p = begin; p < end; ++p) {
         if (p + kPrefetchDistance < num_positions) {
           prefetch_row(x + static_cast<int64_t>(source[p + kPrefetchDistance]) * F, F);
+          if constexpr (kWeighted) {
+            __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + kPrefetchDistance]) * H);
+          }
         }
         const int64_t s = source[p];
         const T* __restrict xr = x + s * F;
@@ -228,6 +231,9 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
     const T* __restrict br = b + r * F;
     const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      if (p + kPrefetchDistance < csr.num_edges()) {
+        prefetch_row(a + static_cast<int64_t>(col[p + kPrefetchDistance]) * F, F);
+      }
       const T* __restrict ar = a + static_cast<int64_t>(col[p]) * F;
       const I e = edge[p];
       for (int64_t h = 0; h < H; ++h) {

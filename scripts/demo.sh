@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The main job, from a fresh Debian 12 machine: installs the dependencies,
+# builds gnnrt (Release, into build/), shows the build, checks the kernels on
+# this machine and runs a short kernel benchmark.
+# (Until the trainer exists, this is the kernel self-check and a benchmark
+# smoke run.)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$(nproc)"
+
+echo "== gnnrt info"
+build/launch/gnnrt info
+echo "== gnnrt selfcheck"
+build/launch/gnnrt selfcheck --edges 1000000 --features 64
+echo "== kernel benchmark (smoke: E = 1e5, F = 64, 1 thread)"
+build/bench/kernels_bench --benchmark_filter='/E:100000/F:64/threads:1/|triad/threads:1/' \
+  --benchmark_min_time=0.05 --benchmark_min_warmup_time=0.02
+echo "JSON: build/bench/results/kernels.json"
