@@ -24,9 +24,16 @@ inline constexpr int64_t kParallelWork = 1 << 15;
 inline constexpr int kRowChunk = 32;
 
 // Message rows are read in an order the hardware prefetcher cannot guess
-// (x[source[p]]), so each loop asks for the row kPrefetchDistance positions
-// ahead: many row fetches are then in flight at once instead of one.
-inline constexpr int64_t kPrefetchDistance = 12;
+// (x[source[p]]), so each loop asks for the row a few positions ahead: many
+// row fetches are then in flight at once instead of one. The distance keeps
+// about kPrefetchBytes in flight: 40 rows of 64 B, 10 of 256 B.
+inline constexpr int64_t kPrefetchBytes = 2560;
+
+template <typename T>
+inline int64_t prefetch_distance(int64_t features) {
+  const int64_t row = std::max<int64_t>(1, features * static_cast<int64_t>(sizeof(T)));
+  return std::clamp<int64_t>(kPrefetchBytes / row, 4, 64);
+}
 
 template <typename T>
 inline void prefetch_row(const T* row, int64_t features) {
@@ -74,6 +81,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const T* x = a.x;
   const I num_edges = static_cast<I>(csr.num_edges());
   const int64_t num_positions = csr.num_edges();
+  const int64_t ahead = prefetch_distance<T>(F);
   const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
 
 #pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
@@ -84,10 +92,10 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
     if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
       std::fill(o, o + F, T(0));
       for (int64_t p = begin; p < end; ++p) {
-        if (p + kPrefetchDistance < num_positions) {
-          prefetch_row(x + static_cast<int64_t>(source[p + kPrefetchDistance]) * F, F);
+        if (p + ahead < num_positions) {
+          prefetch_row(x + static_cast<int64_t>(source[p + ahead]) * F, F);
           if constexpr (kWeighted) {
-            __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + kPrefetchDistance]) * H);
+            __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + ahead]) * H);
           }
         }
         const int64_t s = source[p];
@@ -126,8 +134,8 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
         continue;
       }
       for (int64_t p = begin; p < end; ++p) {
-        if (p + kPrefetchDistance < num_positions) {
-          prefetch_row(x + static_cast<int64_t>(source[p + kPrefetchDistance]) * F, F);
+        if (p + ahead < num_positions) {
+          prefetch_row(x + static_cast<int64_t>(source[p + ahead]) * F, F);
         }
         const T* __restrict xr = x + static_cast<int64_t>(source[p]) * F;
         const I e = edge[p];
@@ -225,14 +233,15 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
   const I* col = csr.col().data();
+  const int64_t ahead = prefetch_distance<T>(F);
   const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
 #pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
   for (int64_t r = 0; r < rows; ++r) {
     const T* __restrict br = b + r * F;
     const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
-      if (p + kPrefetchDistance < csr.num_edges()) {
-        prefetch_row(a + static_cast<int64_t>(col[p + kPrefetchDistance]) * F, F);
+      if (p + ahead < csr.num_edges()) {
+        prefetch_row(a + static_cast<int64_t>(col[p + ahead]) * F, F);
       }
       const T* __restrict ar = a + static_cast<int64_t>(col[p]) * F;
       const I e = edge[p];
