@@ -48,12 +48,9 @@ void scatter_backward(Reduce reduce, const Csr<I>& seg, int64_t features,
   }
   // Each edge's row is written once, by the thread that owns its segment.
   const int64_t F = features;
-  const int64_t rows = seg.num_rows();
   const int64_t* rp = seg.rowptr().data();
   const I* edge = seg.edge().data();
-  const bool parallel = (seg.num_edges() + rows) * F > detail::kParallelWork;
-#pragma omp parallel for schedule(dynamic, detail::kRowChunk) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) {
+  detail::parallel_rows(seg, F, [&](int64_t r) {
     const T* g = grad_out.data() + r * F;
     const I* win = arg.data() + r * F;
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
@@ -61,7 +58,7 @@ void scatter_backward(Reduce reduce, const Csr<I>& seg, int64_t features,
       T* out = grad_src.data() + static_cast<int64_t>(e) * F;
       for (int64_t f = 0; f < F; ++f) out[f] = win[f] == e ? g[f] : T(0);
     }
-  }
+  });
 }
 
 #define GNNRT_INSTANTIATE(T, I)                                                              \

@@ -73,20 +73,17 @@ void sddmm_add_forward(const Adjacency<I>& adj, int64_t heads, std::span<const T
   check_shapes(op, adj, heads, heads, a.size(), b.size());
   expect_size(op, "out", out.size(), adj.num_edges() * heads, "E*H");
   const Csr<I>& csr = adj.by_dst;
-  const int64_t rows = csr.num_rows();
   const int64_t H = heads;
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
   const I* col = csr.col().data();
-  const bool parallel = (csr.num_edges() + rows) * H > detail::kParallelWork;
-#pragma omp parallel for schedule(dynamic, detail::kRowChunk) if (parallel)
-  for (int64_t v = 0; v < rows; ++v) {
+  detail::parallel_rows(csr, H, [&](int64_t v) {
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       const T* au = a.data() + static_cast<int64_t>(col[p]) * H;
       T* o = out.data() + static_cast<int64_t>(edge[p]) * H;
       for (int64_t h = 0; h < H; ++h) o[h] = au[h] + b[v * H + h];
     }
-  }
+  });
 }
 
 template <typename T, typename I>

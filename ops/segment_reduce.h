@@ -42,6 +42,16 @@ inline void prefetch_row(const T* row, int64_t features) {
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
 }
 
+// Calls fn(r) for every row r of csr; when the work (edges + rows) * width is
+// large, whole rows are spread over OpenMP threads.
+template <typename I, typename Fn>
+void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn) {
+  const int64_t rows = csr.num_rows();
+  const bool parallel = (csr.num_edges() + rows) * width > kParallelWork;
+#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
+  for (int64_t r = 0; r < rows; ++r) fn(r);
+}
+
 template <typename T, typename I>
 struct SegmentReduce {
   const Csr<I>* csr;
@@ -71,7 +81,6 @@ inline bool improves(T candidate, T current) {
 template <Reduce R, bool kWeighted, bool kScaled, bool kMasked, typename T, typename I>
 void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const Csr<I>& csr = *a.csr;
-  const int64_t rows = csr.num_rows();
   const int64_t F = a.features;
   const int64_t H = a.heads;
   const int64_t D = H > 0 ? F / H : F;
@@ -82,10 +91,8 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const I num_edges = static_cast<I>(csr.num_edges());
   const int64_t num_positions = csr.num_edges();
   const int64_t ahead = prefetch_distance<T>(F);
-  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
 
-#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(csr, F, [&](int64_t r) {
     T* __restrict o = a.out + r * F;
     const int64_t begin = rp[r];
     const int64_t end = rp[r + 1];
@@ -131,7 +138,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
       if (begin == end) {
         std::fill(o, o + F, T(0));
         std::fill(g, g + F, num_edges);
-        continue;
+        return;
       }
       for (int64_t p = begin; p < end; ++p) {
         if (p + ahead < num_positions) {
@@ -162,7 +169,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
         }
       }
     }
-  }
+  });
 }
 
 template <Reduce R, bool kWeighted, bool kScaled, typename T, typename I>
@@ -199,13 +206,10 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
 template <typename T, typename I>
 void broadcast_rows(const Csr<I>& csr, int64_t features, const T* x, bool divide_by_degree,
                     T* out) {
-  const int64_t rows = csr.num_rows();
   const int64_t F = features;
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
-  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
-#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(csr, F, [&](int64_t r) {
     const T* __restrict xr = x + r * F;
     const T count = static_cast<T>(rp[r + 1] - rp[r]);
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
@@ -216,7 +220,7 @@ void broadcast_rows(const Csr<I>& csr, int64_t features, const T* x, bool divide
         std::copy(xr, xr + F, o);
       }
     }
-  }
+  });
 }
 
 // out[edge[p], h] = scale(r) * sum_{d} a[col[p], h, d] * b[r, h, d], where
@@ -226,7 +230,6 @@ void broadcast_rows(const Csr<I>& csr, int64_t features, const T* x, bool divide
 template <typename T, typename I>
 void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, const T* b,
               bool divide_by_degree, const I* winner, T* out) {
-  const int64_t rows = csr.num_rows();
   const int64_t F = features;
   const int64_t H = heads;
   const int64_t D = F / H;
@@ -234,9 +237,7 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
   const I* edge = csr.edge().data();
   const I* col = csr.col().data();
   const int64_t ahead = prefetch_distance<T>(F);
-  const bool parallel = (csr.num_edges() + rows) * F > kParallelWork;
-#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(csr, F, [&](int64_t r) {
     const T* __restrict br = b + r * F;
     const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
@@ -256,7 +257,7 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
         out[static_cast<int64_t>(e) * H + h] = scale * acc;
       }
     }
-  }
+  });
 }
 
 }  // namespace gnnrt::ops::detail

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -17,6 +18,29 @@ void check_heads(std::string_view op, int64_t heads) {
 
 }  // namespace
 
+namespace {
+
+// Both passes walk a destination's edges once per step with all heads of an
+// edge together (score[e, 0..H) is contiguous), prefetching the scores of
+// edges ahead: edge ids within a destination are scattered over [0, E).
+// Per-head running values live in a per-thread scratch of 2 H values.
+template <typename T>
+std::span<T> head_scratch(int64_t heads) {
+  thread_local std::vector<T> scratch;
+  if (static_cast<int64_t>(scratch.size()) < 2 * heads) scratch.resize(2 * heads);
+  return {scratch.data(), static_cast<std::size_t>(2 * heads)};
+}
+
+template <typename T, typename I>
+void prefetch_edge(const T* values, const I* edge, int64_t p, int64_t ahead, int64_t num_edges,
+                   int64_t heads) {
+  if (p + ahead < num_edges) {
+    __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads);
+  }
+}
+
+}  // namespace
+
 template <typename T, typename I>
 void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T> score,
                              std::span<T> alpha) {
@@ -24,32 +48,40 @@ void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T
   check_heads(op, heads);
   expect_size(op, "score", score.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
-  const int64_t rows = seg.num_rows();
   const int64_t H = heads;
+  const int64_t E = seg.num_edges();
   const int64_t* rp = seg.rowptr().data();
   const I* edge = seg.edge().data();
-  const bool parallel = (seg.num_edges() + rows) * H > detail::kParallelWork;
-#pragma omp parallel for schedule(dynamic, detail::kRowChunk) if (parallel)
-  for (int64_t v = 0; v < rows; ++v) {
-    for (int64_t h = 0; h < H; ++h) {
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-        const T s = score[static_cast<int64_t>(edge[p]) * H + h];
-        if (detail::improves<Reduce::kMax>(s, m)) m = s;
-      }
-      // All -inf: exp(-inf - (-inf)) would be NaN; the softmax of nothing is 0.
-      const bool all_neg_inf = m == -std::numeric_limits<T>::infinity();
-      T sum = T(0);
-      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-        const int64_t i = static_cast<int64_t>(edge[p]) * H + h;
-        const T a = all_neg_inf ? T(0) : std::exp(score[i] - m);
-        alpha[i] = a;
-        sum += a;
-      }
-      if (all_neg_inf) continue;
-      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) alpha[static_cast<int64_t>(edge[p]) * H + h] /= sum;
+  const int64_t ahead = detail::prefetch_distance<T>(H);
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    const std::span<T> scratch = head_scratch<T>(H);
+    T* m = scratch.data();
+    T* sum = scratch.data() + H;
+    std::fill(m, m + H, kNegInf);
+    std::fill(sum, sum + H, T(0));
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      prefetch_edge(score.data(), edge, p, ahead, E, H);
+      const T* s = score.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) m[h] = detail::improves<Reduce::kMax>(s[h], m[h]) ? s[h] : m[h];
     }
-  }
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const T* s = score.data() + static_cast<int64_t>(edge[p]) * H;
+      T* a = alpha.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) {
+        // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN;
+        // the softmax of nothing is 0.
+        a[h] = m[h] == kNegInf ? T(0) : std::exp(s[h] - m[h]);
+        sum[h] += a[h];
+      }
+    }
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      T* a = alpha.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) {
+        if (m[h] != kNegInf) a[h] /= sum[h];
+      }
+    }
+  });
 }
 
 template <typename T, typename I>
@@ -60,25 +92,25 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_alpha", grad_alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_score", grad_score.size(), seg.num_edges() * heads, "E*H");
-  const int64_t rows = seg.num_rows();
   const int64_t H = heads;
+  const int64_t E = seg.num_edges();
   const int64_t* rp = seg.rowptr().data();
   const I* edge = seg.edge().data();
-  const bool parallel = (seg.num_edges() + rows) * H > detail::kParallelWork;
-#pragma omp parallel for schedule(dynamic, detail::kRowChunk) if (parallel)
-  for (int64_t v = 0; v < rows; ++v) {
-    for (int64_t h = 0; h < H; ++h) {
-      T dot = T(0);
-      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-        const int64_t i = static_cast<int64_t>(edge[p]) * H + h;
-        dot += alpha[i] * grad_alpha[i];
-      }
-      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-        const int64_t i = static_cast<int64_t>(edge[p]) * H + h;
-        grad_score[i] = alpha[i] * (grad_alpha[i] - dot);
-      }
+  const int64_t ahead = detail::prefetch_distance<T>(H);
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    T* dot = head_scratch<T>(H).data();
+    std::fill(dot, dot + H, T(0));
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      prefetch_edge(alpha.data(), edge, p, ahead, E, H);
+      prefetch_edge(grad_alpha.data(), edge, p, ahead, E, H);
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) dot[h] += alpha[i + h] * grad_alpha[i + h];
     }
-  }
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) grad_score[i + h] = alpha[i + h] * (grad_alpha[i + h] - dot[h]);
+    }
+  });
 }
 
 #define GNNRT_INSTANTIATE(T, I)                                                               \

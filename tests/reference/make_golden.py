@@ -249,10 +249,17 @@ def gen_spmm(w, rng):
                 else:
                     msg = (msg.view(e, heads, f // heads) * wt[:, :, None]).reshape(e, f)
             if reduce == "sum" and heads <= 1:
-                # Independent path: the adjacency as a dense matrix, A @ x.
-                a = torch.zeros(nd, ns).index_put((di, si), wt if heads else torch.ones(e),
-                                                  accumulate=True)
-                out, arg = a @ xt, None
+                # torch.sparse.mm gives the output and d/dx; its gradient for the
+                # sparse values is per coalesced (dst, src) pair, so d/dw comes
+                # from the same adjacency built densely (duplicates accumulate),
+                # and the two paths must agree on the output.
+                vals = wt if heads else torch.ones(e)
+                sp = torch.sparse_coo_tensor(torch.stack([di, si]), vals.detach(), (nd, ns))
+                out_sparse = torch.sparse.mm(sp, xt)
+                a = torch.zeros(nd, ns).index_put((di, si), vals, accumulate=True)
+                out, arg = a @ xt.detach(), None
+                assert torch.allclose(out, out_sparse, atol=1e-12)
+                out = out_sparse + (out - out.detach())  # value from sparse.mm, d/dw from A
             else:
                 out, arg = scatter_ref(msg, di, nd, reduce)
             gout = rng.standard_normal((nd, f)).astype(np.float32)
