@@ -30,6 +30,7 @@ Csr<I> Csr<I>::build(std::span<const I> row_index, int64_t num_rows,
   for (int64_t r = 0; r < num_rows; ++r) csr.rowptr_[r + 1] += csr.rowptr_[r];
 
   std::vector<int64_t> cursor(csr.rowptr_.begin(), csr.rowptr_.end() - 1);
+  csr.row_of_edge_.assign(row_index.begin(), row_index.end());
   csr.edge_.resize(num_edges);
   for (int64_t e = 0; e < num_edges; ++e) csr.edge_[cursor[row_index[e]]++] = static_cast<I>(e);
   if (!col_index.empty()) {

@@ -34,11 +34,15 @@ class Csr {
   std::span<const int64_t> rowptr() const { return rowptr_; }
   std::span<const I> edge() const { return edge_; }
   std::span<const I> col() const { return col_; }  // empty when built without col_index
+  // The row of each edge, in edge-id order (a copy of row_index), for
+  // kernels that stream over edges in their original order.
+  std::span<const I> row_of_edge() const { return row_of_edge_; }
 
  private:
   std::vector<int64_t> rowptr_{0};
   std::vector<I> edge_;
   std::vector<I> col_;
+  std::vector<I> row_of_edge_;
   int64_t num_cols_ = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "ops/scatter.h"
 
+#include <omp.h>
+
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/segment_reduce.h"
@@ -25,6 +27,16 @@ void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::sp
   check_common(op, reduce, seg, features, arg.size());
   expect_size(op, "src", src.size(), seg.num_edges() * features, "E*F");
   expect_size(op, "out", out.size(), seg.num_rows() * features, "N*F");
+  // Wide rows on one thread: stream src in edge order (same bits as the CSR
+  // walk; see detail::scatter_streaming). Not for max/min, whose arg would
+  // add a second randomly updated array, nor for several threads, which
+  // would each stream all of src.
+  const bool wide = features * static_cast<int64_t>(sizeof(T)) >= detail::kStreamRowBytes;
+  if (wide && omp_get_max_threads() == 1 && !has_arg(reduce)) {
+    return reduce == Reduce::kSum
+               ? detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data())
+               : detail::scatter_streaming<Reduce::kMean>(seg, features, src.data(), out.data());
+  }
   detail::segment_reduce<T, I>(reduce, {.csr = &seg,
                                         .source = seg.edge().data(),
                                         .x = src.data(),

@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
 
+#include "ops/csr.h"
+#include "ops/scatter.h"
 #include "tests/ops/op_harness.h"
 
 namespace gnnrt::testing {
@@ -81,6 +85,16 @@ const std::vector<Recipe>& recipes() {
                          .ints("dst", E, N).floats("grad_out", {N, F}).build();
                    }});
     }
+    r.push_back({"scatter_max_wide_rows", [=] {
+                   return Builder(golden("scatter/max_wide")).param("num_rows", N)
+                       .param("features", 160).floats("src", {E / 4, 160})
+                       .ints("index", E / 4, N).floats("grad_out", {N, 160}).build();
+                 }});
+    r.push_back({"scatter_mean_wide_rows", [=] {
+                   return Builder(golden("scatter/mean_wide")).param("num_rows", N)
+                       .param("features", 160).floats("src", {E / 4, 160})
+                       .ints("index", E / 4, N).floats("grad_out", {N, 160}).build();
+                 }});
     r.push_back({"gather", [=] {
                    return Builder(golden("gather/random")).param("num_rows", N)
                        .param("features", F).floats("x", {N, F}).ints("index", E, N)
@@ -170,6 +184,54 @@ TEST_P(DeterminismTest, SameBitsForOneAndTwoThreadsAndAcrossRuns) {
 INSTANTIATE_TEST_SUITE_P(Ops, DeterminismTest,
                          ::testing::Range(0, static_cast<int>(recipes().size())),
                          [](const auto& info) { return recipes()[info.param].name; });
+
+}  // namespace
+}  // namespace gnnrt::testing
+
+namespace gnnrt::testing {
+namespace {
+
+// Wide rows (>= 512 bytes) take scatter's streaming path, narrow rows the CSR
+// walk; both must give the same bits: scatter [E, 128] equals two scatters of
+// its [E, 64] column halves, values and arg, on 1 and 2 threads.
+TEST(ScatterPaths, WideRowStreamingEqualsCsrWalk) {
+  const int64_t E = 50000, N = 5000, wide = 128, half = 64;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> pick(0, N - 1);
+  std::vector<int32_t> index(E);
+  for (auto& i : index) i = pick(rng);
+  const auto seg = ops::Csr<int32_t>::build(index, N);
+  std::normal_distribution<float> normal;
+  std::vector<float> src(E * wide);
+  for (auto& v : src) v = std::round(normal(rng) * 4) / 4;  // many ties for max/min
+  std::vector<float> left(E * half), right(E * half);
+  for (int64_t e = 0; e < E; ++e) {
+    std::copy_n(&src[e * wide], half, &left[e * half]);
+    std::copy_n(&src[e * wide + half], half, &right[e * half]);
+  }
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    for (ops::Reduce reduce :
+         {ops::Reduce::kSum, ops::Reduce::kMean, ops::Reduce::kMax, ops::Reduce::kMin}) {
+      const bool has_arg = ops::has_arg(reduce);
+      std::vector<float> out(N * wide), out_l(N * half), out_r(N * half);
+      std::vector<int32_t> arg(has_arg ? N * wide : 0), arg_l(has_arg ? N * half : 0),
+          arg_r(arg_l.size());
+      ops::scatter_forward<float, int32_t>(reduce, seg, wide, src, out, arg);
+      ops::scatter_forward<float, int32_t>(reduce, seg, half, left, out_l, arg_l);
+      ops::scatter_forward<float, int32_t>(reduce, seg, half, right, out_r, arg_r);
+      for (int64_t n = 0; n < N; ++n) {
+        ASSERT_EQ(std::memcmp(&out[n * wide], &out_l[n * half], half * 4), 0)
+            << ops::to_string(reduce) << " row " << n << ", " << threads << " threads";
+        ASSERT_EQ(std::memcmp(&out[n * wide + half], &out_r[n * half], half * 4), 0);
+        if (has_arg) {
+          ASSERT_EQ(std::memcmp(&arg[n * wide], &arg_l[n * half], half * 4), 0);
+          ASSERT_EQ(std::memcmp(&arg[n * wide + half], &arg_r[n * half], half * 4), 0);
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace gnnrt::testing
