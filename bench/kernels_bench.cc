@@ -103,6 +103,7 @@ using Kernel = std::function<void(benchmark::State&, Graph&, const Shape&)>;
 struct NamedKernel {
   std::string name;
   Kernel kernel;
+  std::vector<int64_t> features;
 };
 
 std::vector<NamedKernel>& kernels() {
@@ -110,14 +111,15 @@ std::vector<NamedKernel>& kernels() {
   return list;
 }
 
-void register_kernel(const std::string& name, Kernel kernel) {
-  kernels().push_back({name, std::move(kernel)});
+void register_kernel(const std::string& name, Kernel kernel,
+                     std::vector<int64_t> features = {16, 64, 128}) {
+  kernels().push_back({name, std::move(kernel), std::move(features)});
 }
 
 // Registers E-major, so the graph of one E is built once for all kernels.
 void register_sweep() {
   for (int64_t E : {100000, 1000000, 4000000}) {
-    for (const auto& [name, kernel] : kernels()) {
+    for (const auto& [name, kernel, features] : kernels()) {
       auto* b = benchmark::RegisterBenchmark(name.c_str(), [kernel](benchmark::State& state) {
         const int64_t E = state.range(0), F = state.range(1);
         omp_set_num_threads(static_cast<int>(state.range(2)));
@@ -128,7 +130,7 @@ void register_sweep() {
         state.counters["threads"] = static_cast<double>(state.range(2));
       });
       b->ArgNames({"E", "F", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
-      for (int64_t F : {16, 64, 128}) {
+      for (int64_t F : features) {
         for (int64_t t : {1, 2}) b->Args({E, F, t});
       }
     }
@@ -216,17 +218,13 @@ void register_all() {
     set_bytes(state, s.E * s.F * 4 + s.N * s.F * 4 + s.csr_bytes(true, true) + s.E * kHeads * 4);
   });
   register_kernel("segment_softmax", [](benchmark::State& state, Graph& g, const Shape& s) {
-    if (s.F != 16) {
-      state.SkipWithError("segment_softmax has no F; runs at F = 16 only");
-      return;
-    }
     HostVector<float> alpha(s.E * kHeads);
     for (auto _ : state) {
       segment_softmax_forward<float, Index>(g.adj.by_dst, kHeads, g.scores, alpha);
       benchmark::DoNotOptimize(alpha.data());
     }
     set_bytes(state, 2 * s.E * kHeads * 4 + s.csr_bytes(false, true));
-  });
+  }, {16});  // no feature width: heads = 4 scores per edge
   register_kernel("matmul_NxF_FxF", [](benchmark::State& state, Graph& g, const Shape& s) {
     const auto& x = rows(g.node_rows, s.N, s.F, 11);
     const HostVector<float> w = random_floats(s.F * s.F, 5);
