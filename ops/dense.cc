@@ -17,6 +17,16 @@ namespace {
 
 constexpr int64_t kParallelElements = 1 << 15;
 
+// matmul is bitwise identical for any thread count because the work is cut
+// into pieces that depend only on (m, k, n): OpenBLAS runs single-threaded
+// on each piece and OpenMP threads take whole pieces. Row blocks of C for
+// tall products; for a small C with a long inner dimension (a weight
+// gradient X^T G), fixed depth blocks whose partial products are added in
+// block order.
+constexpr int64_t kRowBlock = 256;
+constexpr int64_t kDepthBlock = 2048;
+constexpr int64_t kMaxSplitOutput = 1 << 18;  // C elements per depth-block partial
+
 // OpenBLAS's OpenMP build sizes its thread team from omp_get_max_threads()
 // at each call, and its pthread build from openblas_set_num_threads; pin both
 // to one thread for the duration of a call (the OpenMP setting is per thread).
@@ -64,20 +74,6 @@ void expect_same_sizes(std::string_view op, std::span<const T> x, std::size_t ou
                        std::string_view out_name) {
   expect_size(op, out_name, out_size, static_cast<int64_t>(x.size()), "len(x)");
 }
-
-}  // namespace
-
-// matmul is bitwise identical for any thread count because the work is cut
-// into pieces that depend only on (m, k, n): OpenBLAS runs single-threaded
-// on each piece and OpenMP threads take whole pieces. Row blocks of C for
-// tall products; for a small C with a long inner dimension (a weight
-// gradient X^T G), fixed depth blocks whose partial products are added in
-// block order.
-namespace {
-
-constexpr int64_t kRowBlock = 256;
-constexpr int64_t kDepthBlock = 2048;
-constexpr int64_t kMaxSplitOutput = 1 << 18;  // C elements per depth-block partial
 
 }  // namespace
 
