@@ -1,0 +1,352 @@
+#include "collectives/communicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <fmt/format.h>
+#include <numeric>
+#include <stdexcept>
+
+#include "collectives/error.h"
+#include "collectives/work_state.h"
+
+namespace gnnrt::collectives {
+namespace detail {
+
+std::byte* ScratchPool::acquire(std::size_t bytes, std::vector<int>& held) {
+  if (bytes == 0) return nullptr;
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(buffers_.size()); ++i) {
+    const auto& b = buffers_[i];
+    if (!b.used && b.size >= bytes && (best < 0 || b.size < buffers_[best].size)) best = i;
+  }
+  if (best < 0) {
+    buffers_.push_back({std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes, false});
+    best = static_cast<int>(buffers_.size()) - 1;
+  }
+  buffers_[best].used = true;
+  held.push_back(best);
+  return buffers_[best].data.get();
+}
+
+void ScratchPool::release(std::vector<int>& held) {
+  for (int i : held) buffers_[i].used = false;
+  held.clear();
+}
+
+CommunicatorImpl::CommunicatorImpl(MPI_Comm user_, CommunicatorOptions options_)
+    : user(user_), options(std::move(options_)) {
+  check_mpi(MPI_Comm_set_errhandler(user, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(user, &rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(user, &size), "MPI_Comm_size");
+  check_mpi(MPI_Comm_dup(user, &internal), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(internal, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  int* tag_ub = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(user, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
+  if (found && tag_ub != nullptr) tag_ub_ = *tag_ub;
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (internal != MPI_COMM_NULL) MPI_Comm_free(&internal);
+  if (user != MPI_COMM_NULL) MPI_Comm_free(&user);
+}
+
+int CommunicatorImpl::next_tag() {
+  return static_cast<int>(sequence_++ % static_cast<std::uint64_t>(tag_ub_));
+}
+
+void CommunicatorImpl::progress_all() {
+  for (std::size_t i = 0; i < in_flight.size();) {
+    // A finished operation removes itself from the list.
+    if (!in_flight[i]->progress()) ++i;
+  }
+}
+
+namespace {
+
+Task point_to_point_task(Transfers& t, bool sending, std::byte* data, std::size_t bytes, int peer) {
+  co_await t.wait(sending ? t.isend(peer, data, bytes) : t.irecv(peer, data, bytes));
+}
+
+}  // namespace
+}  // namespace detail
+
+CommunicatorOptions CommunicatorOptions::from_environment() {
+  CommunicatorOptions options;
+  if (const char* text = std::getenv("GNNRT_COLLECTIVE_TIMEOUT")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(seconds > 0)) {
+      throw std::invalid_argument(std::string("GNNRT_COLLECTIVE_TIMEOUT='") + text +
+                                  "' is not a positive number of seconds");
+    }
+    options.timeout_seconds = seconds;
+  }
+  if (const char* text = std::getenv("GNNRT_COLLECTIVE_ALGORITHM")) {
+    options.algorithm = parse_algorithm(text);
+  }
+  if (const char* text = std::getenv("GNNRT_COLLECTIVE_TUNING")) {
+    options.tuning = std::make_shared<const TuningTable>(TuningTable::load(text));
+  }
+  return options;
+}
+
+Communicator::Communicator(std::shared_ptr<detail::CommunicatorImpl> impl)
+    : impl_(std::move(impl)) {}
+
+Communicator Communicator::world(CommunicatorOptions options) {
+  return wrap(MPI_COMM_WORLD, std::move(options));
+}
+
+Communicator Communicator::wrap(MPI_Comm comm, CommunicatorOptions options) {
+  MPI_Comm dup;
+  check_mpi(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(dup, std::move(options)));
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+const CommunicatorOptions& Communicator::options() const { return impl_->options; }
+void Communicator::set_options(CommunicatorOptions options) { impl_->options = std::move(options); }
+
+std::optional<Communicator> Communicator::split(int color, int key) const {
+  MPI_Comm part;
+  check_mpi(MPI_Comm_split(impl_->user, color < 0 ? MPI_UNDEFINED : color, key, &part),
+            "MPI_Comm_split");
+  if (part == MPI_COMM_NULL) return std::nullopt;
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(part, impl_->options));
+}
+
+Algorithm Communicator::resolve(Collective op, std::size_t bytes, Algorithm requested) const {
+  if (requested != Algorithm::automatic) {
+    if (!implements(requested, op)) {
+      throw std::invalid_argument(std::string(name(op)) + " has no algorithm '" +
+                                  std::string(name(requested)) + "'");
+    }
+    return requested;
+  }
+  const auto& options = impl_->options;
+  if (options.algorithm != Algorithm::automatic && implements(options.algorithm, op)) {
+    return options.algorithm;
+  }
+  const TuningTable& table = options.tuning ? *options.tuning : TuningTable::defaults();
+  return table.choose(op, bytes, impl_->size);
+}
+
+Work Communicator::start(Call call, Algorithm requested) {
+  call.chunk_bytes = impl_->options.chunk_bytes;
+  const Algorithm algorithm = resolve(call.op, call.bytes(), requested);
+  auto state = std::make_unique<detail::WorkState>(
+      impl_,
+      fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),
+                  name(call.type)),
+      impl_->internal, impl_->next_tag());
+  state->call = std::move(call);
+  state->launch(detail::run(algorithm, state->transfers, state->call, state->scratch));
+  return Work(std::move(state));
+}
+
+Work Communicator::point_to_point(bool sending, std::byte* data, std::size_t bytes, int peer,
+                                  int tag) {
+  auto state = std::make_unique<detail::WorkState>(
+      impl_, fmt::format("{}({} bytes, peer {}, tag {})", sending ? "send" : "recv", bytes, peer, tag),
+      impl_->user, tag);
+  state->launch(detail::point_to_point_task(state->transfers, sending, data, bytes, peer));
+  return Work(std::move(state));
+}
+
+namespace {
+
+[[noreturn]] void size_error(const Communicator& comm, std::string_view op, std::string_view arg,
+                             std::size_t actual, std::size_t expected) {
+  throw CollectiveError(fmt::format("rank {}: {}: {} has {} elements, expected {}", comm.rank(),
+                                    op, arg, actual, expected));
+}
+
+void check_size(const Communicator& comm, std::string_view op, std::string_view arg,
+                std::size_t actual, std::size_t expected) {
+  if (actual != expected) size_error(comm, op, arg, actual, expected);
+}
+
+void check_counts(const Communicator& comm, std::string_view op, std::size_t counts) {
+  if (counts != static_cast<std::size_t>(comm.size())) {
+    throw CollectiveError(fmt::format("rank {}: {}: counts has {} entries, expected one per rank ({})",
+                                      comm.rank(), op, counts, comm.size()));
+  }
+}
+
+void check_peer(const Communicator& comm, std::string_view op, int peer) {
+  if (peer < 0 || peer >= comm.size()) {
+    throw CollectiveError(fmt::format("rank {}: {}: rank {} is outside [0, {})", comm.rank(), op,
+                                      peer, comm.size()));
+  }
+}
+
+template <typename T>
+const std::byte* bytes_of(std::span<const T> s) {
+  return reinterpret_cast<const std::byte*>(s.data());
+}
+template <typename T>
+std::byte* bytes_of(std::span<T> s) {
+  return reinterpret_cast<std::byte*>(s.data());
+}
+
+std::vector<std::size_t> prefix(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> displs(counts.size());
+  std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), std::size_t{0});
+  return displs;
+}
+
+std::size_t total(std::span<const std::size_t> counts) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+}
+
+}  // namespace
+
+template <typename T>
+Work Communicator::allreduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                                   Algorithm algorithm) {
+  check_reduce(op, element_type_v<T>);
+  check_size(*this, "allreduce", "recv", recv.size(), send.size());
+  Call call;
+  call.op = Collective::allreduce;
+  call.type = element_type_v<T>;
+  call.reduce = op;
+  call.send = bytes_of(send);
+  call.recv = bytes_of(recv);
+  call.count = send.size();
+  return start(std::move(call), algorithm);
+}
+
+template <typename T>
+Work Communicator::reduce_scatter_async(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                                        Algorithm algorithm) {
+  const std::vector<std::size_t> counts(size(), recv.size());
+  return reduce_scatter_v_async<T>(send, recv, counts, op, algorithm);
+}
+
+template <typename T>
+Work Communicator::reduce_scatter_v_async(std::span<const T> send, std::span<T> recv,
+                                          std::span<const std::size_t> counts, ReduceOp op,
+                                          Algorithm algorithm) {
+  check_reduce(op, element_type_v<T>);
+  check_counts(*this, "reduce_scatter", counts.size());
+  check_size(*this, "reduce_scatter", "send", send.size(), total(counts));
+  check_size(*this, "reduce_scatter", "recv", recv.size(), counts[rank()]);
+  Call call;
+  call.op = Collective::reduce_scatter;
+  call.type = element_type_v<T>;
+  call.reduce = op;
+  call.send = bytes_of(send);
+  call.recv = bytes_of(recv);
+  call.counts.assign(counts.begin(), counts.end());
+  call.displs = prefix(call.counts);
+  return start(std::move(call), algorithm);
+}
+
+template <typename T>
+Work Communicator::allgather_async(std::span<const T> send, std::span<T> recv, Algorithm algorithm) {
+  const std::vector<std::size_t> counts(size(), send.size());
+  return allgather_v_async<T>(send, recv, counts, algorithm);
+}
+
+template <typename T>
+Work Communicator::allgather_v_async(std::span<const T> send, std::span<T> recv,
+                                     std::span<const std::size_t> counts, Algorithm algorithm) {
+  check_counts(*this, "allgather", counts.size());
+  check_size(*this, "allgather", "send", send.size(), counts[rank()]);
+  check_size(*this, "allgather", "recv", recv.size(), total(counts));
+  Call call;
+  call.op = Collective::allgather;
+  call.type = element_type_v<T>;
+  call.send = bytes_of(send);
+  call.recv = bytes_of(recv);
+  call.counts.assign(counts.begin(), counts.end());
+  call.displs = prefix(call.counts);
+  return start(std::move(call), algorithm);
+}
+
+template <typename T>
+Work Communicator::broadcast_async(std::span<T> data, int root, Algorithm algorithm) {
+  check_peer(*this, "broadcast", root);
+  Call call;
+  call.op = Collective::broadcast;
+  call.type = element_type_v<T>;
+  call.send = bytes_of(data);
+  call.recv = bytes_of(data);
+  call.count = data.size();
+  call.root = root;
+  return start(std::move(call), algorithm);
+}
+
+template <typename T>
+Work Communicator::alltoallv_async(std::span<const T> send, std::span<const std::size_t> send_counts,
+                                   std::span<T> recv, std::span<const std::size_t> recv_counts,
+                                   Algorithm algorithm) {
+  check_counts(*this, "alltoallv", send_counts.size());
+  check_counts(*this, "alltoallv", recv_counts.size());
+  check_size(*this, "alltoallv", "send", send.size(), total(send_counts));
+  check_size(*this, "alltoallv", "recv", recv.size(), total(recv_counts));
+  Call call;
+  call.op = Collective::alltoallv;
+  call.type = element_type_v<T>;
+  call.send = bytes_of(send);
+  call.recv = bytes_of(recv);
+  call.counts.assign(send_counts.begin(), send_counts.end());
+  call.displs = prefix(call.counts);
+  call.recv_counts.assign(recv_counts.begin(), recv_counts.end());
+  call.recv_displs = prefix(call.recv_counts);
+  return start(std::move(call), algorithm);
+}
+
+Work Communicator::barrier_async() {
+  Call call;
+  call.op = Collective::barrier;
+  return start(std::move(call), Algorithm::native);
+}
+
+template <typename T>
+Work Communicator::send_async(std::span<const T> data, int peer, int tag) {
+  check_peer(*this, "send", peer);
+  return point_to_point(true, const_cast<std::byte*>(bytes_of(data)), data.size_bytes(), peer, tag);
+}
+
+template <typename T>
+Work Communicator::recv_async(std::span<T> data, int peer, int tag) {
+  check_peer(*this, "recv", peer);
+  return point_to_point(false, bytes_of(data), data.size_bytes(), peer, tag);
+}
+
+#define GNNRT_COMMUNICATOR_REDUCING(T)                                                           \
+  template Work Communicator::allreduce_async<T>(std::span<const T>, std::span<T>, ReduceOp,    \
+                                                 Algorithm);                                      \
+  template Work Communicator::reduce_scatter_async<T>(std::span<const T>, std::span<T>,          \
+                                                      ReduceOp, Algorithm);                       \
+  template Work Communicator::reduce_scatter_v_async<T>(                                         \
+      std::span<const T>, std::span<T>, std::span<const std::size_t>, ReduceOp, Algorithm);
+#define GNNRT_COMMUNICATOR_MOVING(T)                                                             \
+  template Work Communicator::allgather_async<T>(std::span<const T>, std::span<T>, Algorithm);   \
+  template Work Communicator::allgather_v_async<T>(std::span<const T>, std::span<T>,             \
+                                                   std::span<const std::size_t>, Algorithm);      \
+  template Work Communicator::broadcast_async<T>(std::span<T>, int, Algorithm);                  \
+  template Work Communicator::alltoallv_async<T>(std::span<const T>,                             \
+                                                 std::span<const std::size_t>, std::span<T>,      \
+                                                 std::span<const std::size_t>, Algorithm);        \
+  template Work Communicator::send_async<T>(std::span<const T>, int, int);                       \
+  template Work Communicator::recv_async<T>(std::span<T>, int, int);
+#define GNNRT_COMMUNICATOR_TYPE(T) \
+  GNNRT_COMMUNICATOR_REDUCING(T)   \
+  GNNRT_COMMUNICATOR_MOVING(T)     \
+  GNNRT_COMMUNICATOR_REDUCING(ValueLoc<T>) \
+  GNNRT_COMMUNICATOR_MOVING(ValueLoc<T>)
+
+GNNRT_COMMUNICATOR_TYPE(float)
+GNNRT_COMMUNICATOR_TYPE(double)
+GNNRT_COMMUNICATOR_TYPE(int32_t)
+GNNRT_COMMUNICATOR_TYPE(int64_t)
+
+}  // namespace gnnrt::collectives

@@ -1,0 +1,126 @@
+#include "collectives/transfers.h"
+
+#include <climits>
+#include <utility>
+
+#include "collectives/error.h"
+
+namespace gnnrt::collectives::detail {
+namespace {
+
+int message_bytes(std::size_t bytes) {
+  if (bytes > static_cast<std::size_t>(INT_MAX)) {
+    throw CollectiveError("a message of " + std::to_string(bytes) +
+                          " bytes exceeds MPI's int count (2 GiB); split the buffer");
+  }
+  return static_cast<int>(bytes);
+}
+
+}  // namespace
+
+Transfers::Transfers(MPI_Comm comm, int tag, int rank, int size)
+    : comm_(comm), tag_(tag), rank_(rank), size_(size) {}
+
+Transfers::~Transfers() { abandon(); }
+
+int Transfers::add(MPI_Request request, int peer, bool receive) {
+  int slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+    requests_[slot] = request;
+    peers_[slot] = peer;
+    receives_[slot] = receive;
+    live_slot_[slot] = 1;
+  } else {
+    slot = static_cast<int>(requests_.size());
+    requests_.push_back(request);
+    peers_.push_back(peer);
+    receives_.push_back(receive);
+    live_slot_.push_back(1);
+  }
+  ++live_;
+  return slot;
+}
+
+int Transfers::isend(int peer, const void* data, std::size_t bytes) {
+  MPI_Request request;
+  check_mpi(MPI_Isend(data, message_bytes(bytes), MPI_BYTE, peer, tag_, comm_, &request),
+            "MPI_Isend to rank " + std::to_string(peer));
+  return add(request, peer, false);
+}
+
+int Transfers::irecv(int peer, void* data, std::size_t bytes) {
+  MPI_Request request;
+  check_mpi(MPI_Irecv(data, message_bytes(bytes), MPI_BYTE, peer, tag_, comm_, &request),
+            "MPI_Irecv from rank " + std::to_string(peer));
+  return add(request, peer, true);
+}
+
+int Transfers::adopt(MPI_Request request, int peer) { return add(request, peer, true); }
+
+Transfers::Awaiter Transfers::wait(int slot, int other) {
+  awaited_.clear();
+  if (slot >= 0) awaited_.push_back(slot);
+  if (other >= 0) awaited_.push_back(other);
+  return Awaiter{this};
+}
+
+Transfers::Awaiter Transfers::wait_all() {
+  awaited_.clear();
+  for (int slot = 0; slot < static_cast<int>(requests_.size()); ++slot) {
+    if (live_slot_[slot]) awaited_.push_back(slot);
+  }
+  return Awaiter{this};
+}
+
+bool Transfers::poll() {
+  if (awaited_.empty()) return true;
+  testing_.clear();
+  for (int slot : awaited_) testing_.push_back(requests_[slot]);
+  int done = 0;
+  const int rc = MPI_Testall(static_cast<int>(testing_.size()), testing_.data(), &done,
+                             MPI_STATUSES_IGNORE);
+  for (std::size_t i = 0; i < awaited_.size(); ++i) requests_[awaited_[i]] = testing_[i];
+  check_mpi(rc, "MPI_Testall (" + pending_description() + ")");
+  if (!done) return false;
+  for (int slot : awaited_) {
+    free_.push_back(slot);
+    live_slot_[slot] = 0;
+    --live_;
+  }
+  awaited_.clear();
+  return true;
+}
+
+std::string Transfers::pending_description() const {
+  std::string text;
+  for (int slot : awaited_) {
+    if (requests_[slot] == MPI_REQUEST_NULL) continue;
+    if (!text.empty()) text += ", ";
+    const int peer = peers_[slot];
+    if (peer < 0) {
+      text += "the native MPI call";
+    } else {
+      text += receives_[slot] ? "a message from rank " : "a send to rank ";
+      text += std::to_string(peer);
+    }
+  }
+  return text.empty() ? "nothing" : text;
+}
+
+void Transfers::abandon() {
+  // Only point-to-point receives can be cancelled; a native collective's or
+  // a send's request is left to MPI (this runs only after a failure).
+  for (std::size_t slot = 0; slot < requests_.size(); ++slot) {
+    auto& request = requests_[slot];
+    if (request == MPI_REQUEST_NULL || !receives_[slot] || peers_[slot] < 0) continue;
+    MPI_Cancel(&request);
+    MPI_Request_free(&request);
+  }
+  live_ = 0;
+  awaited_.clear();
+}
+
+}  // namespace gnnrt::collectives::detail
+

@@ -1,0 +1,90 @@
+// What a Work and its communicator share: the state of one operation in
+// flight, the communicator's MPI handles, its tag sequence, the list of
+// operations in flight (so that waiting on one advances all) and the pool of
+// scratch buffers (so repeated calls allocate nothing). Internal.
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/communicator.h"
+#include "collectives/task.h"
+#include "collectives/transfers.h"
+
+namespace gnnrt::collectives::detail {
+
+class ScratchPool {
+ public:
+  std::byte* acquire(std::size_t bytes, std::vector<int>& held);
+  void release(std::vector<int>& held);
+
+ private:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t size = 0;
+    bool used = false;
+  };
+  std::vector<Buffer> buffers_;
+};
+
+class CommunicatorImpl {
+ public:
+  CommunicatorImpl(MPI_Comm user, CommunicatorOptions options);  // takes ownership of `user`
+  ~CommunicatorImpl();
+
+  MPI_Comm user = MPI_COMM_NULL;      // collectives' native calls and user point to point
+  MPI_Comm internal = MPI_COMM_NULL;  // the algorithms' point to point
+  int rank = 0, size = 1;
+  CommunicatorOptions options;
+  ScratchPool pool;
+  std::vector<struct WorkState*> in_flight;
+
+  int next_tag();
+  void progress_all();
+
+ private:
+  int tag_ub_ = 32767;
+  std::uint64_t sequence_ = 0;
+};
+
+class PooledScratch final : public Scratch {
+ public:
+  explicit PooledScratch(ScratchPool& pool) : pool_(pool) {}
+  ~PooledScratch() override { pool_.release(held_); }
+  std::byte* get(std::size_t bytes) override { return pool_.acquire(bytes, held_); }
+  void release() { pool_.release(held_); }
+
+ private:
+  ScratchPool& pool_;
+  std::vector<int> held_;
+};
+
+struct WorkState {
+  WorkState(std::shared_ptr<CommunicatorImpl> owner, std::string description, MPI_Comm comm,
+            int tag);
+  ~WorkState();
+
+  // Advances; true once finished (with `error` set if it failed).
+  bool progress();
+  // Starts `task` (already bound to transfers/scratch/call) and registers.
+  void launch(Task task);
+
+  std::shared_ptr<CommunicatorImpl> owner;
+  std::string description;
+  Call call;
+  Transfers transfers;
+  PooledScratch scratch;
+  Task task;
+  bool finished = false;
+  bool registered = false;
+  std::exception_ptr error;
+  std::chrono::steady_clock::time_point started;
+};
+
+}  // namespace gnnrt::collectives::detail

@@ -1,0 +1,218 @@
+// The Communicator's contract beyond the numbers: several operations in
+// flight at once, test() polling, sub-communicators, point to point, MPI
+// errors as exceptions, size checks, the raise-on-timeout mode and the
+// tuning table. (The abort-on-timeout mode is deadline_main.cc.)
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/tuning.h"
+
+namespace gnnrt::collectives {
+namespace {
+
+Communicator make_world(double timeout = 120) {
+  CommunicatorOptions options;
+  options.timeout_seconds = timeout;
+  return Communicator::world(options);
+}
+
+TEST(Communicator, SeveralInFlightWaitedInAnyOrder) {
+  auto c = make_world();
+  const int p = c.size(), r = c.rank();
+  const std::vector<Algorithm> algorithms{Algorithm::native, Algorithm::ring,
+                                          Algorithm::recursive_doubling, Algorithm::rabenseifner};
+  std::vector<std::vector<double>> data;
+  for (std::size_t k = 0; k < algorithms.size(); ++k) {
+    data.emplace_back(1000 + 77 * k, double(r + 1) * double(k + 1));
+  }
+  std::vector<Work> works;
+  for (std::size_t k = 0; k < algorithms.size(); ++k) {
+    works.push_back(c.allreduce_async<double>(data[k], data[k], ReduceOp::sum, algorithms[k]));
+  }
+  // Ranks wait in different orders: even ranks forwards, odd ranks backwards.
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    works[r % 2 == 0 ? i : works.size() - 1 - i].wait();
+  }
+  const double ranks_sum = p * (p + 1) / 2.0;
+  for (std::size_t k = 0; k < algorithms.size(); ++k) {
+    for (double v : data[k]) ASSERT_EQ(v, ranks_sum * double(k + 1)) << name(algorithms[k]);
+  }
+}
+
+TEST(Communicator, TestPollsToCompletion) {
+  auto c = make_world();
+  std::vector<float> data(1 << 16, 1.0f);
+  Work work = c.allreduce_async<float>(data, data, ReduceOp::sum, Algorithm::ring);
+  while (!work.test()) {
+  }
+  EXPECT_TRUE(work.completed());
+  EXPECT_EQ(data.front(), float(c.size()));
+  EXPECT_EQ(data.back(), float(c.size()));
+}
+
+TEST(Communicator, SplitByParity) {
+  auto c = make_world();
+  auto half = c.split(c.rank() % 2, c.rank());
+  ASSERT_TRUE(half.has_value());
+  EXPECT_EQ(half->size(), (c.size() + 1 - c.rank() % 2) / 2);
+  EXPECT_EQ(half->rank(), c.rank() / 2);
+  std::vector<int64_t> v{c.rank()};
+  half->allreduce<int64_t>(v, ReduceOp::sum, Algorithm::recursive_doubling);
+  int64_t want = 0;
+  for (int q = c.rank() % 2; q < c.size(); q += 2) want += q;
+  EXPECT_EQ(v[0], want);
+  // A negative colour opts out.
+  auto none = c.split(c.rank() == 0 ? -1 : 0, 0);
+  EXPECT_EQ(none.has_value(), c.rank() != 0);
+}
+
+TEST(Communicator, PointToPointRing) {
+  auto c = make_world();
+  const int p = c.size(), r = c.rank();
+  std::vector<int32_t> out(5, r), in(5, -1);
+  Work receive = c.recv_async<int32_t>(in, (r - 1 + p) % p, 7);
+  Work send = c.send_async<int32_t>(out, (r + 1) % p, 7);
+  send.wait();
+  receive.wait();
+  EXPECT_EQ(in, std::vector<int32_t>(5, (r - 1 + p) % p));
+  // Zero-size messages.
+  std::vector<int32_t> empty;
+  Work r0 = c.recv_async<int32_t>(empty, (r - 1 + p) % p, 8);
+  c.send_async<int32_t>(empty, (r + 1) % p, 8).wait();
+  r0.wait();
+}
+
+TEST(Communicator, MaxlocPicksLowestRankOnTies) {
+  auto c = make_world();
+  // Everyone holds 5 except the last rank, which holds 3: the winner is rank 0.
+  std::vector<ValueLoc<float>> v{{c.rank() + 1 == c.size() && c.size() > 1 ? 3.0f : 5.0f, c.rank()}};
+  for (auto a : algorithms_for(Collective::allreduce)) {
+    auto w = v;
+    c.allreduce<ValueLoc<float>>(w, ReduceOp::maxloc, a);
+    EXPECT_EQ(w[0].value, 5.0f) << name(a);
+    EXPECT_EQ(w[0].loc, 0) << name(a);
+  }
+}
+
+TEST(Communicator, MpiErrorBecomesExceptionWithMpiText) {
+  auto c = make_world();
+  std::vector<float> data(1);
+  try {
+    c.send_async<float>(data, 0, -5).wait();  // negative tag: MPI_ERR_TAG
+    FAIL() << "no exception";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI_Isend"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tag"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Communicator, BadSizesNameOpArgumentAndRank) {
+  auto c = make_world();
+  std::vector<float> a(4), b(3);
+  try {
+    c.allreduce_async<float>(a, b);
+    FAIL() << "no exception";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(c.rank()) +
+                                         ": allreduce: recv has 3 elements, expected 4");
+  }
+  std::vector<std::size_t> counts(c.size() + 1, 1);
+  EXPECT_THROW(c.allgather_v_async<float>(b, a, counts), CollectiveError);
+  EXPECT_THROW(c.broadcast_async<float>(a, c.size()), CollectiveError);
+  EXPECT_THROW(c.allreduce_async<float>(a, a, ReduceOp::maxloc), std::invalid_argument);
+  EXPECT_THROW(c.allreduce_async<float>(a, a, ReduceOp::sum, Algorithm::binomial),
+               std::invalid_argument);
+}
+
+TEST(Communicator, TimeoutRaisesWhenAPeerNeverComes) {
+  auto c = make_world();
+  if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto quick = make_world(0.5);
+  auto options = quick.options();
+  options.on_timeout = CommunicatorOptions::OnTimeout::raise;
+  quick.set_options(options);
+  if (c.rank() == 0) {
+    // Rank 1 never joins this allreduce.
+    std::vector<float> data(3, 1.0f);
+    try {
+      quick.allreduce<float>(data, ReduceOp::sum, Algorithm::recursive_doubling);
+      ADD_FAILURE() << "no timeout";
+    } catch (const CollectiveTimeout& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find("timed out after"), std::string::npos) << text;
+      EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+      EXPECT_NE(text.find("allreduce(recursive_doubling"), std::string::npos) << text;
+    }
+  }
+  c.barrier();
+}
+
+TEST(Tuning, ChoosesFirstMatchPreferringExactRankCount) {
+  TuningTable table({{Collective::allreduce, 0, 4096, 0, Algorithm::recursive_doubling},
+                     {Collective::allreduce, 0, 4096, 4, Algorithm::ring},
+                     {Collective::allreduce, 4097, 0, 0, Algorithm::rabenseifner}});
+  EXPECT_EQ(table.choose(Collective::allreduce, 100, 2), Algorithm::recursive_doubling);
+  EXPECT_EQ(table.choose(Collective::allreduce, 100, 4), Algorithm::ring);
+  EXPECT_EQ(table.choose(Collective::allreduce, 1 << 30, 4), Algorithm::rabenseifner);
+  EXPECT_EQ(table.choose(Collective::allgather, 100, 4), Algorithm::native);
+}
+
+TEST(Tuning, SavesAndLoadsTextFormat) {
+  auto c = make_world();
+  TuningTable table({{Collective::allgather, 8, 1024, 3, Algorithm::ring}}, "test");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("gnnrt_tuning_" + std::to_string(getpid()) + "_" + std::to_string(c.rank()) + ".pbtxt");
+  table.save(path.string());
+  const auto loaded = TuningTable::load(path.string());
+  ASSERT_EQ(loaded.rules().size(), 1u);
+  EXPECT_EQ(loaded.rules()[0].op, Collective::allgather);
+  EXPECT_EQ(loaded.rules()[0].min_bytes, 8u);
+  EXPECT_EQ(loaded.rules()[0].max_bytes, 1024u);
+  EXPECT_EQ(loaded.rules()[0].ranks, 3);
+  EXPECT_EQ(loaded.rules()[0].algorithm, Algorithm::ring);
+  EXPECT_EQ(loaded.measured_on(), "test");
+  std::filesystem::remove(path);
+}
+
+TEST(Tuning, BadFilesNameFileLineAndRule) {
+  try {
+    TuningTable::parse("rule { op: \"allreduce\"\n algorithm: 7 }", "t.pbtxt");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.pbtxt:2:"), std::string::npos) << e.what();
+  }
+  try {
+    TuningTable::parse("rule { op: \"broadcast\" algorithm: \"ring\" }", "t.pbtxt");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "t.pbtxt: rule 1: broadcast has no algorithm 'ring'");
+  }
+  EXPECT_THROW(TuningTable::parse("rule { op: \"allreduce\" algorithm: \"fast\" }", "t"),
+               std::runtime_error);
+  EXPECT_THROW(TuningTable::load("/nonexistent/tuning.pbtxt"), std::runtime_error);
+}
+
+TEST(Tuning, ForcedAlgorithmAndPerCallOverrideTable) {
+  auto c = make_world();
+  auto options = c.options();
+  options.tuning = std::make_shared<const TuningTable>(
+      std::vector<TuningRule>{{Collective::allreduce, 0, 0, 0, Algorithm::ring}});
+  c.set_options(options);
+  EXPECT_EQ(c.resolve(Collective::allreduce, 64, Algorithm::automatic), Algorithm::ring);
+  EXPECT_EQ(c.resolve(Collective::allreduce, 64, Algorithm::native), Algorithm::native);
+  options.algorithm = Algorithm::rabenseifner;
+  c.set_options(options);
+  EXPECT_EQ(c.resolve(Collective::allreduce, 64, Algorithm::automatic), Algorithm::rabenseifner);
+  // A forced algorithm the op lacks leaves that op to the table.
+  EXPECT_EQ(c.resolve(Collective::broadcast, 64, Algorithm::automatic), Algorithm::native);
+}
+
+}  // namespace
+}  // namespace gnnrt::collectives

@@ -1,0 +1,44 @@
+// main() of the MPI test binaries: MPI starts before GoogleTest and ends
+// after it. Rank 0 prints the usual report; other ranks print only their
+// failures, each line prefixed with the rank, so a failure on any rank shows
+// up in ctest's output. Every rank must run the same tests in the same order
+// (tests call collectives), so tests use EXPECT_*, not ASSERT_*, around them.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "collectives/environment.h"
+
+namespace {
+
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gnnrt::collectives::Environment mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (mpi.world_rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(mpi.world_rank()));
+  }
+  const int failed = RUN_ALL_TESTS();
+  // Every rank's verdict decides the exit status of every rank.
+  int any = failed != 0;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any;
+}
