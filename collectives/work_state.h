@@ -87,4 +87,16 @@ struct WorkState {
   std::chrono::steady_clock::time_point started;
 };
 
+// Starts `make(transfers, scratch)` (a coroutine returning Task) as a Work on
+// `comm` under the communicator's next tag: how units of collectives/ beyond
+// the Call-described operations (the halo exchange) get waits, deadlines
+// and progress for free.
+template <typename Make>
+Work launch_task(const std::shared_ptr<CommunicatorImpl>& impl, std::string description,
+                 MPI_Comm comm, Make make) {
+  auto state = std::make_unique<WorkState>(impl, std::move(description), comm, impl->next_tag());
+  state->launch(make(state->transfers, state->scratch));
+  return Work(std::move(state));
+}
+
 }  // namespace gnnrt::collectives::detail
