@@ -110,6 +110,7 @@ Communicator Communicator::wrap(MPI_Comm comm, CommunicatorOptions options) {
 
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
+MPI_Comm Communicator::mpi_comm() const { return impl_->user; }
 const CommunicatorOptions& Communicator::options() const { return impl_->options; }
 void Communicator::set_options(CommunicatorOptions options) { impl_->options = std::move(options); }
 

@@ -59,6 +59,8 @@ class Communicator {
 
   int rank() const;
   int size() const;
+  // The MPI communicator behind this one (for MPI calls gnnrt does not wrap).
+  MPI_Comm mpi_comm() const;
   const CommunicatorOptions& options() const;
   void set_options(CommunicatorOptions options);
 

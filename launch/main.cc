@@ -2,16 +2,61 @@
 //   info       what this build is and what it runs on
 //   selfcheck  checks the kernels on this machine (fused == unfused, bits
 //              identical across thread counts)
+//   bench collectives | halo   MPI benchmarks (run under mpirun)
 // Exit status 0 on success, 1 on a failed check, 2 on bad usage or input
 // (one clear line on stderr).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <fmt/format.h>
+#include <memory>
+#include <string>
 #include <iostream>
 
+#include "collectives/communicator.h"
+#include "collectives/environment.h"
+#include "launch/bench_collectives.h"
+#include "launch/bench_halo.h"
 #include "launch/info.h"
 #include "launch/selfcheck.h"
+
+namespace {
+
+// Options every MPI subcommand shares: the collectives' deadline, tuning
+// table and forced algorithm (defaults from GNNRT_COLLECTIVE_* variables).
+struct MpiOptions {
+  double timeout = 0;  // 0: from the environment (default 300 s)
+  std::string tuning, algorithm;
+};
+
+void add_mpi_options(CLI::App* app, MpiOptions& o) {
+  app->add_option("--collective-timeout", o.timeout,
+                  "Seconds before a waiting collective aborts the job (default 300, or "
+                  "$GNNRT_COLLECTIVE_TIMEOUT)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--collective-tuning", o.tuning,
+                  "Tuning table (Protobuf text) from `gnnrt bench collectives --tune`")
+      ->check(CLI::ExistingFile);
+  app->add_option("--collective-algorithm", o.algorithm,
+                  "Force one algorithm for every collective that has it: native, ring, "
+                  "recursive_doubling, rabenseifner, binomial, pairwise");
+}
+
+// Starts MPI (also without mpirun), puts the rank in every log line and
+// returns the world communicator configured by `o`.
+gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
+  using namespace gnnrt::collectives;
+  auto options = CommunicatorOptions::from_environment();
+  if (o.timeout > 0) options.timeout_seconds = o.timeout;
+  if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
+  if (!o.algorithm.empty()) options.algorithm = parse_algorithm(o.algorithm);
+  auto comm = Communicator::world(options);
+  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {}] [%^%l%$] %v", comm.rank()));
+  return comm;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [%^%l%$] %v");
@@ -37,8 +82,69 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   selfcheck->add_option("--seed", options.seed, "Seed of the random graph")->capture_default_str();
 
+  auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
+  bench->require_subcommand(1);
+  MpiOptions mpi_options;
+
+  auto* bench_collectives = bench->add_subcommand(
+      "collectives", "Collective latency and bandwidth per op, algorithm and size (nccl-tests style)");
+  gnnrt::launch::CollectiveBenchOptions collective_options;
+  bench_collectives->add_option("--op", collective_options.ops,
+                                "Operations (repeatable): allreduce, reduce_scatter, allgather, "
+                                "broadcast, alltoallv; default all");
+  bench_collectives->add_option("--algorithm", collective_options.algorithm,
+                                "Only this algorithm (native, ring, recursive_doubling, "
+                                "rabenseifner, binomial, pairwise); default every one");
+  bench_collectives->add_option("--min-bytes", collective_options.min_bytes, "Smallest size")
+      ->capture_default_str();
+  bench_collectives->add_option("--max-bytes", collective_options.max_bytes, "Largest size")
+      ->capture_default_str();
+  bench_collectives->add_option("--seconds", collective_options.seconds_per_size,
+                                "Time budget per (op, algorithm, size)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_collectives->add_option("--json", collective_options.json, "Write the rows to this file");
+  bench_collectives->add_option("--tune", collective_options.tune,
+                                "Write the fastest algorithm per size into this tuning table");
+  add_mpi_options(bench_collectives, mpi_options);
+
+  auto* bench_halo = bench->add_subcommand(
+      "halo", "Halo all-reduce of a partitioned graph against a dense allreduce");
+  gnnrt::launch::HaloBenchOptions halo_options;
+  bench_halo->add_option("--nodes", halo_options.nodes, "Vertices")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
+      ->capture_default_str();
+  bench_halo->add_option("--avg-degree", halo_options.avg_degree, "Edges per vertex")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_halo->add_option("--features", halo_options.features, "Feature width F")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str();
+  bench_halo->add_option("--partition", halo_options.partition, "random | destination")
+      ->check(CLI::IsMember({"random", "destination"}))
+      ->capture_default_str();
+  bench_halo->add_option("--seed", halo_options.seed, "Seed of the random graph")->capture_default_str();
+  bench_halo->add_option("--seconds", halo_options.seconds, "Time budget per method")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_halo->add_option("--json", halo_options.json, "Write the rows to this file");
+  add_mpi_options(bench_halo, mpi_options);
+
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*bench) {
+      gnnrt::collectives::Environment mpi(&argc, &argv);
+      try {
+        auto comm = start_mpi(mpi_options);
+        if (*bench_collectives) return gnnrt::launch::run_collective_bench(comm, collective_options);
+        return gnnrt::launch::run_halo_bench(comm, halo_options);
+      } catch (const std::exception& e) {
+        // Every rank reports; MPI_Finalize would wait for ranks that did not fail.
+        std::cerr << "gnnrt: error: " << e.what() << "\n";
+        std::cerr.flush();
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+    }
     if (*info) {
       const auto j = gnnrt::launch::build_info();
       if (info_json) {

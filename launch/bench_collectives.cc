@@ -1,0 +1,227 @@
+#include "launch/bench_collectives.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "collectives/tuning.h"
+#include "launch/bench_common.h"
+
+namespace gnnrt::launch {
+namespace {
+
+using namespace gnnrt::collectives;
+
+struct Row {
+  Collective op;
+  Algorithm algorithm;
+  std::size_t bytes;
+  int ranks;
+  RankStats time;
+  double algbw, busbw;  // GB/s
+  int iterations;
+};
+
+double bus_factor(Collective op, int p) {
+  switch (op) {
+    case Collective::allreduce: return 2.0 * (p - 1) / p;
+    case Collective::reduce_scatter:
+    case Collective::allgather:
+    case Collective::alltoallv: return double(p - 1) / p;
+    case Collective::broadcast:
+    case Collective::barrier: return 1.0;
+  }
+  return 1.0;
+}
+
+// One operation of `bytes` (nominal) with `algorithm`; returns the bytes it
+// really moves (blocks round down to whole elements per rank), 0 to skip.
+struct Case {
+  std::size_t bytes = 0;
+  std::function<void()> step;
+};
+
+Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size_t nominal,
+               std::vector<float>& a, std::vector<float>& b) {
+  const std::size_t p = comm.size();
+  const std::size_t count = nominal / sizeof(float);
+  const std::size_t block = count / p;
+  Case c;
+  switch (op) {
+    case Collective::allreduce:
+      if (count == 0) return c;
+      c.bytes = count * sizeof(float);
+      c.step = [&comm, &a, &b, count, algorithm] {
+        comm.allreduce_async<float>(std::span(a.data(), count), std::span(b.data(), count),
+                                    ReduceOp::sum, algorithm)
+            .wait();
+      };
+      break;
+    case Collective::broadcast:
+      if (count == 0) return c;
+      c.bytes = count * sizeof(float);
+      c.step = [&comm, &a, count, algorithm] {
+        comm.broadcast_async<float>(std::span(a.data(), count), 0, algorithm).wait();
+      };
+      break;
+    case Collective::reduce_scatter:
+      if (block == 0) return c;
+      c.bytes = block * p * sizeof(float);
+      c.step = [&comm, &a, &b, block, p, algorithm] {
+        comm.reduce_scatter_async<float>(std::span(a.data(), block * p), std::span(b.data(), block),
+                                         ReduceOp::sum, algorithm)
+            .wait();
+      };
+      break;
+    case Collective::allgather:
+      if (block == 0) return c;
+      c.bytes = block * p * sizeof(float);
+      c.step = [&comm, &a, &b, block, p, algorithm] {
+        comm.allgather_async<float>(std::span(a.data(), block), std::span(b.data(), block * p),
+                                    algorithm)
+            .wait();
+      };
+      break;
+    case Collective::alltoallv: {
+      if (block == 0) return c;
+      c.bytes = block * p * sizeof(float);
+      auto counts = std::make_shared<std::vector<std::size_t>>(p, block);
+      c.step = [&comm, &a, &b, block, p, counts, algorithm] {
+        comm.alltoallv_async<float>(std::span(a.data(), block * p), *counts,
+                                    std::span(b.data(), block * p), *counts, algorithm)
+            .wait();
+      };
+      break;
+    }
+    case Collective::barrier: break;
+  }
+  return c;
+}
+
+// Fastest algorithm per measured size -> byte-range rules; a boundary sits
+// halfway between two measured sizes.
+std::vector<TuningRule> rules_from(const std::vector<Row>& rows, Collective op, int ranks) {
+  std::map<std::size_t, const Row*> best;
+  for (const auto& row : rows) {
+    if (row.op != op) continue;
+    auto& slot = best[row.bytes];
+    if (slot == nullptr || row.time.avg_us < slot->time.avg_us) slot = &row;
+  }
+  std::vector<std::pair<std::size_t, Algorithm>> winners;
+  for (const auto& [bytes, row] : best) winners.emplace_back(bytes, row->algorithm);
+  std::vector<TuningRule> rules;
+  for (std::size_t i = 0; i < winners.size();) {
+    std::size_t j = i;
+    while (j + 1 < winners.size() && winners[j + 1].second == winners[i].second) ++j;
+    TuningRule rule;
+    rule.op = op;
+    rule.ranks = ranks;
+    rule.algorithm = winners[i].second;
+    rule.min_bytes = i == 0 ? 0 : winners[i - 1].first + (winners[i].first - winners[i - 1].first) / 2;
+    rule.max_bytes =
+        j + 1 == winners.size() ? 0 : winners[j].first + (winners[j + 1].first - winners[j].first) / 2 - 1;
+    rules.push_back(rule);
+    i = j + 1;
+  }
+  return rules;
+}
+
+}  // namespace
+
+int run_collective_bench(Communicator& comm, const CollectiveBenchOptions& options) {
+  const bool root = comm.rank() == 0;
+  std::vector<Collective> ops;
+  if (options.ops.empty()) {
+    ops = {Collective::allreduce, Collective::reduce_scatter, Collective::allgather,
+           Collective::broadcast, Collective::alltoallv};
+  } else {
+    for (const auto& text : options.ops) ops.push_back(parse_collective(text));
+  }
+  const Algorithm only = options.algorithm.empty() ? Algorithm::automatic
+                                                   : parse_algorithm(options.algorithm);
+  if (options.min_bytes == 0 || options.max_bytes < options.min_bytes) {
+    throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
+  }
+  if (!options.tune.empty() && only != Algorithm::automatic) {
+    throw std::invalid_argument("--tune compares every algorithm; drop --algorithm");
+  }
+  const Placement where = placement(comm);
+  if (root) {
+    spdlog::info("bench collectives: {} ranks; {}", comm.size(), where.describe());
+    std::printf("%-15s %-19s %12s %6s %11s %11s %11s %9s %9s\n", "op", "algorithm", "bytes",
+                "ranks", "avg_us", "min_us", "max_us", "algbw", "busbw");
+    std::fflush(stdout);
+  }
+  std::vector<float> a(options.max_bytes / sizeof(float) + comm.size(), 1.0f);
+  std::vector<float> b(a.size(), 0.0f);
+  std::vector<Row> rows;
+  for (Collective op : ops) {
+    std::vector<Algorithm> algorithms;
+    for (Algorithm algorithm : algorithms_for(op)) {
+      if (only == Algorithm::automatic || only == algorithm) algorithms.push_back(algorithm);
+    }
+    if (algorithms.empty()) {
+      throw std::invalid_argument(std::string(name(op)) + " has no algorithm '" +
+                                  options.algorithm + "'");
+    }
+    for (Algorithm algorithm : algorithms) {
+      for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+        Case c = make_case(comm, op, algorithm, bytes, a, b);
+        if (c.bytes == 0) continue;
+        Row row{op, algorithm, c.bytes, comm.size(), {}, 0, 0, 0};
+        row.time = time_loop(comm, c.step, options.seconds_per_size, c.bytes < (1u << 20) ? 20 : 2,
+                             c.bytes < (1u << 20) ? 20 : 3, 100000, &row.iterations);
+        row.algbw = c.bytes / (row.time.avg_us * 1e3);
+        row.busbw = row.algbw * bus_factor(op, comm.size());
+        rows.push_back(row);
+        if (root) {
+          std::printf("%-15s %-19s %12zu %6d %11.2f %11.2f %11.2f %9.3f %9.3f\n",
+                      std::string(name(op)).c_str(), std::string(name(algorithm)).c_str(), row.bytes,
+                      row.ranks, row.time.avg_us, row.time.min_us, row.time.max_us, row.algbw,
+                      row.busbw);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (root) std::printf("algbw, busbw in GB/s (10^9 bytes/s); %s\n", where.describe().c_str());
+
+  if (root && !options.json.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& row : rows) {
+      list.push_back({{"op", name(row.op)},
+                      {"algorithm", name(row.algorithm)},
+                      {"bytes", row.bytes},
+                      {"ranks", row.ranks},
+                      {"avg_us", row.time.avg_us},
+                      {"min_us", row.time.min_us},
+                      {"max_us", row.time.max_us},
+                      {"algbw", row.algbw},
+                      {"busbw", row.busbw},
+                      {"iterations", row.iterations},
+                      {"oversubscribed", where.oversubscribed},
+                      {"yield_when_idle", where.yield_when_idle}});
+    }
+    write_atomically(options.json, list.dump(1) + "\n");
+    spdlog::info("bench collectives: wrote {} rows to {}", rows.size(), options.json);
+  }
+  if (root && !options.tune.empty()) {
+    TuningTable table;
+    if (std::filesystem::exists(options.tune)) table = TuningTable::load(options.tune);
+    for (Collective op : ops) table.replace(op, comm.size(), rules_from(rows, op, comm.size()));
+    table.set_measured_on(fmt::format("gnnrt bench collectives --tune; {}", where.describe()));
+    table.save(options.tune);
+    spdlog::info("bench collectives: wrote the tuning table for {} ranks to {}", comm.size(),
+                 options.tune);
+  }
+  return 0;
+}
+
+}  // namespace gnnrt::launch

@@ -1,0 +1,39 @@
+// Shared by the MPI benchmarks (`gnnrt bench collectives`, `gnnrt bench
+// halo`): timing a collective loop the nccl-tests / OSU way, statistics over
+// ranks, and how the job sits on the machine (oversubscription and Open
+// MPI's mpi_yield_when_idle, which decide small-message latency when ranks
+// exceed cores).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "collectives/communicator.h"
+
+namespace gnnrt::launch {
+
+struct RankStats {
+  double avg_us = 0, min_us = 0, max_us = 0;  // per-iteration time, over ranks
+};
+
+// Runs `step` (one complete operation) `warmup` times, then as many times as
+// fit in `budget_seconds` (at least min_iters, at most max_iters; every rank
+// runs the same count), and returns the per-iteration time's avg/min/max
+// over ranks. `iterations` receives the count.
+RankStats time_loop(collectives::Communicator& comm, const std::function<void()>& step,
+                    double budget_seconds, int warmup, int min_iters, int max_iters,
+                    int* iterations = nullptr);
+
+// Writes `text` to `path` through a temporary file and a rename.
+void write_atomically(const std::string& path, const std::string& text);
+
+struct Placement {
+  int ranks_on_node = 1;
+  unsigned cores = 1;
+  bool oversubscribed = false;
+  std::string yield_when_idle;  // "1", "0" or "unknown"
+  std::string describe() const;
+};
+Placement placement(const collectives::Communicator& comm);
+
+}  // namespace gnnrt::launch
