@@ -74,8 +74,17 @@ std::string read_yield_when_idle() {
     MPI_T_cvar_handle handle;
     int elements = 0;
     if (MPI_T_cvar_handle_alloc(i, nullptr, &handle, &elements) == MPI_SUCCESS) {
-      int value = -1;
-      if (MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) result = std::to_string(value);
+      // A bool in Open MPI 4.1, an int elsewhere: read into zeroed bytes.
+      alignas(8) unsigned char value[16] = {};
+      if (MPI_T_cvar_read(handle, value) == MPI_SUCCESS) {
+        int number = 0;
+        if (type == MPI_INT) {
+          std::memcpy(&number, value, sizeof number);
+        } else {
+          number = value[0] != 0;
+        }
+        result = std::to_string(number);
+      }
       MPI_T_cvar_handle_free(&handle);
     }
     break;

@@ -30,8 +30,10 @@ uint64_t draw(uint64_t counter, uint64_t seed) {
 int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
   const int p = comm.size(), me = comm.rank();
   if (p > 64) throw std::invalid_argument("bench halo supports at most 64 ranks");
-  if (options.nodes < 1 || options.avg_degree <= 0 || options.features < 1) {
-    throw std::invalid_argument("bench halo: need --nodes >= 1, --avg-degree > 0, --features >= 1");
+  if (options.nodes < 1 || options.avg_degree <= 0 || options.features < 1 ||
+      options.locality < 0 || options.locality > 1 || options.window < 0) {
+    throw std::invalid_argument("bench halo: need --nodes >= 1, --avg-degree > 0, --features >= 1, "
+                                "0 <= --locality <= 1, --window >= 0");
   }
   const bool by_destination = options.partition == "destination";
   if (!by_destination && options.partition != "random") {
@@ -45,8 +47,13 @@ int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
   std::vector<uint64_t> holders(N, 0);
   for (int64_t e = 0; e < E; ++e) {
     const uint64_t bits = draw(static_cast<uint64_t>(e), options.seed);
-    const int64_t src = static_cast<int64_t>((bits & 0xffffffffu) % N);
     const int64_t dst = static_cast<int64_t>((bits >> 32) % N);
+    const uint64_t more = draw(static_cast<uint64_t>(e), options.seed + 2);
+    const bool local = double(more >> 11) * 0x1.0p-53 < options.locality;
+    const int64_t src = local ? ((dst + static_cast<int64_t>((bits & 0xffffffffu) %
+                                                            (2 * options.window + 1)) -
+                                  options.window) % N + N) % N
+                              : static_cast<int64_t>((bits & 0xffffffffu) % N);
     const int owner = by_destination ? static_cast<int>(dst * p / N)
                                      : static_cast<int>(draw(e, options.seed + 1) % p);
     holders[src] |= uint64_t{1} << owner;
@@ -72,8 +79,9 @@ int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
   const double replication = held > 0 ? double(replicas) / held : 0.0;
   const Placement where = placement(comm);
   if (me == 0) {
-    spdlog::info("bench halo: N = {}, E = {}, F = {}, {} partition over {} ranks, replication "
-                 "factor {:.2f}; {}", N, E, F, options.partition, p, replication, where.describe());
+    spdlog::info("bench halo: N = {}, E = {}, F = {}, locality {} (window {}), {} partition over "
+                 "{} ranks, replication factor {:.2f}; {}", N, E, F, options.locality,
+                 options.window, options.partition, p, replication, where.describe());
     std::printf("%-16s %6s %11s %11s %11s %14s %9s\n", "method", "ranks", "avg_us", "min_us",
                 "max_us", "MB_sent/rank", "speedup");
   }
@@ -115,6 +123,7 @@ int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
                   r.time.avg_us, r.time.min_us, r.time.max_us, r.mb_sent, dense_us / r.time.avg_us);
       list.push_back({{"method", r.method}, {"ranks", p}, {"nodes", N}, {"edges", E},
                       {"features", F}, {"partition", options.partition},
+                      {"locality", options.locality}, {"window", options.window},
                       {"replication_factor", replication}, {"avg_us", r.time.avg_us},
                       {"min_us", r.time.min_us}, {"max_us", r.time.max_us},
                       {"mb_sent_per_rank", r.mb_sent}, {"speedup_vs_dense", dense_us / r.time.avg_us},

@@ -120,7 +120,15 @@ int main(int argc, char** argv) {
   bench_halo->add_option("--features", halo_options.features, "Feature width F")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
-  bench_halo->add_option("--partition", halo_options.partition, "random | destination")
+  bench_halo->add_option("--locality", halo_options.locality,
+                         "Fraction of edges joining vertices at most --window ids apart")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  bench_halo->add_option("--window", halo_options.window, "Id distance of local edges")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bench_halo->add_option("--partition", halo_options.partition,
+                         "Edge partition: destination (1D blocks of destination ids) or random")
       ->check(CLI::IsMember({"random", "destination"}))
       ->capture_default_str();
   bench_halo->add_option("--seed", halo_options.seed, "Seed of the random graph")->capture_default_str();
