@@ -108,6 +108,28 @@ class Communicator {
                        std::span<T> recv, std::span<const std::size_t> recv_counts,
                        Algorithm algorithm = Algorithm::automatic);
 
+  // Blocking forms: the call, then wait().
+  template <typename T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum,
+                      Algorithm algorithm = Algorithm::automatic) {
+    reduce_scatter_async<T>(send, recv, op, algorithm).wait();
+  }
+  template <typename T>
+  void allgather(std::span<const T> send, std::span<T> recv,
+                 Algorithm algorithm = Algorithm::automatic) {
+    allgather_async<T>(send, recv, algorithm).wait();
+  }
+  template <typename T>
+  void broadcast(std::span<T> data, int root, Algorithm algorithm = Algorithm::automatic) {
+    broadcast_async<T>(data, root, algorithm).wait();
+  }
+  template <typename T>
+  void alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts,
+                 std::span<T> recv, std::span<const std::size_t> recv_counts,
+                 Algorithm algorithm = Algorithm::automatic) {
+    alltoallv_async<T>(send, send_counts, recv, recv_counts, algorithm).wait();
+  }
+
   Work barrier_async();
   void barrier() { barrier_async().wait(); }
 

@@ -13,10 +13,24 @@
 namespace gnnrt::collectives {
 namespace {
 
-// Measured on the reference machine (2-core AMD EPYC VM, Open MPI 4.1.4,
-// 2026-11-21); docs/collectives.md has the sweep behind each rule.
+// Condensed from `gnnrt bench collectives --tune` at 2 ranks and 4 ranks
+// (oversubscribed) on the reference machine (2-core AMD EPYC VM, Open MPI
+// 4.1.4, 2026-11-22); bench/README.md has the sweep. Where the two rank
+// counts agreed the rule holds for any count.
 constexpr const char* kDefaults = R"pb(
-measured_on: "built-in defaults: 2-core AMD EPYC VM, Open MPI 4.1.4, gnnrt bench collectives"
+measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22, np 2 and 4"
+rule { op: "allreduce" max_bytes: 511 algorithm: "recursive_doubling" }
+rule { op: "allreduce" min_bytes: 512 max_bytes: 262143 algorithm: "native" }
+rule { op: "allreduce" min_bytes: 262144 algorithm: "rabenseifner" }
+rule { op: "reduce_scatter" ranks: 2 max_bytes: 4194303 algorithm: "rabenseifner" }
+rule { op: "reduce_scatter" ranks: 2 min_bytes: 4194304 algorithm: "ring" }
+rule { op: "reduce_scatter" max_bytes: 2097151 algorithm: "native" }
+rule { op: "reduce_scatter" min_bytes: 2097152 algorithm: "ring" }
+rule { op: "allgather" max_bytes: 16383 algorithm: "native" }
+rule { op: "allgather" min_bytes: 16384 algorithm: "recursive_doubling" }
+rule { op: "broadcast" max_bytes: 511 algorithm: "binomial" }
+rule { op: "broadcast" min_bytes: 512 algorithm: "native" }
+rule { op: "alltoallv" ranks: 2 max_bytes: 16777215 algorithm: "pairwise" }
 )pb";
 
 class Collector : public google::protobuf::io::ErrorCollector {

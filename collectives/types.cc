@@ -36,13 +36,14 @@ template <typename T>
 void reduce_typed(ReduceOp op, bool located, void* out, const void* a, const void* b,
                   std::size_t count) {
   if (located) {
-    apply<ValueLoc<T>>(out, a, b, count, Combine<T>::maxloc);
+    apply<ValueLoc<T>>(out, a, b, count, [](auto x, auto y) { return Combine<T>::maxloc(x, y); });
     return;
   }
   switch (op) {
-    case ReduceOp::sum: return apply<T>(out, a, b, count, Combine<T>::sum);
-    case ReduceOp::max: return apply<T>(out, a, b, count, Combine<T>::max);
-    case ReduceOp::min: return apply<T>(out, a, b, count, Combine<T>::min);
+    // Lambdas, not function pointers, so the loops inline and vectorise.
+    case ReduceOp::sum: return apply<T>(out, a, b, count, [](T x, T y) { return Combine<T>::sum(x, y); });
+    case ReduceOp::max: return apply<T>(out, a, b, count, [](T x, T y) { return Combine<T>::max(x, y); });
+    case ReduceOp::min: return apply<T>(out, a, b, count, [](T x, T y) { return Combine<T>::min(x, y); });
     case ReduceOp::maxloc: break;
   }
   throw std::logic_error("reduce: maxloc on plain values");

@@ -106,16 +106,28 @@ Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size
 }
 
 // Fastest algorithm per measured size -> byte-range rules; a boundary sits
-// halfway between two measured sizes.
+// halfway between two measured sizes. The choice only changes where another
+// algorithm is more than 10% faster than the current one, so that timing
+// noise does not flip it from size to size.
 std::vector<TuningRule> rules_from(const std::vector<Row>& rows, Collective op, int ranks) {
-  std::map<std::size_t, const Row*> best;
+  std::map<std::size_t, std::map<Algorithm, double>> times;  // bytes -> algorithm -> avg_us
   for (const auto& row : rows) {
-    if (row.op != op) continue;
-    auto& slot = best[row.bytes];
-    if (slot == nullptr || row.time.avg_us < slot->time.avg_us) slot = &row;
+    if (row.op == op) times[row.bytes][row.algorithm] = row.time.avg_us;
   }
   std::vector<std::pair<std::size_t, Algorithm>> winners;
-  for (const auto& [bytes, row] : best) winners.emplace_back(bytes, row->algorithm);
+  for (const auto& [bytes, by_algorithm] : times) {
+    Algorithm best = by_algorithm.begin()->first;
+    for (const auto& [algorithm, us] : by_algorithm) {
+      if (us < by_algorithm.at(best)) best = algorithm;
+    }
+    if (!winners.empty()) {
+      const auto current = by_algorithm.find(winners.back().second);
+      if (current != by_algorithm.end() && current->second <= 1.1 * by_algorithm.at(best)) {
+        best = current->first;
+      }
+    }
+    winners.emplace_back(bytes, best);
+  }
   std::vector<TuningRule> rules;
   for (std::size_t i = 0; i < winners.size();) {
     std::size_t j = i;

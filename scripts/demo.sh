@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job, from a fresh Debian 12 machine: installs the dependencies,
 # builds gnnrt (Release, into build/), shows the build, checks the kernels on
-# this machine and runs a short kernel benchmark.
-# (Until the trainer exists, this is the kernel self-check and a benchmark
-# smoke run.)
+# this machine and runs short kernel, collective and halo-exchange benchmarks
+# (the collective ones on 4 MPI ranks). Until the trainer exists, this is the
+# main job.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,3 +19,8 @@ echo "== kernel benchmark (smoke: E = 1e5, F = 64, 1 thread)"
 build/bench/kernels_bench --benchmark_filter='/E:100000/F:64/threads:1/|triad/threads:1/' \
   --benchmark_min_time=0.05 --benchmark_min_warmup_time=0.02
 echo "JSON: build/bench/results/kernels.json"
+echo "== collective benchmark (allreduce, 4 ranks, up to 1 MiB; oversubscribed on fewer cores)"
+mpirun --allow-run-as-root --oversubscribe -np 4 build/launch/gnnrt bench collectives \
+  --op allreduce --max-bytes 1048576 --seconds 0.02 --json build/bench/results/collectives_demo.json
+echo "== halo exchange against a dense allreduce (4 ranks)"
+mpirun --allow-run-as-root --oversubscribe -np 4 build/launch/gnnrt bench halo --seconds 0.2

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -43,6 +44,22 @@ TEST(Communicator, SeveralInFlightWaitedInAnyOrder) {
   const double ranks_sum = p * (p + 1) / 2.0;
   for (std::size_t k = 0; k < algorithms.size(); ++k) {
     for (double v : data[k]) ASSERT_EQ(v, ranks_sum * double(k + 1)) << name(algorithms[k]);
+  }
+}
+
+TEST(Communicator, EqualBlockReduceScatterAndAllgather) {
+  auto c = make_world();
+  const int p = c.size(), r = c.rank();
+  // Block q of every rank's input holds q + 1: the reduction of block r is p (r + 1).
+  std::vector<int32_t> in(3 * p), block(3), all(3 * p);
+  for (int q = 0; q < p; ++q) std::fill(in.begin() + 3 * q, in.begin() + 3 * q + 3, q + 1);
+  for (auto a : algorithms_for(Collective::reduce_scatter)) {
+    c.reduce_scatter<int32_t>(in, block, ReduceOp::sum, a);
+    EXPECT_EQ(block, std::vector<int32_t>(3, p * (r + 1))) << name(a);
+  }
+  for (auto a : algorithms_for(Collective::allgather)) {
+    c.allgather<int32_t>(block, all, a);
+    for (int q = 0; q < p; ++q) EXPECT_EQ(all[3 * q], p * (q + 1)) << name(a);
   }
 }
 
@@ -162,6 +179,14 @@ TEST(Tuning, ChoosesFirstMatchPreferringExactRankCount) {
   EXPECT_EQ(table.choose(Collective::allreduce, 100, 4), Algorithm::ring);
   EXPECT_EQ(table.choose(Collective::allreduce, 1 << 30, 4), Algorithm::rabenseifner);
   EXPECT_EQ(table.choose(Collective::allgather, 100, 4), Algorithm::native);
+}
+
+TEST(Tuning, BuiltInTableParsesAndOnlyNamesAlgorithmsTheOpsHave) {
+  const auto& table = TuningTable::defaults();
+  ASSERT_FALSE(table.rules().empty());
+  for (const auto& rule : table.rules()) EXPECT_TRUE(implements(rule.algorithm, rule.op));
+  // Round trip through the text format keeps every rule.
+  EXPECT_EQ(TuningTable::parse(table.text(), "round trip").rules().size(), table.rules().size());
 }
 
 TEST(Tuning, SavesAndLoadsTextFormat) {
