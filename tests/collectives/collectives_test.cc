@@ -7,12 +7,12 @@
 // same bits, and every rank must hold the same bits.
 //
 // Run by ctest under `mpirun -np N --oversubscribe` for N in 1, 2, 3, 4, 5, 8.
-#include <Random123/philox.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <xxhash.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -26,10 +26,20 @@
 namespace gnnrt::collectives {
 namespace {
 
+// The sanitizer build runs the matrix with a smaller largest size and a
+// small ring chunk (ctest sets these), so the multi-chunk pipeline still runs
+// under ASan/UBSan in a fraction of the time; the Release build runs the sizes
+// as specified.
+std::size_t from_environment(const char* name, std::size_t fallback) {
+  const char* text = std::getenv(name);
+  return text != nullptr ? std::stoull(text) : fallback;
+}
+
 Communicator& comm() {
   static Communicator c = [] {
     CommunicatorOptions options;
     options.timeout_seconds = 120;
+    options.chunk_bytes = from_environment("GNNRT_TEST_CHUNK_BYTES", options.chunk_bytes);
     return Communicator::world(options);
   }();
   return c;
@@ -44,16 +54,24 @@ struct Plain<ValueLoc<T>> {
   using type = T;
 };
 
-// Input of `rank` at `index`: uniform in [-1, 1) for float sums; for max and
-// min a few values only, so that ranks tie often; small integers for ints.
+// Input of `rank` at `index`: spread over [-1, 1) for float sums; for max
+// and min a few values only, so that ranks tie often; small integers for
+// ints. The bits are a hash of (rank, index) (the SplitMix64 finaliser), a
+// closed form every rank can evaluate for every other rank; it is kept
+// free of sanitizer instrumentation because the reference evaluates it p
+// times per element.
+__attribute__((no_sanitize("address", "undefined"))) inline uint32_t mix(int rank,
+                                                                         std::size_t index) {
+  uint64_t z = index * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
+}
+
 template <typename T>
 T input(int rank, std::size_t index, ReduceOp op) {
   using V = typename Plain<T>::type;
-  r123::Philox2x32 rng;
-  const r123::Philox2x32::ctr_type counter{
-      {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32)}};
-  const r123::Philox2x32::key_type key{{static_cast<uint32_t>(rank) * 2654435761u + 17u}};
-  const uint32_t bits = rng(counter, key)[0];
+  const uint32_t bits = mix(rank, index);
   V v;
   if (op == ReduceOp::sum) {
     if constexpr (std::is_floating_point_v<V>) {
@@ -77,6 +95,18 @@ std::vector<T> inputs(int rank, std::size_t begin, std::size_t end, ReduceOp op)
   std::vector<T> out(end - begin);
   for (std::size_t i = begin; i < end; ++i) out[i - begin] = input<T>(rank, i, op);
   return out;
+}
+
+// This rank's whole input; consecutive cases differ only in the algorithm.
+template <typename T>
+const std::vector<T>& cached_inputs(int rank, std::size_t n, ReduceOp op) {
+  static std::tuple<int, std::size_t, ReduceOp> key{-1, 0, ReduceOp::sum};
+  static std::vector<T> value;
+  if (key != std::make_tuple(rank, n, op)) {
+    value = inputs<T>(rank, 0, n, op);
+    key = std::make_tuple(rank, n, op);
+  }
+  return value;
 }
 
 // The reduction over all ranks, in rank order, of the inputs at [begin, end);
@@ -165,18 +195,19 @@ void expect_matches(const std::vector<T>& got, const Expected<T>& want, ReduceOp
 // four bytes of padding, which MPI's own reductions do not copy.
 template <typename T>
 std::vector<unsigned char> meaningful_bytes(const std::vector<T>& v) {
-  std::vector<unsigned char> bytes;
-  for (const T& x : v) {
-    const auto* p = reinterpret_cast<const unsigned char*>(&x);
-    if constexpr (std::is_arithmetic_v<T>) {
-      bytes.insert(bytes.end(), p, p + sizeof(T));
-    } else {
-      bytes.insert(bytes.end(), p, p + sizeof(x.value));
-      const auto* loc = reinterpret_cast<const unsigned char*>(&x.loc);
-      bytes.insert(bytes.end(), loc, loc + sizeof(x.loc));
+  if constexpr (std::is_arithmetic_v<T>) {
+    std::vector<unsigned char> bytes(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+    return bytes;
+  } else {
+    constexpr std::size_t value_size = sizeof(v[0].value), size = value_size + sizeof(int32_t);
+    std::vector<unsigned char> bytes(v.size() * size);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::memcpy(&bytes[i * size], &v[i].value, value_size);
+      std::memcpy(&bytes[i * size + value_size], &v[i].loc, sizeof(int32_t));
     }
+    return bytes;
   }
-  return bytes;
 }
 
 template <typename T>
@@ -196,6 +227,16 @@ void expect_same_on_all_ranks(const std::vector<T>& v, const std::string& what) 
   for (int r = 0; r < comm().size(); ++r) {
     EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " holds other bits than rank 0";
   }
+}
+
+// Result buffers reused from case to case (fresh megabyte vectors per case
+// spent most of the sanitizer build's time in page faults); slot k of type T,
+// resized to n and zeroed.
+template <typename T, int k>
+std::vector<T>& reused(std::size_t n) {
+  static std::vector<T> buffer;
+  buffer.assign(n, T{});
+  return buffer;
 }
 
 std::vector<std::size_t> balanced(std::size_t n, int p) {
@@ -234,8 +275,10 @@ void run_case(const Param& p) {
   const std::string what = param_name({p, 0});
   switch (p.op) {
     case Collective::allreduce: {
-      const auto in = inputs<T>(R, 0, p.n, p.reduce);
-      std::vector<T> out(p.n), in_place = in;
+      const auto& in = cached_inputs<T>(R, p.n, p.reduce);
+      auto& out = reused<T, 0>(p.n);
+      auto& in_place = reused<T, 1>(0);
+      in_place.assign(in.begin(), in.end());
       c.allreduce_async<T>(in, out, p.reduce, p.algorithm).wait();
       c.allreduce<T>(in_place, p.reduce, p.algorithm);
       const auto& want = cached_reference<T>(P, 0, p.n, p.reduce);
@@ -243,7 +286,7 @@ void run_case(const Param& p) {
       expect_matches(in_place, want, p.reduce, P, what + " in place");
       if (p.algorithm == Algorithm::native) {
         // Open MPI may pick another internal algorithm in place; repeat instead.
-        std::vector<T> again(p.n);
+        auto& again = reused<T, 2>(p.n);
         c.allreduce_async<T>(in, again, p.reduce, p.algorithm).wait();
         expect_same_bits(out, again, what);
       } else {
@@ -255,8 +298,10 @@ void run_case(const Param& p) {
     case Collective::reduce_scatter: {
       const auto counts = balanced(p.n, P);
       const auto displs = prefix(counts);
-      const auto in = inputs<T>(R, 0, p.n, p.reduce);
-      std::vector<T> out(counts[R]), in_place = in;
+      const auto& in = cached_inputs<T>(R, p.n, p.reduce);
+      auto& out = reused<T, 0>(counts[R]);
+      auto& in_place = reused<T, 1>(0);
+      in_place.assign(in.begin(), in.end());
       c.reduce_scatter_v_async<T>(in, out, counts, p.reduce, p.algorithm).wait();
       // In place: the result lands in this rank's own block of the input.
       std::span<T> own(in_place.data() + displs[R], counts[R]);
@@ -266,7 +311,7 @@ void run_case(const Param& p) {
       expect_matches(out, want, p.reduce, P, what);
       expect_matches(own_result, want, p.reduce, P, what + " in place");
       if (p.algorithm == Algorithm::native) {
-        std::vector<T> again(counts[R]);
+        auto& again = reused<T, 2>(counts[R]);
         c.reduce_scatter_v_async<T>(in, again, counts, p.reduce, p.algorithm).wait();
         expect_same_bits(out, again, what);
       } else {
@@ -278,7 +323,8 @@ void run_case(const Param& p) {
       const auto counts = balanced(p.n, P);
       const auto displs = prefix(counts);
       const auto mine = inputs<T>(R, displs[R], displs[R] + counts[R], ReduceOp::sum);
-      std::vector<T> out(p.n), in_place(p.n);
+      auto& out = reused<T, 0>(p.n);
+      auto& in_place = reused<T, 1>(p.n);
       c.allgather_v_async<T>(mine, out, counts, p.algorithm).wait();
       std::copy(mine.begin(), mine.end(), in_place.begin() + displs[R]);
       c.allgather_v_async<T>(std::span<const T>(in_place.data() + displs[R], counts[R]), in_place,
@@ -349,7 +395,8 @@ TEST_P(Collectives, MatchesNaiveReference) {
 }
 
 std::vector<Param> all_cases() {
-  const std::size_t sizes[] = {0, 1, 7, 1000, (std::size_t{1} << 20) + 3};
+  const std::size_t sizes[] = {
+      0, 1, 7, 1000, from_environment("GNNRT_TEST_LARGE_ELEMENTS", (std::size_t{1} << 20) + 3)};
   const Dtype dtypes[] = {Dtype::f32, Dtype::f64, Dtype::i32, Dtype::i64};
   const ReduceOp reduces[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::maxloc};
   std::vector<Param> cases;
