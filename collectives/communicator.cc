@@ -140,7 +140,10 @@ Algorithm Communicator::resolve(Collective op, std::size_t bytes, Algorithm requ
 
 Work Communicator::start(Call call, Algorithm requested) {
   call.chunk_bytes = impl_->options.chunk_bytes;
-  const Algorithm algorithm = resolve(call.op, call.bytes(), requested);
+  // alltoallv's size differs from rank to rank, and every rank must pick the
+  // same algorithm: it is chosen by rank count alone (key 0 bytes).
+  const std::size_t key = call.op == Collective::alltoallv ? 0 : call.bytes();
+  const Algorithm algorithm = resolve(call.op, key, requested);
   auto state = std::make_unique<detail::WorkState>(
       impl_,
       fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),

@@ -89,23 +89,39 @@ HaloExchange::HaloExchange(Communicator comm, const MirrorTable& m, int64_t rows
   const int p = comm_.size(), me = comm_.rank();
   agree(comm_, check_table(m, rows, p, me));
 
-  // Per peer: the shared (global id, local row) pairs in global-id order.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> shared(p);
+  // Per peer: the shared (global id, local row, mirror) in global-id order.
+  struct Shared {
+    int64_t global, row;
+    std::size_t mirror;
+    bool operator<(const Shared& o) const { return global < o.global; }
+  };
+  std::vector<std::vector<Shared>> shared(p);
+  std::vector<std::vector<int32_t>> holders(m.size());  // every rank holding mirror i, sorted
   for (std::size_t i = 0; i < m.size(); ++i) {
+    holders[i].assign(m.ranks.begin() + m.offset[i], m.ranks.begin() + m.offset[i + 1]);
+    holders[i].push_back(me);
+    std::sort(holders[i].begin(), holders[i].end());
     for (int64_t k = m.offset[i]; k < m.offset[i + 1]; ++k) {
-      shared[m.ranks[k]].emplace_back(m.global_id[i], m.local_row[i]);
+      shared[m.ranks[k]].push_back({m.global_id[i], m.local_row[i], i});
     }
   }
   for (auto& list : shared) std::sort(list.begin(), list.end());
 
-  // Both sides of each pair must list the same rows: compare counts and a
-  // hash of the global ids.
+  // Both sides of each pair must list the same rows with the same holders:
+  // compare counts and a hash of (global id, holder ranks) per row. (With
+  // holders in the hash, a row one rank shares with {1, 2} while rank 2
+  // does not list rank 1 is caught too.)
   std::vector<int64_t> mine(2 * p), theirs(2 * p);
   for (int q = 0; q < p; ++q) {
-    std::vector<int64_t> ids;
-    for (const auto& [global, row] : shared[q]) ids.push_back(global);
-    mine[2 * q] = static_cast<int64_t>(ids.size());
-    mine[2 * q + 1] = static_cast<int64_t>(XXH3_64bits(ids.data(), ids.size() * sizeof(int64_t)));
+    std::vector<int64_t> words;
+    for (const auto& s : shared[q]) {
+      words.push_back(s.global);
+      words.push_back(static_cast<int64_t>(holders[s.mirror].size()));
+      words.insert(words.end(), holders[s.mirror].begin(), holders[s.mirror].end());
+    }
+    mine[2 * q] = static_cast<int64_t>(shared[q].size());
+    mine[2 * q + 1] =
+        static_cast<int64_t>(XXH3_64bits(words.data(), words.size() * sizeof(int64_t)));
   }
   const std::vector<std::size_t> two(p, 2);
   comm_.alltoallv_async<int64_t>(mine, two, theirs, two, Algorithm::native).wait();
@@ -117,7 +133,8 @@ HaloExchange::HaloExchange(Communicator comm, const MirrorTable& m, int64_t rows
                             me, mine[2 * q], q, q, theirs[2 * q], me);
     } else if (mine[2 * q + 1] != theirs[2 * q + 1]) {
       problem = fmt::format("rank {}: halo exchange: ranks {} and {} share {} rows but list "
-                            "different global ids", me, me, q, mine[2 * q]);
+                            "different global ids or different holders for them",
+                            me, me, q, mine[2 * q]);
     }
   }
   agree(comm_, problem);
@@ -125,7 +142,7 @@ HaloExchange::HaloExchange(Communicator comm, const MirrorTable& m, int64_t rows
   for (int q = 0; q < p; ++q) {
     if (shared[q].empty()) continue;
     peers_.push_back(q);
-    for (const auto& [global, row] : shared[q]) staged_row_.push_back(row);
+    for (const auto& s : shared[q]) staged_row_.push_back(s.row);
     staged_offset_.push_back(staged_row_.size());
   }
 
@@ -136,17 +153,13 @@ HaloExchange::HaloExchange(Communicator comm, const MirrorTable& m, int64_t rows
             [&](auto a, auto b) { return m.local_row[a] < m.local_row[b]; });
   for (std::size_t i : mirror_order) {
     if (m.offset[i + 1] == m.offset[i]) continue;
-    std::vector<int32_t> holders(m.ranks.begin() + m.offset[i], m.ranks.begin() + m.offset[i + 1]);
-    holders.push_back(me);
-    std::sort(holders.begin(), holders.end());
     reduce_row_.push_back(m.local_row[i]);
-    for (int32_t q : holders) {
+    for (int32_t q : holders[i]) {
       int64_t slot = -1;
       if (q != me) {
         const std::size_t k = std::lower_bound(peers_.begin(), peers_.end(), q) - peers_.begin();
         const auto& list = shared[q];
-        const auto at = std::lower_bound(list.begin(), list.end(),
-                                         std::pair{m.global_id[i], std::numeric_limits<int64_t>::min()});
+        const auto at = std::lower_bound(list.begin(), list.end(), Shared{m.global_id[i], 0, 0});
         slot = static_cast<int64_t>(staged_offset_[k] + (at - list.begin()));
       }
       contribution_rank_.push_back(q);

@@ -79,9 +79,17 @@ bool Transfers::poll() {
   testing_.clear();
   for (int slot : awaited_) testing_.push_back(requests_[slot]);
   int done = 0;
-  const int rc = MPI_Testall(static_cast<int>(testing_.size()), testing_.data(), &done,
-                             MPI_STATUSES_IGNORE);
+  statuses_.resize(testing_.size());
+  int rc = MPI_Testall(static_cast<int>(testing_.size()), testing_.data(), &done, statuses_.data());
   for (std::size_t i = 0; i < awaited_.size(); ++i) requests_[awaited_[i]] = testing_[i];
+  if (rc == MPI_ERR_IN_STATUS) {  // report the failed request's own error
+    for (const auto& status : statuses_) {
+      if (status.MPI_ERROR != MPI_SUCCESS && status.MPI_ERROR != MPI_ERR_PENDING) {
+        rc = status.MPI_ERROR;
+        break;
+      }
+    }
+  }
   check_mpi(rc, "MPI_Testall (" + pending_description() + ")");
   if (!done) return false;
   for (int slot : awaited_) {

@@ -68,6 +68,7 @@ class Transfers {
   std::vector<int> free_;
   std::vector<int> awaited_;
   std::vector<MPI_Request> testing_;
+  std::vector<MPI_Status> statuses_;
   int live_ = 0;
   std::coroutine_handle<> suspended_;
 };

@@ -46,7 +46,9 @@ bool WorkState::progress() {
     transfers.abandon();
   }
   finished = true;
-  scratch.release();
+  // After a failure a send may still read from scratch (sends cannot be
+  // cancelled): its buffers stay out of the pool.
+  if (!error) scratch.release();
   if (registered) {
     std::erase(owner->in_flight, this);
     registered = false;

@@ -38,8 +38,8 @@ class CommunicatorImpl {
   CommunicatorImpl(MPI_Comm user, CommunicatorOptions options);  // takes ownership of `user`
   ~CommunicatorImpl();
 
-  MPI_Comm user = MPI_COMM_NULL;      // collectives' native calls and user point to point
-  MPI_Comm internal = MPI_COMM_NULL;  // the algorithms' point to point
+  MPI_Comm user = MPI_COMM_NULL;      // user point to point, splits, graph communicators
+  MPI_Comm internal = MPI_COMM_NULL;  // every collective (native calls and algorithms)
   int rank = 0, size = 1;
   CommunicatorOptions options;
   ScratchPool pool;
@@ -56,7 +56,7 @@ class CommunicatorImpl {
 class PooledScratch final : public Scratch {
  public:
   explicit PooledScratch(ScratchPool& pool) : pool_(pool) {}
-  ~PooledScratch() override { pool_.release(held_); }
+  ~PooledScratch() override = default;  // see WorkState::progress: released only on success
   std::byte* get(std::size_t bytes) override { return pool_.acquire(bytes, held_); }
   void release() { pool_.release(held_); }
 

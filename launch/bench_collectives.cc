@@ -112,7 +112,26 @@ Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size
 std::vector<TuningRule> rules_from(const std::vector<Row>& rows, Collective op, int ranks) {
   std::map<std::size_t, std::map<Algorithm, double>> times;  // bytes -> algorithm -> avg_us
   for (const auto& row : rows) {
-    if (row.op == op) times[row.bytes][row.algorithm] = row.time.avg_us;
+    if (row.op == op && row.algorithm != Algorithm::automatic) {
+      times[row.bytes][row.algorithm] = row.time.avg_us;
+    }
+  }
+  if (op == Collective::alltoallv) {
+    // Chosen by rank count alone (sizes differ per rank): the most frequent winner.
+    std::map<Algorithm, int> wins;
+    for (const auto& [bytes, by_algorithm] : times) {
+      auto best = by_algorithm.begin();
+      for (auto it = by_algorithm.begin(); it != by_algorithm.end(); ++it) {
+        if (it->second < best->second) best = it;
+      }
+      ++wins[best->first];
+    }
+    if (wins.empty()) return {};
+    auto most = wins.begin();
+    for (auto it = wins.begin(); it != wins.end(); ++it) {
+      if (it->second > most->second) most = it;
+    }
+    return {TuningRule{op, 0, 0, ranks, most->first}};
   }
   std::vector<std::pair<std::size_t, Algorithm>> winners;
   for (const auto& [bytes, by_algorithm] : times) {
@@ -156,12 +175,12 @@ int run_collective_bench(Communicator& comm, const CollectiveBenchOptions& optio
   } else {
     for (const auto& text : options.ops) ops.push_back(parse_collective(text));
   }
-  const Algorithm only = options.algorithm.empty() ? Algorithm::automatic
-                                                   : parse_algorithm(options.algorithm);
+  const bool all = options.algorithm.empty();
+  const Algorithm only = all ? Algorithm::automatic : parse_algorithm(options.algorithm);
   if (options.min_bytes == 0 || options.max_bytes < options.min_bytes) {
     throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
   }
-  if (!options.tune.empty() && only != Algorithm::automatic) {
+  if (!options.tune.empty() && !all) {
     throw std::invalid_argument("--tune compares every algorithm; drop --algorithm");
   }
   const Placement where = placement(comm);
@@ -174,15 +193,17 @@ int run_collective_bench(Communicator& comm, const CollectiveBenchOptions& optio
   std::vector<float> a(options.max_bytes / sizeof(float) + comm.size(), 1.0f);
   std::vector<float> b(a.size(), 0.0f);
   std::vector<Row> rows;
+  bool ran_any = false;
   for (Collective op : ops) {
+    // Every algorithm, then `auto` (what the tuning table picks), unless
+    // --algorithm names one (`auto` included).
     std::vector<Algorithm> algorithms;
     for (Algorithm algorithm : algorithms_for(op)) {
-      if (only == Algorithm::automatic || only == algorithm) algorithms.push_back(algorithm);
+      if (all || only == algorithm) algorithms.push_back(algorithm);
     }
-    if (algorithms.empty()) {
-      throw std::invalid_argument(std::string(name(op)) + " has no algorithm '" +
-                                  options.algorithm + "'");
-    }
+    if (all || only == Algorithm::automatic) algorithms.push_back(Algorithm::automatic);
+    if (algorithms.empty()) continue;  // --algorithm names one this op lacks
+    ran_any = true;
     for (Algorithm algorithm : algorithms) {
       for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
         Case c = make_case(comm, op, algorithm, bytes, a, b);
@@ -202,6 +223,9 @@ int run_collective_bench(Communicator& comm, const CollectiveBenchOptions& optio
         }
       }
     }
+  }
+  if (!ran_any) {
+    throw std::invalid_argument("no operation selected has algorithm '" + options.algorithm + "'");
   }
   if (root) std::printf("algbw, busbw in GB/s (10^9 bytes/s); %s\n", where.describe().c_str());
 

@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
                                 "broadcast, alltoallv; default all");
   bench_collectives->add_option("--algorithm", collective_options.algorithm,
                                 "Only this algorithm (native, ring, recursive_doubling, "
-                                "rabenseifner, binomial, pairwise); default every one");
+                                "rabenseifner, binomial, pairwise, or auto: the tuning "
+                                "table's pick); default every one, then auto");
   bench_collectives->add_option("--min-bytes", collective_options.min_bytes, "Smallest size")
       ->capture_default_str();
   bench_collectives->add_option("--max-bytes", collective_options.max_bytes, "Largest size")

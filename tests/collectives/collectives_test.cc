@@ -239,9 +239,18 @@ std::vector<T>& reused(std::size_t n) {
   return buffer;
 }
 
-std::vector<std::size_t> balanced(std::size_t n, int p) {
+// Uneven blocks summing to n: weights 3, 0, 1, 3, 0, 1, ... (some ranks get
+// nothing), the remainder on rank 0.
+std::vector<std::size_t> uneven(std::size_t n, int p) {
   std::vector<std::size_t> counts(p);
-  for (int r = 0; r < p; ++r) counts[r] = n / p + (std::size_t(r) < n % p);
+  std::size_t weights = 0;
+  for (int r = 0; r < p; ++r) weights += (r % 3 == 0 ? 3 : r % 3 == 2 ? 1 : 0);
+  std::size_t given = 0;
+  for (int r = 0; r < p; ++r) {
+    counts[r] = n * (r % 3 == 0 ? 3 : r % 3 == 2 ? 1 : 0) / weights;
+    given += counts[r];
+  }
+  counts[0] += n - given;
   return counts;
 }
 
@@ -296,7 +305,7 @@ void run_case(const Param& p) {
       break;
     }
     case Collective::reduce_scatter: {
-      const auto counts = balanced(p.n, P);
+      const auto counts = uneven(p.n, P);
       const auto displs = prefix(counts);
       const auto& in = cached_inputs<T>(R, p.n, p.reduce);
       auto& out = reused<T, 0>(counts[R]);
@@ -320,7 +329,7 @@ void run_case(const Param& p) {
       break;
     }
     case Collective::allgather: {
-      const auto counts = balanced(p.n, P);
+      const auto counts = uneven(p.n, P);
       const auto displs = prefix(counts);
       const auto mine = inputs<T>(R, displs[R], displs[R] + counts[R], ReduceOp::sum);
       auto& out = reused<T, 0>(p.n);

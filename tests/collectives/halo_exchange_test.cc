@@ -27,16 +27,18 @@ uint32_t draw(uint32_t a, uint32_t b, uint32_t c) {
   return rng({{a, b}}, {{c * 2654435761u + 7u}})[0];
 }
 
-// Which ranks hold global row g: rows below `all_rows` are held by every
-// rank; the last rank (if p >= 3) holds only rows nobody else holds;
-// otherwise each rank holds each row with probability 1/2.
+// Which ranks hold global row g: the last rank (if p >= 3) is a loner that
+// holds only rows nobody else holds; rows below `all_rows` are held by every
+// other rank; otherwise each rank holds each row with probability 1/2.
 std::vector<int> holders(int64_t g, int p, int64_t all_rows, uint32_t seed) {
   std::vector<int> h;
+  const int loner = p >= 3 ? p - 1 : -1;
   if (g < all_rows) {
-    for (int q = 0; q < p; ++q) h.push_back(q);
+    for (int q = 0; q < p; ++q) {
+      if (q != loner) h.push_back(q);
+    }
     return h;
   }
-  const int loner = p >= 3 ? p - 1 : -1;
   for (int q = 0; q < p; ++q) {
     if (q != loner && draw(uint32_t(g), uint32_t(q), seed) % 2 == 0) h.push_back(q);
   }
@@ -85,6 +87,9 @@ void run(const HaloCase& hc) {
     if (!others.empty()) table.add(r, mine[r], others);
   }
   HaloExchange halo(comm, table, rows, hc.transport);
+  if (p >= 3 && me == p - 1) {
+    EXPECT_TRUE(halo.peers().empty()) << "the loner shares nothing";
+  }
 
   std::vector<T> data(rows * F);
   for (int64_t r = 0; r < rows; ++r) {
@@ -226,6 +231,47 @@ TEST(HaloErrors, RanksThatDisagreeAreNamed) {
                 std::string::npos) << text;
     }
   }
+}
+
+TEST(Halo, PlanReusedAndTwoExchangesInFlight) {
+  auto comm = Communicator::world();
+  const int p = comm.size(), me = comm.rank();
+  // Global row 0 is on every rank (local row 0); local row 1 is private.
+  MirrorTable table;
+  std::vector<int32_t> others;
+  for (int q = 0; q < p; ++q) {
+    if (q != me) others.push_back(q);
+  }
+  if (!others.empty()) table.add(0, 0, others);
+  HaloExchange halo(comm, table, 2);
+  for (int round = 1; round <= 3; ++round) {
+    std::vector<double> a{double(me + round), 5.0}, b{double(-me), 7.0};
+    Work first = halo.start<double>(a, 1, ReduceOp::sum);
+    Work second = halo.start<double>(b, 1, ReduceOp::min);
+    second.wait();
+    first.wait();
+    EXPECT_EQ(a[0], p * (p - 1) / 2.0 + p * round) << "round " << round;
+    EXPECT_EQ(a[1], 5.0);
+    EXPECT_EQ(b[0], double(1 - p));
+    EXPECT_EQ(b[1], 7.0);
+  }
+}
+
+TEST(HaloErrors, HoldersThatDisagreeAreCaught) {
+  auto comm = Communicator::world();
+  if (comm.size() < 3) GTEST_SKIP() << "needs three ranks";
+  // Rank 0 says global row 9 is on ranks 0, 1, 2; ranks 1 and 2 each say it
+  // is on themselves and rank 0 only. Every pair agrees on the row, not on
+  // its holders.
+  MirrorTable table;
+  if (comm.rank() == 0) {
+    const std::vector<int32_t> both{1, 2};
+    table.add(0, 9, both);
+  } else if (comm.rank() <= 2) {
+    const std::vector<int32_t> zero{0};
+    table.add(0, 9, zero);
+  }
+  EXPECT_THROW(HaloExchange(comm, table, 1), CollectiveError);
 }
 
 TEST(HaloErrors, WrongBufferSize) {
