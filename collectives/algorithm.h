@@ -61,6 +61,7 @@ struct Call {
   std::vector<std::size_t> recv_counts, recv_displs;
   int root = 0;
   std::size_t chunk_bytes = 256 * 1024;  // ring pipelining granularity
+  bool blocking = false;                 // the caller waits right away
 
   // The size the tuner and the benchmark key on (nccl-tests' convention):
   // the whole vector for allreduce, broadcast, reduce_scatter (input) and
@@ -79,6 +80,8 @@ class Scratch {
 };
 
 Task native(Transfers& t, const Call& call, Scratch& scratch);
+// MPI's blocking call for `call` on `comm`, under a BlockingDeadline.
+void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_seconds);
 Task ring_allreduce(Transfers& t, const Call& call, Scratch& scratch);
 Task ring_reduce_scatter(Transfers& t, const Call& call, Scratch& scratch);
 Task ring_allgather(Transfers& t, const Call& call, Scratch& scratch);

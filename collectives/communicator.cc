@@ -138,12 +138,19 @@ Algorithm Communicator::resolve(Collective op, std::size_t bytes, Algorithm requ
   return table.choose(op, bytes, impl_->size);
 }
 
+void Communicator::set_blocking(bool blocking) { impl_->blocking = blocking; }
+
 Work Communicator::start(Call call, Algorithm requested) {
   call.chunk_bytes = impl_->options.chunk_bytes;
+  call.blocking = impl_->blocking;
   // alltoallv's size differs from rank to rank, and every rank must pick the
   // same algorithm: it is chosen by rank count alone (key 0 bytes).
   const std::size_t key = call.op == Collective::alltoallv ? 0 : call.bytes();
   const Algorithm algorithm = resolve(call.op, key, requested);
+  if (algorithm == Algorithm::native && call.blocking) {
+    detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
+    return Work();
+  }
   auto state = std::make_unique<detail::WorkState>(
       impl_,
       fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),

@@ -74,7 +74,14 @@ class Communicator {
   template <typename T>
   void allreduce(std::span<T> data, ReduceOp op = ReduceOp::sum,
                  Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
     allreduce_async<T>(data, data, op, algorithm).wait();
+  }
+  template <typename T>
+  void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum,
+                 Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
+    allreduce_async<T>(send, recv, op, algorithm).wait();
   }
 
   // Equal blocks: send holds size() blocks of recv.size() elements; rank r
@@ -112,26 +119,33 @@ class Communicator {
   template <typename T>
   void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op = ReduceOp::sum,
                       Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
     reduce_scatter_async<T>(send, recv, op, algorithm).wait();
   }
   template <typename T>
   void allgather(std::span<const T> send, std::span<T> recv,
                  Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
     allgather_async<T>(send, recv, algorithm).wait();
   }
   template <typename T>
   void broadcast(std::span<T> data, int root, Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
     broadcast_async<T>(data, root, algorithm).wait();
   }
   template <typename T>
   void alltoallv(std::span<const T> send, std::span<const std::size_t> send_counts,
                  std::span<T> recv, std::span<const std::size_t> recv_counts,
                  Algorithm algorithm = Algorithm::automatic) {
+    Blocking scope(*this);
     alltoallv_async<T>(send, send_counts, recv, recv_counts, algorithm).wait();
   }
 
   Work barrier_async();
-  void barrier() { barrier_async().wait(); }
+  void barrier() {
+    Blocking scope(*this);
+    barrier_async().wait();
+  }
 
   // Point to point on the user's communicator, with the same deadline.
   template <typename T>
@@ -148,6 +162,20 @@ class Communicator {
   const std::shared_ptr<detail::CommunicatorImpl>& shared_impl() const { return impl_; }
 
  private:
+  // Marks the calls started in its scope as waited for right away, so that
+  // `native` may run MPI's blocking call (see native.cc).
+  class Blocking {
+   public:
+    explicit Blocking(Communicator& c) : c_(c) { c_.set_blocking(true); }
+    ~Blocking() { c_.set_blocking(false); }
+    Blocking(const Blocking&) = delete;
+    Blocking& operator=(const Blocking&) = delete;
+
+   private:
+    Communicator& c_;
+  };
+  void set_blocking(bool blocking);
+
   explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl);
   Work start(Call call, Algorithm algorithm);
   Work point_to_point(bool sending, std::byte* data, std::size_t bytes, int peer, int tag);

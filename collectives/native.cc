@@ -1,7 +1,9 @@
-// Algorithm `native`: MPI's own non-blocking collective (MPI_Iallreduce,
-// MPI_Ireduce_scatter, MPI_Iallgatherv, MPI_Ibcast, MPI_Ialltoallv,
-// MPI_Ibarrier), awaited like any other request. Open MPI picks its own
-// algorithm inside (the "tuned"/"libnbc" components).
+// Algorithm `native`: MPI's own collective. A blocking call (allreduce(),
+// ..., or wait() right away, which the blocking forms do) runs MPI's blocking
+// call (MPI_Allreduce, ...: Open MPI's "tuned" component, about twice as fast
+// as its non-blocking "libnbc" for small messages) under a BlockingDeadline;
+// a non-blocking one posts MPI_Iallreduce, ... and is awaited like any other
+// request.
 #include <mpi.h>
 
 #include <climits>
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "collectives/algorithm.h"
+#include "collectives/blocking_deadline.h"
 #include "collectives/error.h"
 
 namespace gnnrt::collectives::detail {
@@ -48,64 +51,102 @@ std::vector<int> as_ints(const std::vector<std::size_t>& v, const char* what) {
   return out;
 }
 
-}  // namespace
-
-Task native(Transfers& t, const Call& call, Scratch& scratch) {
+// Issues MPI's call for `call`: non-blocking when `request` is given,
+// blocking otherwise. `ints` keeps the int count arrays alive until the
+// request completes; `result` is where a reduce_scatter result lands first
+// when recv aliases send.
+void issue(const Call& call, MPI_Comm comm, int rank, MPI_Request* request,
+           std::vector<int> (&ints)[4], std::byte* result) {
   const MPI_Datatype type = mpi_type(call.type);
-  const std::size_t element = call.type.size();
-  MPI_Comm comm = t.comm();
-  MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<int> counts, displs, recv_counts, recv_displs;  // live until the request completes
-  std::byte* result = nullptr;  // set when the result lands in scratch first
+  const bool blocking = request == nullptr;
   switch (call.op) {
     case Collective::allreduce: {
       const void* send = call.send == call.recv ? MPI_IN_PLACE : call.send;
-      check_mpi(MPI_Iallreduce(send, call.recv, as_int(call.count, "count"), type,
-                               mpi_op(call.reduce), comm, &request),
-                "MPI_Iallreduce");
+      const int count = as_int(call.count, "count");
+      check_mpi(blocking ? MPI_Allreduce(send, call.recv, count, type, mpi_op(call.reduce), comm)
+                         : MPI_Iallreduce(send, call.recv, count, type, mpi_op(call.reduce), comm,
+                                          request),
+                "MPI_Allreduce");
       break;
     }
-    case Collective::reduce_scatter: {
-      counts = as_ints(call.counts, "block");
-      const std::size_t mine = call.counts[t.rank()] * element;
-      const std::size_t total = call.bytes();
-      const bool aliased = call.recv < call.send + total && call.send < call.recv + mine;
-      result = aliased ? scratch.get(mine) : call.recv;
-      check_mpi(MPI_Ireduce_scatter(call.send, result, counts.data(), type, mpi_op(call.reduce),
-                                    comm, &request),
-                "MPI_Ireduce_scatter");
+    case Collective::reduce_scatter:
+      ints[0] = as_ints(call.counts, "block");
+      check_mpi(blocking ? MPI_Reduce_scatter(call.send, result, ints[0].data(), type,
+                                              mpi_op(call.reduce), comm)
+                         : MPI_Ireduce_scatter(call.send, result, ints[0].data(), type,
+                                               mpi_op(call.reduce), comm, request),
+                "MPI_Reduce_scatter");
       break;
-    }
     case Collective::allgather: {
-      counts = as_ints(call.counts, "block");
-      displs = as_ints(call.displs, "displacement");
-      const bool in_place = call.send == call.recv + call.displs[t.rank()] * element;
-      check_mpi(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : call.send, counts[t.rank()], type,
-                                call.recv, counts.data(), displs.data(), type, comm, &request),
-                "MPI_Iallgatherv");
+      ints[0] = as_ints(call.counts, "block");
+      ints[1] = as_ints(call.displs, "displacement");
+      const bool in_place = call.send == call.recv + call.displs[rank] * call.type.size();
+      const void* send = in_place ? MPI_IN_PLACE : call.send;
+      check_mpi(blocking ? MPI_Allgatherv(send, ints[0][rank], type, call.recv, ints[0].data(),
+                                          ints[1].data(), type, comm)
+                         : MPI_Iallgatherv(send, ints[0][rank], type, call.recv, ints[0].data(),
+                                           ints[1].data(), type, comm, request),
+                "MPI_Allgatherv");
       break;
     }
-    case Collective::broadcast:
-      check_mpi(MPI_Ibcast(call.recv, as_int(call.count, "count"), type, call.root, comm, &request),
-                "MPI_Ibcast");
+    case Collective::broadcast: {
+      const int count = as_int(call.count, "count");
+      check_mpi(blocking ? MPI_Bcast(call.recv, count, type, call.root, comm)
+                         : MPI_Ibcast(call.recv, count, type, call.root, comm, request),
+                "MPI_Bcast");
       break;
+    }
     case Collective::alltoallv:
-      counts = as_ints(call.counts, "send count");
-      displs = as_ints(call.displs, "send displacement");
-      recv_counts = as_ints(call.recv_counts, "receive count");
-      recv_displs = as_ints(call.recv_displs, "receive displacement");
-      check_mpi(MPI_Ialltoallv(call.send, counts.data(), displs.data(), type, call.recv,
-                               recv_counts.data(), recv_displs.data(), type, comm, &request),
-                "MPI_Ialltoallv");
+      ints[0] = as_ints(call.counts, "send count");
+      ints[1] = as_ints(call.displs, "send displacement");
+      ints[2] = as_ints(call.recv_counts, "receive count");
+      ints[3] = as_ints(call.recv_displs, "receive displacement");
+      check_mpi(blocking ? MPI_Alltoallv(call.send, ints[0].data(), ints[1].data(), type, call.recv,
+                                         ints[2].data(), ints[3].data(), type, comm)
+                         : MPI_Ialltoallv(call.send, ints[0].data(), ints[1].data(), type,
+                                          call.recv, ints[2].data(), ints[3].data(), type, comm,
+                                          request),
+                "MPI_Alltoallv");
       break;
     case Collective::barrier:
-      check_mpi(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+      check_mpi(blocking ? MPI_Barrier(comm) : MPI_Ibarrier(comm, request), "MPI_Barrier");
       break;
   }
+}
+
+// reduce_scatter's recv may alias its own block of send; MPI's call may not.
+bool result_aliases_send(const Call& call, int rank) {
+  if (call.op != Collective::reduce_scatter) return false;
+  const std::size_t mine = call.counts[rank] * call.type.size();
+  return call.recv < call.send + call.bytes() && call.send < call.recv + mine;
+}
+
+}  // namespace
+
+Task native(Transfers& t, const Call& call, Scratch& scratch) {
+  std::vector<int> ints[4];  // live until the request completes
+  const bool aliased = result_aliases_send(call, t.rank());
+  const std::size_t mine = call.op == Collective::reduce_scatter
+                               ? call.counts[t.rank()] * call.type.size() : 0;
+  std::byte* result = aliased ? scratch.get(mine) : call.recv;
+  MPI_Request request = MPI_REQUEST_NULL;
+  issue(call, t.comm(), t.rank(), &request, ints, result);
   co_await t.wait(t.adopt(request, -1));
-  if (call.op == Collective::reduce_scatter && result != call.recv) {
-    std::memcpy(call.recv, result, call.counts[t.rank()] * element);
+  if (aliased) copy_bytes(call.recv, result, mine);
+}
+
+void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_seconds) {
+  std::vector<int> ints[4];
+  const bool aliased = result_aliases_send(call, rank);
+  const std::size_t mine = call.op == Collective::reduce_scatter
+                               ? call.counts[rank] * call.type.size() : 0;
+  std::vector<std::byte> staging(aliased ? mine : 0);
+  std::byte* result = aliased ? staging.data() : call.recv;
+  {
+    BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
+    issue(call, comm, rank, nullptr, ints, result);
   }
+  if (aliased) copy_bytes(call.recv, result, mine);
 }
 
 }  // namespace gnnrt::collectives::detail

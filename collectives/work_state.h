@@ -44,6 +44,7 @@ class CommunicatorImpl {
   CommunicatorOptions options;
   ScratchPool pool;
   std::vector<struct WorkState*> in_flight;
+  bool blocking = false;  // inside a blocking form (Communicator::Blocking)
 
   int next_tag();
   void progress_all();

@@ -59,34 +59,31 @@ Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size
       if (count == 0) return c;
       c.bytes = count * sizeof(float);
       c.step = [&comm, &a, &b, count, algorithm] {
-        comm.allreduce_async<float>(std::span(a.data(), count), std::span(b.data(), count),
-                                    ReduceOp::sum, algorithm)
-            .wait();
+        comm.allreduce<float>(std::span<const float>(a.data(), count), std::span(b.data(), count),
+                              ReduceOp::sum, algorithm);
       };
       break;
     case Collective::broadcast:
       if (count == 0) return c;
       c.bytes = count * sizeof(float);
       c.step = [&comm, &a, count, algorithm] {
-        comm.broadcast_async<float>(std::span(a.data(), count), 0, algorithm).wait();
+        comm.broadcast<float>(std::span(a.data(), count), 0, algorithm);
       };
       break;
     case Collective::reduce_scatter:
       if (block == 0) return c;
       c.bytes = block * p * sizeof(float);
       c.step = [&comm, &a, &b, block, p, algorithm] {
-        comm.reduce_scatter_async<float>(std::span(a.data(), block * p), std::span(b.data(), block),
-                                         ReduceOp::sum, algorithm)
-            .wait();
+        comm.reduce_scatter<float>(std::span<const float>(a.data(), block * p),
+                                   std::span(b.data(), block), ReduceOp::sum, algorithm);
       };
       break;
     case Collective::allgather:
       if (block == 0) return c;
       c.bytes = block * p * sizeof(float);
       c.step = [&comm, &a, &b, block, p, algorithm] {
-        comm.allgather_async<float>(std::span(a.data(), block), std::span(b.data(), block * p),
-                                    algorithm)
-            .wait();
+        comm.allgather<float>(std::span<const float>(a.data(), block),
+                              std::span(b.data(), block * p), algorithm);
       };
       break;
     case Collective::alltoallv: {
@@ -94,9 +91,8 @@ Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size
       c.bytes = block * p * sizeof(float);
       auto counts = std::make_shared<std::vector<std::size_t>>(p, block);
       c.step = [&comm, &a, &b, block, p, counts, algorithm] {
-        comm.alltoallv_async<float>(std::span(a.data(), block * p), *counts,
-                                    std::span(b.data(), block * p), *counts, algorithm)
-            .wait();
+        comm.alltoallv<float>(std::span<const float>(a.data(), block * p), *counts,
+                              std::span(b.data(), block * p), *counts, algorithm);
       };
       break;
     }
