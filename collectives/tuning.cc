@@ -13,24 +13,22 @@
 namespace gnnrt::collectives {
 namespace {
 
-// Condensed from `gnnrt bench collectives --tune` at 2 ranks and 4 ranks
-// (oversubscribed) on the reference machine (2-core AMD EPYC VM, Open MPI
-// 4.1.4, 2026-11-22); bench/README.md has the sweep. Where the two rank
-// counts agreed the rule holds for any count.
+// Condensed from `gnnrt bench collectives --tune` on the reference machine
+// (2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22, np 2 bound to cores, and
+// np 4 oversubscribed); bench/README.md has the sweeps. Where the rank counts
+// agreed the rule holds for any count. Native is MPI's blocking call.
 constexpr const char* kDefaults = R"pb(
-measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22, np 2 and 4"
-rule { op: "allreduce" max_bytes: 511 algorithm: "recursive_doubling" }
-rule { op: "allreduce" min_bytes: 512 max_bytes: 262143 algorithm: "native" }
-rule { op: "allreduce" min_bytes: 262144 algorithm: "rabenseifner" }
-rule { op: "reduce_scatter" ranks: 2 max_bytes: 4194303 algorithm: "rabenseifner" }
-rule { op: "reduce_scatter" ranks: 2 min_bytes: 4194304 algorithm: "ring" }
+measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22"
+rule { op: "allreduce" max_bytes: 8191 algorithm: "native" }
+rule { op: "allreduce" min_bytes: 8192 max_bytes: 2097151 algorithm: "recursive_doubling" }
+rule { op: "allreduce" min_bytes: 2097152 max_bytes: 25165823 algorithm: "native" }
+rule { op: "allreduce" min_bytes: 25165824 algorithm: "rabenseifner" }
 rule { op: "reduce_scatter" max_bytes: 2097151 algorithm: "native" }
 rule { op: "reduce_scatter" min_bytes: 2097152 algorithm: "ring" }
 rule { op: "allgather" max_bytes: 16383 algorithm: "native" }
 rule { op: "allgather" min_bytes: 16384 algorithm: "recursive_doubling" }
-rule { op: "broadcast" max_bytes: 511 algorithm: "binomial" }
-rule { op: "broadcast" min_bytes: 512 algorithm: "native" }
-rule { op: "alltoallv" ranks: 2 max_bytes: 16777215 algorithm: "pairwise" }
+rule { op: "broadcast" algorithm: "native" }
+rule { op: "alltoallv" ranks: 2 algorithm: "pairwise" }
 )pb";
 
 class Collector : public google::protobuf::io::ErrorCollector {
