@@ -151,11 +151,9 @@ Work Communicator::start(Call call, Algorithm requested) {
     detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
     return Work();
   }
-  auto state = std::make_unique<detail::WorkState>(
-      impl_,
-      fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),
-                  name(call.type)),
-      impl_->internal, impl_->next_tag());
+  auto state = std::make_unique<detail::WorkState>(impl_, std::string(), impl_->internal,
+                                                   impl_->next_tag());
+  state->algorithm = algorithm;
   state->call = std::move(call);
   state->launch(detail::run(algorithm, state->transfers, state->call, state->scratch));
   return Work(std::move(state));

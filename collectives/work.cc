@@ -23,6 +23,12 @@ WorkState::~WorkState() {
   if (registered) std::erase(owner->in_flight, this);
 }
 
+std::string WorkState::describe() const {
+  if (!description.empty()) return description;
+  return fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),
+                     name(call.type));
+}
+
 void WorkState::launch(Task task_) {
   task = std::move(task_);
   owner->in_flight.push_back(this);
@@ -64,7 +70,7 @@ namespace {
   const std::string message =
       fmt::format("rank {}: {} timed out after {:.1f} s waiting for {} (deadline {} s; set "
                   "GNNRT_COLLECTIVE_TIMEOUT to change it)",
-                  state.owner->rank, state.description, waited,
+                  state.owner->rank, state.describe(), waited,
                   state.transfers.pending_description(), state.owner->options.timeout_seconds);
   if (state.owner->options.on_timeout == CommunicatorOptions::OnTimeout::raise) {
     throw CollectiveTimeout(message);
@@ -90,7 +96,7 @@ Work& Work::operator=(Work&& other) noexcept {
       try {
         wait();
       } catch (const std::exception& e) {
-        spdlog::error("{} failed while being replaced: {}", state_->description, e.what());
+        spdlog::error("{} failed while being replaced: {}", state_->describe(), e.what());
       }
     }
     state_ = std::move(other.state_);
@@ -103,7 +109,7 @@ Work::~Work() {
     try {
       wait();
     } catch (const std::exception& e) {
-      spdlog::error("{} failed while its Work was destroyed: {}", state_->description, e.what());
+      spdlog::error("{} failed while its Work was destroyed: {}", state_->describe(), e.what());
     }
   }
 }
@@ -131,6 +137,6 @@ void Work::wait() {
 
 bool Work::completed() const { return !state_ || state_->finished; }
 
-std::string Work::description() const { return state_ ? state_->description : "nothing"; }
+std::string Work::description() const { return state_ ? state_->describe() : "nothing"; }
 
 }  // namespace gnnrt::collectives

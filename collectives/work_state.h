@@ -77,7 +77,12 @@ struct WorkState {
   void launch(Task task);
 
   std::shared_ptr<CommunicatorImpl> owner;
+  // What it is, for errors and logs: given as text (halo exchange, point to
+  // point), or formatted from `call` and `algorithm` only when needed (a
+  // collective's hot path formats nothing).
   std::string description;
+  Algorithm algorithm = Algorithm::native;
+  std::string describe() const;
   Call call;
   Transfers transfers;
   PooledScratch scratch;
