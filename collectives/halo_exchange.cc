@@ -229,8 +229,25 @@ struct HaloPlanAccess {
     if (winner != nullptr) std::fill(winner, winner + plan.rows_ * features, me);
     auto* acc = reinterpret_cast<T*>(scratch.get(row_bytes));
     const ElementType type = element_type_v<T>;
+    auto contribution = [&](std::size_t c, T* row) {
+      const int64_t slot = plan.contribution_slot_[c];
+      return slot < 0 ? static_cast<const T*>(row) : reinterpret_cast<const T*>(in + slot * row_bytes);
+    };
     for (std::size_t i = 0; i < plan.reduce_row_.size(); ++i) {
       T* row = data + plan.reduce_row_[i] * features;
+      const std::size_t first = plan.contribution_offset_[i], end = plan.contribution_offset_[i + 1];
+      if (op != ReduceOp::maxloc &&
+          (plan.contribution_slot_[first] < 0 || plan.contribution_slot_[first + 1] < 0)) {
+        // This rank's row is one of the first two: combine them straight
+        // into the row (element by element, so reading it is safe), then
+        // fold in the rest, which are all received rows. Same order, same
+        // bits as the general path below, two row copies fewer.
+        reduce(op, type, row, contribution(first, row), contribution(first + 1, row), features);
+        for (std::size_t c = first + 2; c < end; ++c) {
+          reduce_into(op, type, row, contribution(c, row), features);
+        }
+        continue;
+      }
       int32_t* row_winner = winner != nullptr ? winner + plan.reduce_row_[i] * features : nullptr;
       for (std::size_t c = plan.contribution_offset_[i]; c < plan.contribution_offset_[i + 1]; ++c) {
         const int64_t slot = plan.contribution_slot_[c];
