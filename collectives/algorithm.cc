@@ -99,11 +99,10 @@ std::size_t Call::bytes() const {
 
 namespace detail {
 
-std::vector<std::size_t> balanced_offsets(std::size_t n, int p) {
-  std::vector<std::size_t> offsets(p + 1);
-  const std::size_t base = n / p, extra = n % p;
-  for (int b = 0; b < p; ++b) offsets[b + 1] = offsets[b] + base + (std::size_t(b) < extra);
-  return offsets;
+Blocks balanced_blocks(std::size_t n, int p) {
+  std::vector<std::size_t> lengths(p);
+  for (int b = 0; b < p; ++b) lengths[b] = n / p + (static_cast<std::size_t>(b) < n % p);
+  return contiguous_blocks(lengths);
 }
 
 std::size_t Blocks::max_length() const {

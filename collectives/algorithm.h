@@ -25,7 +25,7 @@ namespace gnnrt::collectives {
 enum class Collective { allreduce, reduce_scatter, allgather, broadcast, alltoallv, barrier };
 enum class Algorithm {
   automatic,           // the tuning table decides
-  native,              // MPI's own non-blocking call
+  native,              // MPI's own call (blocking from the blocking forms)
   ring,                // allreduce, reduce_scatter, allgather
   recursive_doubling,  // allreduce, allgather
   rabenseifner,        // allreduce; reduce_scatter (recursive halving)
@@ -61,7 +61,6 @@ struct Call {
   std::vector<std::size_t> recv_counts, recv_displs;
   int root = 0;
   std::size_t chunk_bytes = 256 * 1024;  // ring pipelining granularity
-  bool blocking = false;                 // the caller waits right away
 
   // The size the tuner and the benchmark key on (nccl-tests' convention):
   // the whole vector for allreduce, broadcast, reduce_scatter (input) and
@@ -106,9 +105,9 @@ Blocks contiguous_blocks(const std::vector<std::size_t>& lengths);
 // memcpy that accepts empty (and then possibly null) ranges.
 void copy_bytes(std::byte* to, const std::byte* from, std::size_t bytes);
 
-// Element offsets of p nearly equal blocks of n elements (the first n % p
-// blocks one longer): block b is [offsets[b], offsets[b + 1]).
-std::vector<std::size_t> balanced_offsets(std::size_t n, int p);
+// p nearly equal blocks of n elements, back to back (the first n % p blocks
+// one longer).
+Blocks balanced_blocks(std::size_t n, int p);
 
 }  // namespace detail
 }  // namespace gnnrt::collectives

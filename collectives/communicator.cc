@@ -142,12 +142,11 @@ void Communicator::set_blocking(bool blocking) { impl_->blocking = blocking; }
 
 Work Communicator::start(Call call, Algorithm requested) {
   call.chunk_bytes = impl_->options.chunk_bytes;
-  call.blocking = impl_->blocking;
   // alltoallv's size differs from rank to rank, and every rank must pick the
   // same algorithm: it is chosen by rank count alone (key 0 bytes).
   const std::size_t key = call.op == Collective::alltoallv ? 0 : call.bytes();
   const Algorithm algorithm = resolve(call.op, key, requested);
-  if (algorithm == Algorithm::native && call.blocking) {
+  if (algorithm == Algorithm::native && impl_->blocking) {
     detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
     return Work();
   }
@@ -204,10 +203,22 @@ std::byte* bytes_of(std::span<T> s) {
   return reinterpret_cast<std::byte*>(s.data());
 }
 
-std::vector<std::size_t> prefix(const std::vector<std::size_t>& counts) {
-  std::vector<std::size_t> displs(counts.size());
-  std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), std::size_t{0});
-  return displs;
+// The fields every collective's Call has.
+template <typename T>
+Call make_call(Collective op, std::span<const T> send, std::span<T> recv) {
+  Call call;
+  call.op = op;
+  call.type = element_type_v<T>;
+  call.send = bytes_of(send);
+  call.recv = bytes_of(recv);
+  return call;
+}
+
+// Per-rank blocks back to back: their counts and displacements.
+void set_blocks(std::vector<std::size_t>& counts, std::vector<std::size_t>& displs,
+                std::span<const std::size_t> from) {
+  counts.assign(from.begin(), from.end());
+  displs = detail::contiguous_blocks(counts).offset;
 }
 
 std::size_t total(std::span<const std::size_t> counts) {
@@ -221,12 +232,8 @@ Work Communicator::allreduce_async(std::span<const T> send, std::span<T> recv, R
                                    Algorithm algorithm) {
   check_reduce(op, element_type_v<T>);
   check_size(*this, "allreduce", "recv", recv.size(), send.size());
-  Call call;
-  call.op = Collective::allreduce;
-  call.type = element_type_v<T>;
+  Call call = make_call(Collective::allreduce, send, recv);
   call.reduce = op;
-  call.send = bytes_of(send);
-  call.recv = bytes_of(recv);
   call.count = send.size();
   return start(std::move(call), algorithm);
 }
@@ -246,14 +253,9 @@ Work Communicator::reduce_scatter_v_async(std::span<const T> send, std::span<T> 
   check_counts(*this, "reduce_scatter", counts.size());
   check_size(*this, "reduce_scatter", "send", send.size(), total(counts));
   check_size(*this, "reduce_scatter", "recv", recv.size(), counts[rank()]);
-  Call call;
-  call.op = Collective::reduce_scatter;
-  call.type = element_type_v<T>;
+  Call call = make_call(Collective::reduce_scatter, send, recv);
   call.reduce = op;
-  call.send = bytes_of(send);
-  call.recv = bytes_of(recv);
-  call.counts.assign(counts.begin(), counts.end());
-  call.displs = prefix(call.counts);
+  set_blocks(call.counts, call.displs, counts);
   return start(std::move(call), algorithm);
 }
 
@@ -269,24 +271,15 @@ Work Communicator::allgather_v_async(std::span<const T> send, std::span<T> recv,
   check_counts(*this, "allgather", counts.size());
   check_size(*this, "allgather", "send", send.size(), counts[rank()]);
   check_size(*this, "allgather", "recv", recv.size(), total(counts));
-  Call call;
-  call.op = Collective::allgather;
-  call.type = element_type_v<T>;
-  call.send = bytes_of(send);
-  call.recv = bytes_of(recv);
-  call.counts.assign(counts.begin(), counts.end());
-  call.displs = prefix(call.counts);
+  Call call = make_call(Collective::allgather, send, recv);
+  set_blocks(call.counts, call.displs, counts);
   return start(std::move(call), algorithm);
 }
 
 template <typename T>
 Work Communicator::broadcast_async(std::span<T> data, int root, Algorithm algorithm) {
   check_peer(*this, "broadcast", root);
-  Call call;
-  call.op = Collective::broadcast;
-  call.type = element_type_v<T>;
-  call.send = bytes_of(data);
-  call.recv = bytes_of(data);
+  Call call = make_call(Collective::broadcast, std::span<const T>(data), data);
   call.count = data.size();
   call.root = root;
   return start(std::move(call), algorithm);
@@ -300,15 +293,9 @@ Work Communicator::alltoallv_async(std::span<const T> send, std::span<const std:
   check_counts(*this, "alltoallv", recv_counts.size());
   check_size(*this, "alltoallv", "send", send.size(), total(send_counts));
   check_size(*this, "alltoallv", "recv", recv.size(), total(recv_counts));
-  Call call;
-  call.op = Collective::alltoallv;
-  call.type = element_type_v<T>;
-  call.send = bytes_of(send);
-  call.recv = bytes_of(recv);
-  call.counts.assign(send_counts.begin(), send_counts.end());
-  call.displs = prefix(call.counts);
-  call.recv_counts.assign(recv_counts.begin(), recv_counts.end());
-  call.recv_displs = prefix(call.recv_counts);
+  Call call = make_call(Collective::alltoallv, send, recv);
+  set_blocks(call.counts, call.displs, send_counts);
+  set_blocks(call.recv_counts, call.recv_displs, recv_counts);
   return start(std::move(call), algorithm);
 }
 

@@ -41,16 +41,6 @@ Range virtual_range(const Fold& fold, const Blocks& blocks, std::size_t element,
   return {blocks.offset[first] * element, (blocks.offset[last] + blocks.length[last]) * element};
 }
 
-Blocks balanced_blocks(std::size_t count, int p) {
-  const auto offsets = balanced_offsets(count, p);
-  Blocks blocks;
-  for (int b = 0; b < p; ++b) {
-    blocks.offset.push_back(offsets[b]);
-    blocks.length.push_back(offsets[b + 1] - offsets[b]);
-  }
-  return blocks;
-}
-
 // Recursive halving among the active ranks: afterwards virtual rank v holds
 // in work the reduction of its own blocks.
 Task halving(Transfers& t, const Fold& fold, std::byte* work, const Blocks& blocks,

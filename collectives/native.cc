@@ -115,38 +115,35 @@ void issue(const Call& call, MPI_Comm comm, int rank, MPI_Request* request,
 }
 
 // reduce_scatter's recv may alias its own block of send; MPI's call may not.
-bool result_aliases_send(const Call& call, int rank) {
-  if (call.op != Collective::reduce_scatter) return false;
+// The bytes of recv to stage elsewhere first (0: none).
+std::size_t staged_result_bytes(const Call& call, int rank) {
+  if (call.op != Collective::reduce_scatter) return 0;
   const std::size_t mine = call.counts[rank] * call.type.size();
-  return call.recv < call.send + call.bytes() && call.send < call.recv + mine;
+  const bool aliased = call.recv < call.send + call.bytes() && call.send < call.recv + mine;
+  return aliased ? mine : 0;
 }
 
 }  // namespace
 
 Task native(Transfers& t, const Call& call, Scratch& scratch) {
   std::vector<int> ints[4];  // live until the request completes
-  const bool aliased = result_aliases_send(call, t.rank());
-  const std::size_t mine = call.op == Collective::reduce_scatter
-                               ? call.counts[t.rank()] * call.type.size() : 0;
-  std::byte* result = aliased ? scratch.get(mine) : call.recv;
+  const std::size_t staged = staged_result_bytes(call, t.rank());
+  std::byte* result = staged > 0 ? scratch.get(staged) : call.recv;
   MPI_Request request = MPI_REQUEST_NULL;
   issue(call, t.comm(), t.rank(), &request, ints, result);
   co_await t.wait(t.adopt(request, -1));
-  if (aliased) copy_bytes(call.recv, result, mine);
+  copy_bytes(call.recv, result, staged);
 }
 
 void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_seconds) {
   std::vector<int> ints[4];
-  const bool aliased = result_aliases_send(call, rank);
-  const std::size_t mine = call.op == Collective::reduce_scatter
-                               ? call.counts[rank] * call.type.size() : 0;
-  std::vector<std::byte> staging(aliased ? mine : 0);
-  std::byte* result = aliased ? staging.data() : call.recv;
+  std::vector<std::byte> staging(staged_result_bytes(call, rank));
+  std::byte* result = staging.empty() ? call.recv : staging.data();
   {
     BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
     issue(call, comm, rank, nullptr, ints, result);
   }
-  if (aliased) copy_bytes(call.recv, result, mine);
+  copy_bytes(call.recv, result, staging.size());
 }
 
 }  // namespace gnnrt::collectives::detail

@@ -85,12 +85,7 @@ Task allgather_phase(Transfers& t, std::byte* work, const Blocks& blocks, Elemen
 Task ring_allreduce(Transfers& t, const Call& call, Scratch& scratch) {
   const std::size_t element = call.type.size();
   copy_bytes(call.recv, call.send, call.count * element);
-  const auto offsets = balanced_offsets(call.count, t.size());
-  Blocks blocks;
-  for (int b = 0; b < t.size(); ++b) {
-    blocks.offset.push_back(offsets[b]);
-    blocks.length.push_back(offsets[b + 1] - offsets[b]);
-  }
+  const Blocks blocks = balanced_blocks(call.count, t.size());
   co_await reduce_scatter_phase(t, call.recv, blocks, call.type, call.reduce, call.chunk_bytes,
                                 scratch);
   co_await allgather_phase(t, call.recv, blocks, call.type);

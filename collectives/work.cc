@@ -116,8 +116,10 @@ Work::~Work() {
 
 bool Work::test() {
   if (!state_) return true;
+  // Advances every operation in flight, this one included (it stays
+  // registered until it finishes), so it is polled once per test().
   state_->owner->progress_all();
-  const bool done = state_->progress();
+  const bool done = state_->finished;
   if (done && state_->error) std::rethrow_exception(std::exchange(state_->error, nullptr));
   return done;
 }

@@ -242,12 +242,13 @@ std::vector<T>& reused(std::size_t n) {
 // Uneven blocks summing to n: weights 3, 0, 1, 3, 0, 1, ... (some ranks get
 // nothing), the remainder on rank 0.
 std::vector<std::size_t> uneven(std::size_t n, int p) {
+  auto weight = [](int r) -> std::size_t { return r % 3 == 0 ? 3 : r % 3 == 2 ? 1 : 0; };
   std::vector<std::size_t> counts(p);
   std::size_t weights = 0;
-  for (int r = 0; r < p; ++r) weights += (r % 3 == 0 ? 3 : r % 3 == 2 ? 1 : 0);
+  for (int r = 0; r < p; ++r) weights += weight(r);
   std::size_t given = 0;
   for (int r = 0; r < p; ++r) {
-    counts[r] = n * (r % 3 == 0 ? 3 : r % 3 == 2 ? 1 : 0) / weights;
+    counts[r] = n * weight(r) / weights;
     given += counts[r];
   }
   counts[0] += n - given;
