@@ -2,6 +2,7 @@
 //   info       what this build is and what it runs on
 //   selfcheck  checks the kernels on this machine (fused == unfused, bits
 //              identical across thread counts)
+//   train      full-batch training of a job on one simulated core
 //   bench collectives | halo   MPI benchmarks (run under mpirun)
 // Exit status 0 on success, 1 on a failed check, 2 on bad usage or input
 // (one clear line on stderr).
@@ -20,6 +21,7 @@
 #include "launch/bench_halo.h"
 #include "launch/info.h"
 #include "launch/selfcheck.h"
+#include "launch/train.h"
 
 namespace {
 
@@ -81,6 +83,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   selfcheck->add_option("--seed", options.seed, "Seed of the random graph")->capture_default_str();
+
+  gnnrt::launch::TrainCommand train_command;
+  auto* train = gnnrt::launch::add_train_command(app, train_command);
 
   auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
   bench->require_subcommand(1);
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
+    if (*train) return gnnrt::launch::run_train(train_command);
   } catch (const std::exception& e) {
     std::cerr << "gnnrt: error: " << e.what() << "\n";
     return 2;

@@ -1,0 +1,88 @@
+// Node-classification datasets: one graph with node features, labels and
+// train/val/test masks, loaded from a NumPy folder or an edge-list CSV folder,
+// or generated (a stochastic block model with planted classes). Formats:
+// docs/file-formats.md. Every function is blocking and returns a fully
+// validated Dataset by value (no shared state: safe from any thread); bad
+// input of any kind throws DatasetError naming the file (or spec) and the
+// row, line or position — never a crash, never a silently wrong graph.
+//
+// Layout: x [N, F] row-major float32; y [N] int64 in [0, num_classes);
+// src/dst [E] int64 in [0, N), edge e carries messages src[e] -> dst[e];
+// masks [N] uint8 holding 0 or 1. Loaded edges are kept as given (no
+// symmetrisation, dedup or self-loop removal: layers add their own loops).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gnnrt::model {
+
+struct Dataset {
+  std::string name;  // "cora", "synthetic", ... (a folder's name for loaded data)
+  int64_t num_nodes = 0, num_features = 0, num_classes = 0;
+  std::vector<float> x;           // [N, F] row-major
+  std::vector<int64_t> y;         // [N], in [0, num_classes)
+  std::vector<int64_t> src, dst;  // E edges, message flows src -> dst
+  std::vector<uint8_t> train_mask, val_mask, test_mask;  // [N], 0/1
+
+  int64_t num_edges() const { return static_cast<int64_t>(src.size()); }
+};
+
+// what() is "<where>: <problem>"; where() is the file (with ":<line>" for
+// text files) or the spec that was rejected.
+class DatasetError : public std::runtime_error {
+ public:
+  DatasetError(std::string where, std::string_view problem);
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+// The ../shared/datasets layout: x.npy, y.npy, edge_index.npy,
+// {train,val,test}_mask.npy. float64 x and int32 y / edge_index are converted.
+Dataset load_npy_folder(const std::filesystem::path& dir);
+
+// edges.csv (required) and nodes.csv (optional): docs/file-formats.md.
+Dataset load_edge_list_csv(const std::filesystem::path& dir);
+
+// Stochastic block model with planted, balanced classes and class-correlated
+// Gaussian features; Planetoid-like split. Field names are the spec's keys.
+struct SyntheticSpec {
+  int64_t nodes = 2000;
+  int64_t classes = 5;
+  int64_t avg_degree = 10;      // expected degree before duplicates are dropped
+  int64_t features = 64;
+  uint64_t seed = 0;
+  double homophily = 0.8;       // probability that a drawn edge stays in its class
+  double feature_noise = 1.0;   // std of the per-feature Gaussian noise
+  double signal = 0.08;         // scale of the class mean vectors (N(0,1) per feature)
+  int64_t train_per_class = 20; // Planetoid's split; scaled down when
+  int64_t num_val = 500;        // 20 * classes + num_val + num_test > nodes
+  int64_t num_test = 1000;
+
+  bool operator==(const SyntheticSpec&) const = default;
+};
+
+// "synthetic" (defaults) or "synthetic:key=value,key=value,..." with the
+// field names above as keys. An unknown or repeated key, a malformed or
+// out-of-range value throws DatasetError naming the key and value.
+SyntheticSpec parse_synthetic_spec(std::string_view spec);
+
+// The spec string that parse_synthetic_spec turns back into `spec` (all keys).
+std::string to_string(const SyntheticSpec& spec);
+
+// The same bytes for the same spec on any machine and any thread count
+// (Philox counters, no std:: distributions or libm). OpenMP inside.
+// Throws DatasetError for an out-of-range spec.
+Dataset make_synthetic(const SyntheticSpec& spec);
+
+// "synthetic[:...]" | "npy:DIR" | "csv:DIR" | DIR (NumPy if DIR/x.npy exists,
+// else CSV if DIR/edges.csv exists).
+Dataset load_dataset(std::string_view spec);
+
+}  // namespace gnnrt::model

@@ -1,0 +1,178 @@
+#include "model/job.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <charconv>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace gnnrt::model {
+namespace {
+
+namespace pb = google::protobuf;
+
+// Collects parse errors with their line and column instead of printing them.
+class ErrorCollector : public pb::io::ErrorCollector {
+ public:
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (first_.empty()) first_ = fmt::format("line {}, column {}: {}", line + 1, column + 1, message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = s.find(sep, start);
+    parts.push_back(s.substr(start, end - start));
+    if (end == std::string_view::npos) return parts;
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+proto::Job parse_job(std::string_view text, std::string_view source) {
+  proto::Job job;
+  ErrorCollector errors;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &job)) {
+    throw JobError(fmt::format("{}: {}", source, errors.first()));
+  }
+  return job;
+}
+
+proto::Job load_job(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw JobError(fmt::format("{}: cannot open the job file", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_job(text.str(), path.string());
+}
+
+void apply_override(proto::Job& job, std::string_view assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    throw JobError(fmt::format("--set '{}': expected path=value", assignment));
+  }
+  const std::string_view path = assignment.substr(0, eq);
+  const std::string value(assignment.substr(eq + 1));
+  pb::Message* message = &job;
+  const auto parts = split(path, '.');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string_view name = parts[i];
+    int64_t index = -1;
+    if (const size_t bracket = name.find('['); bracket != std::string_view::npos) {
+      const std::string_view digits = name.substr(bracket + 1, name.size() - bracket - 2);
+      if (name.back() != ']' ||
+          std::from_chars(digits.data(), digits.data() + digits.size(), index).ec != std::errc() ||
+          index < 0) {
+        throw JobError(fmt::format("--set '{}': bad index in '{}'", assignment, name));
+      }
+      name = name.substr(0, bracket);
+    }
+    const pb::Descriptor* d = message->GetDescriptor();
+    const pb::FieldDescriptor* field = d->FindFieldByName(std::string(name));
+    if (field == nullptr) {
+      std::vector<std::string> names;
+      for (int f = 0; f < d->field_count(); ++f) names.push_back(d->field(f)->name());
+      throw JobError(fmt::format("--set '{}': {} has no field '{}' (fields: {})", assignment,
+                                 d->name(), name, fmt::join(names, ", ")));
+    }
+    const pb::Reflection* r = message->GetReflection();
+    const bool last = i + 1 == parts.size();
+    if (field->is_repeated() != (index >= 0)) {
+      throw JobError(fmt::format("--set '{}': '{}' {} an index", assignment, name,
+                                 field->is_repeated() ? "needs" : "takes no"));
+    }
+    if (!last) {
+      if (field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        throw JobError(fmt::format("--set '{}': '{}' is not a message", assignment, name));
+      }
+      if (index >= 0) {
+        const int size = r->FieldSize(*message, field);
+        if (index > size) {
+          throw JobError(fmt::format("--set '{}': '{}' has {} elements", assignment, name, size));
+        }
+        message = index == size ? r->AddMessage(message, field)
+                                : r->MutableRepeatedMessage(message, field, static_cast<int>(index));
+      } else {
+        message = r->MutableMessage(message, field);
+      }
+      continue;
+    }
+    if (index >= 0) {
+      throw JobError(fmt::format("--set '{}': set an element's fields, e.g. {}[{}].out=16",
+                                 assignment, name, index));
+    }
+    // Parse the value with the text-format rules of the field's type; strings
+    // may be given without quotes.
+    std::string literal = value;
+    if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING &&
+        (literal.empty() || literal.front() != '"')) {
+      literal = fmt::format("\"{}\"", pb::CEscape(literal));
+    }
+    if (!pb::TextFormat::ParseFieldValueFromString(literal, field, message)) {
+      throw JobError(fmt::format("--set '{}': '{}' is not a valid {} for {}", assignment, value,
+                                 field->type_name(), field->full_name()));
+    }
+  }
+}
+
+void validate(const proto::Job& job) {
+  static const std::set<std::string> kLayers{"gcn",     "sage", "gat", "gin",
+                                             "linear",  "dropout", "relu", "elu"};
+  const auto& layers = job.model().layer();
+  if (layers.empty()) throw JobError("job: model has no layers");
+  for (int i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    const auto fail = [&](const std::string& what) {
+      throw JobError(fmt::format("job: model.layer[{}] ({}): {}", i, l.type(), what));
+    };
+    if (!kLayers.count(l.type())) {
+      fail("unknown type; use one of gcn, sage, gat, gin, linear, dropout, relu, elu");
+    }
+    if (l.out() < 0) fail("out must be >= 0");
+    if (l.heads() < 1) fail("heads must be >= 1");
+    if (l.p() < 0 || l.p() >= 1) fail(fmt::format("p = {} is not in [0, 1)", l.p()));
+    if (l.type() == "sage" && l.aggr() != "mean" && l.aggr() != "max") fail("aggr must be mean or max");
+  }
+  if (job.model().loss() != "cross_entropy" && job.model().loss() != "mse") {
+    throw JobError(fmt::format("job: model.loss '{}' must be cross_entropy or mse", job.model().loss()));
+  }
+  const auto& o = job.optimizer();
+  if (o.kind() != "adam" && o.kind() != "adamw" && o.kind() != "sgd") {
+    throw JobError(fmt::format("job: optimizer.kind '{}' must be adam, adamw or sgd", o.kind()));
+  }
+  if (!(o.lr() > 0)) throw JobError(fmt::format("job: optimizer.lr = {} must be > 0", o.lr()));
+  if (o.weight_decay() < 0) throw JobError("job: optimizer.weight_decay must be >= 0");
+  const auto& s = job.schedule();
+  if (s.epochs() < 0) throw JobError("job: schedule.epochs must be >= 0");
+  if (s.lr_schedule() != "constant" && s.lr_schedule() != "step" && s.lr_schedule() != "cosine") {
+    throw JobError(fmt::format("job: schedule.lr_schedule '{}' must be constant, step or cosine",
+                               s.lr_schedule()));
+  }
+  if (s.step_size() < 1) throw JobError("job: schedule.step_size must be >= 1");
+  if (job.checkpoint().every() < 0) throw JobError("job: checkpoint.every must be >= 0");
+  if (job.device().profile() != "trn1" && job.device().profile() != "trn2") {
+    throw JobError(fmt::format("job: device.profile '{}' must be trn1 or trn2", job.device().profile()));
+  }
+  if (job.device().hbm_bytes() < 0) throw JobError("job: device.hbm_bytes must be >= 0");
+}
+
+std::string to_text(const proto::Job& job) {
+  std::string text;
+  pb::TextFormat::PrintToString(job, &text);
+  return text;
+}
+
+}  // namespace gnnrt::model

@@ -1,0 +1,208 @@
+#include "model/network.h"
+
+#include <fmt/format.h>
+
+#include "runtime/builder.h"
+
+namespace gnnrt::model {
+namespace {
+
+using runtime::Builder;
+using gnnrt::DType;
+using runtime::ValueId;
+using Init = ParamDecl::Init;
+
+class NetworkBuilder {
+ public:
+  NetworkBuilder(std::string name, const NetworkShape& shape) : b_(std::move(name)), shape_(shape) {}
+
+  // Emits the layers; returns the last layer's output [N, width].
+  ValueId forward(const proto::Model& model, bool training) {
+    ValueId h = b_.input("x", DType::kF32, {shape_.nodes, shape_.features});
+    int64_t width = shape_.features;
+    graph_ = b_.graph(kGraph, shape_.nodes, shape_.nodes, shape_.edges);
+    graph_self_loops_ = b_.graph(kGraphSelfLoops, shape_.nodes, shape_.nodes, shape_.edges_self_loops);
+    int convs = 0, linears = 0;
+    for (int i = 0; i < model.layer_size(); ++i) {
+      const proto::Layer& l = model.layer(i);
+      const int64_t out = l.out() > 0 ? l.out() : shape_.classes;
+      const std::string& type = l.type();
+      // Dropout masks are keyed by the layer's position in the job.
+      const auto key = static_cast<uint64_t>(i + 1);
+      if (type == "dropout") {
+        Builder::Scope scope(b_, fmt::format("dropout{}", i));
+        if (training) h = b_.dropout(h, l.p(), key);
+      } else if (type == "relu") {
+        h = b_.relu(h);
+      } else if (type == "elu") {
+        h = b_.elu(h, 1.0);
+      } else if (type == "linear") {
+        const std::string name = fmt::format("lin{}", ++linears);
+        Builder::Scope scope(b_, name);
+        h = linear(name, h, width, out, l.bias());
+        width = out;
+      } else {
+        const std::string name = fmt::format("conv{}", ++convs);
+        Builder::Scope scope(b_, name);
+        if (type == "gcn") {
+          h = gcn(name, h, width, out, l);
+          width = out;
+        } else if (type == "sage") {
+          h = sage(name, h, width, out, l);
+          width = out;
+        } else if (type == "gat") {
+          h = gat(name, h, width, out, l, training, key + 1000);
+          width = l.concat() ? out * l.heads() : out;
+        } else if (type == "gin") {
+          h = gin(name, h, width, out, l);
+          width = out;
+        } else {
+          throw std::invalid_argument(fmt::format("unknown layer type '{}'", type));
+        }
+      }
+    }
+    if (width != shape_.classes) {
+      throw std::invalid_argument(fmt::format(
+          "the model's last layer gives {} values per node, the dataset has {} classes", width,
+          shape_.classes));
+    }
+    return h;
+  }
+
+  // The loss over the training mask: (prediction for accuracy, loss).
+  std::pair<ValueId, ValueId> loss(const proto::Model& model, ValueId h) {
+    Builder::Scope scope(b_, "loss");
+    y_ = b_.input("y", DType::kI64, {shape_.nodes});
+    train_mask_ = b_.input("train_mask", DType::kBool, {shape_.nodes});
+    if (model.loss() == "mse") {
+      const ValueId target = b_.input("y_onehot", DType::kF32, {shape_.nodes, shape_.classes});
+      return {h, b_.mse_loss(h, target, train_mask_)};
+    }
+    const ValueId log_prob = b_.log_softmax(h);
+    return {log_prob, b_.nll_loss(log_prob, y_, train_mask_)};
+  }
+
+  Network train_step(const proto::Model& model) {
+    const ValueId h = forward(model, /*training=*/true);
+    const auto [prediction, loss_value] = loss(model, h);
+    (void)prediction;
+    const ValueId metrics = b_.state(kMetrics, DType::kF64, {kMetricSlots});
+    b_.accumulate(metrics, loss_value, kLossSum);
+    return finish(loss_value);
+  }
+
+  Network inference(const proto::Model& model) {
+    const ValueId h = forward(model, /*training=*/false);
+    ValueId prediction = h;
+    if (model.loss() != "mse") {
+      Builder::Scope scope(b_, "loss");
+      prediction = b_.log_softmax(h);
+    }
+    b_.program().value(prediction).name = kLogits;
+    b_.output(prediction);
+    const ValueId y = b_.input("y", DType::kI64, {shape_.nodes});
+    const ValueId metrics = b_.state(kMetrics, DType::kF64, {kMetricSlots});
+    const std::pair<const char*, MetricSlot> masks[] = {
+        {"train_mask", kTrainCorrect}, {"val_mask", kValCorrect}, {"test_mask", kTestCorrect}};
+    for (const auto& [name, slot] : masks) {
+      b_.count_correct(metrics, prediction, y, b_.input(name, DType::kBool, {shape_.nodes}), slot);
+    }
+    return finish(runtime::kNoValue);
+  }
+
+ private:
+  ValueId param(const std::string& name, std::vector<int64_t> shape, Init init, int64_t fan_in,
+                int64_t fan_out) {
+    const ValueId id = b_.parameter(name, shape);
+    params_.push_back(ParamDecl{name, std::move(shape), init, fan_in, fan_out});
+    param_ids_.push_back(id);
+    return id;
+  }
+
+  // torch.nn.Linear: weight [out, in], bias [out], both U(+-1/sqrt(in)).
+  ValueId linear(const std::string& name, ValueId x, int64_t in, int64_t out, bool bias) {
+    ValueId h = b_.linear(x, param(name + ".weight", {out, in}, Init::kTorchLinear, in, out));
+    if (bias) h = b_.bias_add(h, param(name + ".bias", {out}, Init::kTorchLinear, in, out));
+    return h;
+  }
+
+  // GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b (lin first, as PyG writes it;
+  // the compiler moves the matmul to the narrower side).
+  ValueId gcn(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
+    ValueId h = b_.linear(x, param(name + ".lin.weight", {out, in}, Init::kGlorot, in, out));
+    const ValueId norm = b_.gcn_norm(graph_self_loops_);
+    h = b_.aggregate(ops::Reduce::kSum, graph_self_loops_, h, norm);
+    if (l.bias()) h = b_.bias_add(h, param(name + ".bias", {out}, Init::kZeros, in, out));
+    return h;
+  }
+
+  // SAGEConv: lin_l(aggr_{j -> i} x_j) + lin_r(x_i); lin_r has no bias.
+  ValueId sage(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
+    const ValueId agg = b_.aggregate(ops::parse_reduce(l.aggr()), graph_, x);
+    ValueId h = b_.linear(agg, param(name + ".lin_l.weight", {out, in}, Init::kTorchLinear, in, out));
+    h = b_.bias_add(h, param(name + ".lin_l.bias", {out}, Init::kTorchLinear, in, out));
+    const ValueId root =
+        b_.linear(x, param(name + ".lin_r.weight", {out, in}, Init::kTorchLinear, in, out));
+    return b_.add(h, root);
+  }
+
+  // GATConv: per head, alpha = softmax_j(leaky_relu(a_src . W x_j + a_dst . W x_i)),
+  // out_i = sum_j alpha_ij W x_j; heads concatenated or averaged; + bias.
+  ValueId gat(const std::string& name, ValueId x, int64_t in, int64_t channels,
+              const proto::Layer& l, bool training, uint64_t key) {
+    const int64_t heads = l.heads();
+    const ValueId h = b_.linear(
+        x, param(name + ".lin_src.weight", {heads * channels, in}, Init::kGlorot, in, heads * channels));
+    const ValueId att_src = param(name + ".att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
+    const ValueId att_dst = param(name + ".att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
+    const ValueId score = b_.sddmm_add(graph_self_loops_, b_.head_dot(h, att_src, heads),
+                                       b_.head_dot(h, att_dst, heads));
+    ValueId alpha = b_.softmax(graph_self_loops_, b_.leaky_relu(score, l.negative_slope()));
+    if (training) alpha = b_.dropout(alpha, l.p(), key);
+    ValueId out = b_.aggregate(ops::Reduce::kSum, graph_self_loops_, h, alpha);
+    int64_t width = heads * channels;
+    if (!l.concat()) {
+      if (heads > 1) out = b_.head_mean(out, heads);
+      width = channels;
+    }
+    if (l.bias()) out = b_.bias_add(out, param(name + ".bias", {width}, Init::kZeros, in, width));
+    return out;
+  }
+
+  // GINConv: nn((1 + eps) x_i + sum_{j -> i} x_j), nn = Linear, ReLU, Linear.
+  ValueId gin(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
+    const int64_t hidden = l.hidden() > 0 ? l.hidden() : out;
+    const ValueId agg = b_.aggregate(ops::Reduce::kSum, graph_, x);
+    ValueId h = b_.add(l.eps() == 0 ? x : b_.scale(x, 1 + l.eps()), agg);
+    h = b_.relu(linear(name + ".nn.0", h, in, hidden, true));
+    return linear(name + ".nn.2", h, hidden, out, true);
+  }
+
+  Network finish(ValueId loss_value) {
+    Network n;
+    n.params = std::move(params_);
+    n.param_ids = std::move(param_ids_);
+    n.loss = loss_value;
+    n.program = b_.take();
+    return n;
+  }
+
+  Builder b_;
+  NetworkShape shape_;
+  int32_t graph_ = -1, graph_self_loops_ = -1;
+  ValueId y_ = runtime::kNoValue, train_mask_ = runtime::kNoValue;
+  std::vector<ParamDecl> params_;
+  std::vector<ValueId> param_ids_;
+};
+
+}  // namespace
+
+Network build_train_step(const proto::Model& model, const NetworkShape& shape) {
+  return NetworkBuilder("train_step", shape).train_step(model);
+}
+
+Network build_inference(const proto::Model& model, const NetworkShape& shape) {
+  return NetworkBuilder("infer", shape).inference(model);
+}
+
+}  // namespace gnnrt::model

@@ -1,0 +1,64 @@
+// The network a job describes, written as runtime Programs through the
+// Builder: layers with PyG's default semantics (GCNConv, SAGEConv, GATConv,
+// GINConv, Linear, Dropout, ReLU, ELU) and the loss. Layers ask the Builder
+// for aggregations and never call kernels, so the compiler chooses fusion
+// and operation order, and the multi-core runtime can put its halo
+// exchange after each aggregation.
+//
+// Two programs per job, over the same parameters (PyG names:
+// conv1.lin.weight, ...) and the same resident tensors:
+//   train_step  forward in training mode (dropout on) -> loss; the compiler
+//               appends backward and the optimizer; adds the loss to
+//               metrics[0]
+//   infer       forward in eval mode -> "logits"; counts correct
+//               predictions of the train/val/test masks into metrics[2..7]
+// Inputs: "x" [N, F] f32, "y" [N] i64, "train_mask"/"val_mask"/"test_mask"
+// [N] bool ("y_onehot" [N, C] f32 for the mse loss). Graphs: "graph" (the
+// dataset's edges) and "graph_self_loops" (self loops removed, then one
+// added per node, as GCNConv and GATConv do). State: "metrics" [8] f64.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/job.pb.h"
+#include "runtime/program.h"
+
+namespace gnnrt::model {
+
+inline constexpr const char* kGraph = "graph";
+inline constexpr const char* kGraphSelfLoops = "graph_self_loops";
+inline constexpr const char* kMetrics = "metrics";
+inline constexpr const char* kLogits = "logits";
+
+// metrics[] slots: loss sum over steps, then (correct, total) per mask.
+enum MetricSlot : uint64_t { kLossSum = 0, kTrainCorrect = 2, kValCorrect = 4, kTestCorrect = 6 };
+inline constexpr int64_t kMetricSlots = 8;
+
+struct ParamDecl {
+  // kGlorot: U(+-sqrt(6 / (fan_in + fan_out))) (PyG's glorot);
+  // kTorchLinear: U(+-1 / sqrt(fan_in)) (torch.nn.Linear's weight and bias).
+  enum class Init { kGlorot, kZeros, kTorchLinear };
+  std::string name;
+  std::vector<int64_t> shape;
+  Init init = Init::kZeros;
+  int64_t fan_in = 0, fan_out = 0;
+};
+
+struct NetworkShape {
+  int64_t nodes = 0, features = 0, classes = 0;
+  int64_t edges = 0, edges_self_loops = 0;
+};
+
+struct Network {
+  runtime::Program program;
+  std::vector<ParamDecl> params;
+  std::vector<runtime::ValueId> param_ids;  // in params order
+  runtime::ValueId loss = runtime::kNoValue;
+};
+
+Network build_train_step(const proto::Model& model, const NetworkShape& shape);
+Network build_inference(const proto::Model& model, const NetworkShape& shape);
+
+}  // namespace gnnrt::model

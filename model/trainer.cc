@@ -1,0 +1,406 @@
+#include "model/trainer.h"
+
+#include <Random123/philox.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <numbers>
+
+#include "model/checkpoint.h"
+#include "model/dataset.h"
+#include "model/job.h"
+#include "model/network.h"
+#include "runtime/program_cache.h"
+
+namespace gnnrt::model {
+namespace {
+
+using runtime::Core;
+using gnnrt::NpyArray;
+
+constexpr const char* kCheckpointFile = "latest.ckpt";
+constexpr const char* kBestPrefix = "best/";
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<int32_t> to_int32(const std::vector<int64_t>& v, int64_t bound, const char* what) {
+  if (bound > std::numeric_limits<int32_t>::max()) {
+    throw std::invalid_argument(fmt::format("{}: {} nodes exceed the 2^31 a core indexes", what, bound));
+  }
+  return {v.begin(), v.end()};
+}
+
+// The dataset's edges without self loops, then one self loop per node
+// (PyG's remove_self_loops + add_self_loops, as GCNConv and GATConv do).
+std::shared_ptr<const Core::Adjacency> with_self_loops(const Dataset& d) {
+  std::vector<int32_t> src, dst;
+  src.reserve(d.src.size() + static_cast<size_t>(d.num_nodes));
+  dst.reserve(src.capacity());
+  for (size_t e = 0; e < d.src.size(); ++e) {
+    if (d.src[e] == d.dst[e]) continue;
+    src.push_back(static_cast<int32_t>(d.src[e]));
+    dst.push_back(static_cast<int32_t>(d.dst[e]));
+  }
+  for (int64_t v = 0; v < d.num_nodes; ++v) {
+    src.push_back(static_cast<int32_t>(v));
+    dst.push_back(static_cast<int32_t>(v));
+  }
+  return std::make_shared<const Core::Adjacency>(
+      Core::Adjacency::build(src, dst, d.num_nodes, d.num_nodes));
+}
+
+// Uniform draws in [-bound, bound) from Philox keyed by (seed, parameter
+// index): the same parameters on every machine, whatever the thread count.
+void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<float> out) {
+  double bound = 0;
+  switch (p.init) {
+    case ParamDecl::Init::kZeros:
+      std::fill(out.begin(), out.end(), 0.0f);
+      return;
+    case ParamDecl::Init::kGlorot:
+      bound = std::sqrt(6.0 / static_cast<double>(p.fan_in + p.fan_out));
+      break;
+    case ParamDecl::Init::kTorchLinear:
+      bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.fan_in, 1)));
+      break;
+  }
+  using Philox = r123::Philox4x64;
+  for (size_t i = 0; i < out.size(); i += 4) {
+    const Philox::ctr_type r = Philox()({{i / 4, 0, 0, 0}}, {{seed, index}});
+    for (size_t j = 0; j < 4 && i + j < out.size(); ++j) {
+      const double u = static_cast<double>(r.v[j] >> 11) * 0x1.0p-53;  // [0, 1)
+      out[i + j] = static_cast<float>((2 * u - 1) * bound);
+    }
+  }
+}
+
+class Trainer {
+ public:
+  Trainer(const proto::Job& job, const TrainOptions& options)
+      : job_(job), options_(options), core_(profile(), core_options()) {}
+
+  TrainResult run();
+
+ private:
+  runtime::DeviceProfile profile() const {
+    auto p = runtime::DeviceProfile::named(options_.profile.empty() ? job_.device().profile()
+                                                                    : options_.profile);
+    if (options_.hbm_bytes > 0) {
+      p.hbm_bytes = options_.hbm_bytes;
+    } else if (job_.device().hbm_bytes() > 0) {
+      p.hbm_bytes = job_.device().hbm_bytes();
+    }
+    return p;
+  }
+  runtime::CoreOptions core_options() const {
+    runtime::CoreOptions o;
+    if (!options_.no_cache) {
+      o.cache_dir = options_.cache_dir.empty() ? runtime::default_cache_dir() : options_.cache_dir;
+    }
+    o.debug = options_.debug;
+    o.trace = !options_.trace_path.empty();
+    return o;
+  }
+
+  void load_data();
+  void compile();
+  void init_parameters();
+  bool resume();
+  void save(int64_t epoch) const;
+  void keep_best();
+  void restore_best();
+  void write_outputs();
+  EpochMetrics epoch(int64_t index);
+
+  const proto::Job& job_;
+  const TrainOptions& options_;
+  Core core_;
+  Dataset data_;
+  Network train_net_, infer_net_;
+  std::shared_ptr<const runtime::CompiledProgram> train_step_, infer_;
+  TrainResult result_;
+  int64_t start_epoch_ = 0;
+  double best_val_ = -1, best_test_ = 0;
+  int64_t best_epoch_ = -1;
+};
+
+void Trainer::load_data() {
+  data_ = load_dataset(job_.dataset().path());
+  const auto count = [](const std::vector<uint8_t>& m) {
+    return std::count(m.begin(), m.end(), uint8_t{1});
+  };
+  if (count(data_.train_mask) == 0) {
+    throw std::invalid_argument(fmt::format(
+        "dataset '{}' ({}) has no training nodes (train_mask is empty)", data_.name,
+        job_.dataset().path()));
+  }
+  const int64_t n = data_.num_nodes;
+  core_.bind_graph(kGraph, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(
+                               to_int32(data_.src, n, "graph"), to_int32(data_.dst, n, "graph"), n, n)));
+  core_.bind_graph(kGraphSelfLoops, with_self_loops(data_));
+  auto& mem = core_.memory();
+  mem.put("x", NpyArray::from<float>(data_.x, {n, data_.num_features}));
+  mem.put("y", NpyArray::from<int64_t>(data_.y, {n}));
+  mem.put("train_mask", NpyArray::from<uint8_t>(data_.train_mask, {n}));
+  mem.put("val_mask", NpyArray::from<uint8_t>(data_.val_mask, {n}));
+  mem.put("test_mask", NpyArray::from<uint8_t>(data_.test_mask, {n}));
+  if (job_.model().loss() == "mse") {
+    NpyArray onehot(DType::kF32, {n, data_.num_classes});
+    auto v = onehot.values<float>();
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * data_.num_classes + data_.y[i])] = 1;
+    mem.put("y_onehot", std::move(onehot));
+  }
+}
+
+void Trainer::compile() {
+  NetworkShape shape{data_.num_nodes, data_.num_features, data_.num_classes, data_.num_edges(), 0};
+  shape.edges_self_loops = 0;
+  for (size_t e = 0; e < data_.src.size(); ++e) shape.edges_self_loops += data_.src[e] != data_.dst[e];
+  shape.edges_self_loops += data_.num_nodes;
+  train_net_ = build_train_step(job_.model(), shape);
+  infer_net_ = build_inference(job_.model(), shape);
+  runtime::OptimizerConfig opt;
+  const auto& o = job_.optimizer();
+  opt.kind = runtime::OptimizerConfig::parse_kind(o.kind());
+  opt.weight_decay = o.weight_decay();
+  opt.momentum = o.momentum();
+  opt.nesterov = o.nesterov();
+  opt.beta1 = o.beta1();
+  opt.beta2 = o.beta2();
+  opt.eps = o.eps();
+  runtime::CompileOptions train_options;
+  train_options.train = runtime::TrainStep{train_net_.loss, train_net_.param_ids, opt};
+  train_step_ = core_.compile(train_net_.program, train_options);
+  infer_ = core_.compile(infer_net_.program, {});
+  result_.train_plan = train_step_->plan;
+  result_.infer_plan = infer_->plan;
+  result_.train_passes = train_step_->passes;
+}
+
+void Trainer::init_parameters() {
+  auto& mem = core_.memory();
+  for (size_t i = 0; i < train_net_.params.size(); ++i) {
+    const ParamDecl& p = train_net_.params[i];
+    NpyArray a(DType::kF32, p.shape);
+    if (!options_.params_in.empty()) {
+      const auto path = options_.params_in / (p.name + ".npy");
+      if (!std::filesystem::exists(path)) {
+        throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
+                                                path.string(), p.name, runtime::shape_string(p.shape)));
+      }
+      NpyArray in = read_npy(path);
+      if (in.shape() != p.shape) {
+        throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
+                                                path.string(), runtime::shape_string(in.shape()),
+                                                p.name, runtime::shape_string(p.shape)));
+      }
+      const auto values = in.to_vector<float>();
+      std::copy(values.begin(), values.end(), a.values<float>().begin());
+    } else {
+      init_param(p, job_.seed(), i, a.values<float>());
+    }
+    mem.put(p.name, std::move(a));
+  }
+}
+
+bool Trainer::resume() {
+  if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
+  const auto path = std::filesystem::path(job_.checkpoint().dir()) / kCheckpointFile;
+  if (!std::filesystem::exists(path)) return false;
+  const proto::CheckpointState state = load_checkpoint(path);
+  if (state.seed() != job_.seed()) {
+    throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}",
+                                      path.string(), state.seed(), job_.seed()));
+  }
+  auto& mem = core_.memory();
+  for (const auto& t : state.tensors()) {
+    DType dtype = DType::kF32;
+    for (auto d : {DType::kF32, DType::kF64, DType::kI32,
+                   DType::kI64, DType::kBool}) {
+      if (gnnrt::to_string(d) == t.dtype()) dtype = d;
+    }
+    NpyArray a(dtype, {t.shape().begin(), t.shape().end()});
+    if (a.bytes().size() != t.data().size()) {
+      throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}",
+                                        path.string(), t.name(), t.data().size(),
+                                        runtime::shape_string(a.shape())));
+    }
+    std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
+    mem.put(t.name(), std::move(a));
+  }
+  // Every parameter must come back with the shape this job builds.
+  for (const ParamDecl& p : train_net_.params) {
+    if (!mem.has(p.name) || mem.at(p.name).shape() != p.shape) {
+      throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' {} is missing or has another "
+                                        "shape; was it written by a different model?",
+                                        path.string(), p.name, runtime::shape_string(p.shape)));
+    }
+  }
+  start_epoch_ = state.epoch();
+  best_val_ = state.best_val_acc();
+  best_epoch_ = state.best_epoch();
+  best_test_ = state.best_test_acc();
+  spdlog::info("resumed from {} at epoch {}", path.string(), start_epoch_);
+  return true;
+}
+
+void Trainer::save(int64_t epoch) const {
+  proto::CheckpointState state;
+  state.set_job(to_text(job_));
+  state.set_epoch(epoch);
+  state.set_step(epoch);
+  state.set_seed(job_.seed());
+  state.set_best_val_acc(best_val_);
+  state.set_best_epoch(best_epoch_);
+  state.set_best_test_acc(best_test_);
+  for (const auto& [name, t] : core_.memory().tensors()) {
+    // Parameters, optimizer state and best parameters; not the dataset.
+    const bool persistent = train_step_->program.find(name) != runtime::kNoValue &&
+                            train_step_->program.value(train_step_->program.find(name)).role !=
+                                runtime::Role::kInput;
+    if (!persistent && name.rfind(kBestPrefix, 0) != 0) continue;
+    if (name == kMetrics) continue;
+    auto* pt = state.add_tensors();
+    pt->set_name(name);
+    pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
+    for (int64_t d : t.shape()) pt->add_shape(d);
+    pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
+  }
+  save_checkpoint(std::filesystem::path(job_.checkpoint().dir()) / kCheckpointFile, state);
+}
+
+void Trainer::keep_best() {
+  auto& mem = core_.memory();
+  for (const ParamDecl& p : train_net_.params) mem.put(kBestPrefix + p.name, mem.at(p.name));
+}
+
+void Trainer::restore_best() {
+  auto& mem = core_.memory();
+  for (const ParamDecl& p : train_net_.params) {
+    if (mem.has(kBestPrefix + p.name)) mem.put(p.name, mem.at(kBestPrefix + p.name));
+  }
+}
+
+EpochMetrics Trainer::epoch(int64_t index) {
+  EpochMetrics m;
+  m.epoch = index + 1;
+  m.lr = learning_rate(job_, index);
+  const double simulated_before = core_.counters().simulated_seconds;
+  core_.memory().put(kMetrics, NpyArray(DType::kF64, {kMetricSlots}));
+  const runtime::RunContext context{.step = index + 1, .lr = m.lr, .seed = job_.seed()};
+  auto start = std::chrono::steady_clock::now();
+  core_.run(*train_step_, context);
+  m.train_ms = ms_since(start);
+  start = std::chrono::steady_clock::now();
+  core_.run(*infer_, context);
+  m.infer_ms = ms_since(start);
+  m.ms = m.train_ms + m.infer_ms;
+  m.simulated_ms = (core_.counters().simulated_seconds - simulated_before) * 1e3;
+  // The one host synchronisation of the epoch.
+  const NpyArray metrics = core_.read(kMetrics);
+  const auto v = metrics.values<double>();
+  const auto ratio = [&](MetricSlot s) { return v[s + 1] > 0 ? v[s] / v[s + 1] : 0.0; };
+  m.loss = v[kLossSum];
+  m.train_acc = ratio(kTrainCorrect);
+  m.val_acc = ratio(kValCorrect);
+  m.test_acc = ratio(kTestCorrect);
+  return m;
+}
+
+void Trainer::write_outputs() {
+  restore_best();
+  if (!options_.logits_out.empty()) {
+    core_.run(*infer_, {.step = start_epoch_ + 1, .lr = 0, .seed = job_.seed()});
+    write_npy(options_.logits_out, core_.read(*infer_, kLogits));
+  }
+  if (!options_.params_out.empty()) {
+    std::filesystem::create_directories(options_.params_out);
+    for (const ParamDecl& p : train_net_.params) {
+      write_npy(options_.params_out / (p.name + ".npy"), core_.read(p.name));
+    }
+  }
+}
+
+TrainResult Trainer::run() {
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  load_data();
+  compile();
+  if (!resume()) init_parameters();
+  std::ofstream metrics_out;
+  if (!options_.metrics_path.empty()) {
+    metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
+  }
+  const int64_t epochs = job_.schedule().epochs();
+  for (int64_t e = start_epoch_; e < epochs; ++e) {
+    EpochMetrics m = epoch(e);
+    if (m.val_acc > best_val_) {
+      best_val_ = m.val_acc;
+      best_test_ = m.test_acc;
+      best_epoch_ = m.epoch;
+      keep_best();
+    }
+    result_.epochs.push_back(m);
+    const auto& c = core_.counters();
+    if (options_.progress) {
+      spdlog::info("epoch {:>4}/{} loss {:.4f} train {:.4f} val {:.4f} test {:.4f} | {:.2f} ms "
+                   "(simulated {:.3f} ms)",
+                   m.epoch, epochs, m.loss, m.train_acc, m.val_acc, m.test_acc, m.ms, m.simulated_ms);
+    }
+    if (metrics_out) {
+      metrics_out << nlohmann::json{{"epoch", m.epoch},           {"loss", m.loss},
+                                    {"train_acc", m.train_acc},   {"val_acc", m.val_acc},
+                                    {"test_acc", m.test_acc},     {"ms", m.ms},
+                                    {"train_ms", m.train_ms},     {"infer_ms", m.infer_ms},
+                                    {"simulated_ms", m.simulated_ms}, {"lr", m.lr},
+                                    {"compiles", c.compiles},     {"cache_hits", c.cache_hits},
+                                    {"ops_run", c.ops_run},       {"bytes_moved", c.bytes_moved},
+                                    {"host_syncs", c.host_syncs}}
+                         .dump()
+                  << '\n'
+                  << std::flush;
+    }
+    const int every = job_.checkpoint().every();
+    if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) save(m.epoch);
+  }
+  if (!job_.checkpoint().dir().empty()) save(std::max(epochs, start_epoch_));
+  write_outputs();
+  if (!options_.trace_path.empty()) core_.write_trace(options_.trace_path);
+  result_.best_epoch = best_epoch_;
+  result_.best_val_acc = std::max(best_val_, 0.0);
+  result_.test_acc = best_test_;
+  result_.counters = core_.counters();
+  return result_;
+}
+
+}  // namespace
+
+double learning_rate(const proto::Job& job, int64_t epoch) {
+  const auto& s = job.schedule();
+  const double base = job.optimizer().lr();
+  if (epoch < s.warmup_epochs()) {
+    return base * static_cast<double>(epoch + 1) / static_cast<double>(s.warmup_epochs());
+  }
+  const int64_t e = epoch - s.warmup_epochs();
+  const int64_t total = std::max<int64_t>(s.epochs() - s.warmup_epochs(), 1);
+  if (s.lr_schedule() == "step") return base * std::pow(s.gamma(), static_cast<double>(e / s.step_size()));
+  if (s.lr_schedule() == "cosine") {
+    return base * 0.5 * (1 + std::cos(std::numbers::pi * static_cast<double>(e) / static_cast<double>(total)));
+  }
+  return base;
+}
+
+TrainResult train(const proto::Job& job, const TrainOptions& options) {
+  validate(job);
+  return Trainer(job, options).run();
+}
+
+}  // namespace gnnrt::model

@@ -1,0 +1,174 @@
+#include "runtime/autodiff.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <vector>
+
+namespace gnnrt::runtime {
+namespace {
+
+class Backward {
+ public:
+  Backward(Builder& b, const std::vector<bool>& needs) : b_(b), needs_(needs) {}
+
+  void add(ValueId v, ValueId g) {
+    if (v == kNoValue || !needs_[static_cast<size_t>(v)]) return;
+    auto [it, fresh] = grads_.try_emplace(v, g);
+    if (!fresh) it->second = b_.add(it->second, g);
+  }
+  ValueId grad(ValueId v) const {
+    auto it = grads_.find(v);
+    return it == grads_.end() ? kNoValue : it->second;
+  }
+  bool needs(ValueId v) const { return v != kNoValue && needs_[static_cast<size_t>(v)]; }
+
+  // Emits the backward of `op` given the gradient g of its first output.
+  void apply(const Op& op, ValueId g) {
+    const auto& in = op.inputs;
+    const OpAttrs& a = op.attrs;
+    const ValueId out = op.outputs.at(0);
+    switch (op.kind) {
+      case OpKind::kFill:
+      case OpKind::kGcnNorm:
+        return;
+      case OpKind::kMatMul: {
+        const ValueId A = in[0], B = in[1];
+        // C = op(A) op(B); see builder.h for the stored layouts.
+        if (needs(A)) {
+          add(A, a.trans_a ? b_.matmul(B, g, a.trans_b, true) : b_.matmul(g, B, false, !a.trans_b));
+        }
+        if (needs(B)) {
+          add(B, a.trans_b ? b_.matmul(g, A, true, a.trans_a) : b_.matmul(A, g, !a.trans_a, false));
+        }
+        return;
+      }
+      case OpKind::kAdd:
+        add(in[0], g);
+        add(in[1], g);
+        return;
+      case OpKind::kScale:
+        if (needs(in[0])) add(in[0], b_.scale(g, a.alpha));
+        return;
+      case OpKind::kBiasAdd:
+        add(in[0], g);
+        if (needs(in[1])) add(in[1], b_.bias_grad(g));
+        return;
+      case OpKind::kRelu:
+        if (needs(in[0])) add(in[0], b_.relu_grad(in[0], g));
+        return;
+      case OpKind::kLeakyRelu:
+        if (needs(in[0])) add(in[0], b_.leaky_relu_grad(in[0], g, a.alpha));
+        return;
+      case OpKind::kElu:
+        if (needs(in[0])) add(in[0], b_.elu_grad(in[0], g, a.alpha));
+        return;
+      case OpKind::kDropout:
+        if (needs(in[0])) add(in[0], b_.dropout_grad(g, a.alpha, a.key));
+        return;
+      case OpKind::kLogSoftmax:
+        if (needs(in[0])) add(in[0], b_.log_softmax_grad(out, g));
+        return;
+      case OpKind::kNllLoss:
+        if (needs(in[0])) add(in[0], b_.nll_loss_grad(in[0], in[1], in[2], g));
+        return;
+      case OpKind::kMseLoss:
+        if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g));
+        if (needs(in[1])) add(in[1], b_.scale(b_.mse_loss_grad(in[0], in[1], in[2], g), -1.0));
+        return;
+      case OpKind::kHeadDot:
+        if (needs(in[0])) add(in[0], b_.head_dot_grad_x(in[1], g, a.heads));
+        if (needs(in[1])) add(in[1], b_.head_dot_grad_att(in[0], g, in[1], a.heads));
+        return;
+      case OpKind::kHeadMean:
+        if (needs(in[0])) add(in[0], b_.head_mean_grad(g, a.heads));
+        return;
+      case OpKind::kGather:
+        if (needs(in[0])) add(in[0], b_.gather_grad(a.graph, g));
+        return;
+      case OpKind::kEdgeScale:
+        if (needs(in[0])) add(in[0], b_.edge_scale(g, in[1]));
+        if (needs(in[1])) add(in[1], b_.edge_dot(g, in[0], in[1]));
+        return;
+      case OpKind::kScatter: {
+        const ValueId arg = op.outputs.size() > 1 ? op.outputs[1] : kNoValue;
+        if (needs(in[0])) add(in[0], b_.scatter_grad(a.reduce, a.graph, g, arg));
+        return;
+      }
+      case OpKind::kSpmm: {
+        const ValueId w = in.size() > 1 ? in[1] : kNoValue;
+        const ValueId arg = op.outputs.size() > 1 ? op.outputs[1] : kNoValue;
+        if (needs(in[0])) add(in[0], b_.spmm_grad_x(a.reduce, a.graph, in[0], w, g, arg));
+        if (needs(w)) {
+          if (a.reduce != ops::Reduce::kSum) {
+            throw ShapeError(fmt::format(
+                "program '{}': spmm ({}): a trainable edge weight needs reduce sum, not {}",
+                b_.program().name, op.scope, ops::to_string(a.reduce)));
+          }
+          add(w, b_.spmm_grad_w(a.graph, in[0], g, w));
+        }
+        return;
+      }
+      case OpKind::kSddmmAdd:
+        if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph, g));
+        if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph, g));
+        return;
+      case OpKind::kSegmentSoftmax:
+        if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph, out, g));
+        return;
+      default:
+        throw ShapeError(fmt::format("program '{}': {} ({}) has no backward rule",
+                                     b_.program().name, to_string(op.kind), op.scope));
+    }
+  }
+
+ private:
+  Builder& b_;
+  const std::vector<bool>& needs_;
+  std::unordered_map<ValueId, ValueId> grads_;
+};
+
+}  // namespace
+
+std::vector<ValueId> append_backward(Builder& b, ValueId loss, std::span<const ValueId> wrt) {
+  const Program& p = b.program();
+  if (p.value(loss).shape != std::vector<int64_t>{1}) {
+    throw ShapeError(fmt::format("program '{}': the loss '{}' must be a scalar [1], not {}",
+                                 p.name, p.value(loss).name, shape_string(p.value(loss).shape)));
+  }
+  // A value needs a gradient when it is in wrt or computed from one that is.
+  std::vector<bool> needs(p.values.size(), false);
+  for (ValueId v : wrt) needs[static_cast<size_t>(v)] = true;
+  const size_t forward_ops = p.ops.size();
+  for (size_t i = 0; i < forward_ops; ++i) {
+    const Op& op = p.ops[i];
+    bool any = false;
+    for (ValueId v : op.inputs) any = any || (v != kNoValue && needs[static_cast<size_t>(v)]);
+    if (!any) continue;
+    for (ValueId v : op.outputs) {
+      if (p.value(v).dtype == DType::kF32) needs[static_cast<size_t>(v)] = true;
+    }
+  }
+  Backward backward(b, needs);
+  if (!needs[static_cast<size_t>(loss)]) {
+    return std::vector<ValueId>(wrt.size(), kNoValue);
+  }
+  {
+    Builder::Scope scope(b, "loss");
+    backward.add(loss, b.fill({1}, 1.0));
+  }
+  for (size_t i = forward_ops; i-- > 0;) {
+    const Op op = b.program().ops[i];  // a copy: apply() appends to ops
+    if (op.outputs.empty()) continue;
+    const ValueId g = backward.grad(op.outputs[0]);
+    if (g == kNoValue) continue;
+    Builder::Scope scope(b, op.scope);
+    backward.apply(op, g);
+  }
+  std::vector<ValueId> grads;
+  grads.reserve(wrt.size());
+  for (ValueId v : wrt) grads.push_back(backward.grad(v));
+  return grads;
+}
+
+}  // namespace gnnrt::runtime

@@ -1,0 +1,162 @@
+// Core: one simulated NeuronCore. It holds what a real core holds between
+// programs — its device profile, the tensors resident in its HBM (inputs,
+// parameters, optimizer and metric state, by name), the graphs bound to it —
+// compiles Programs (through the program cache) and runs them.
+//
+//   Core core(DeviceProfile::named("trn1"), {.cache_dir = dir});
+//   core.bind_graph("graph", adjacency);
+//   core.memory().put("x", features);            // host -> device
+//   auto step = core.compile(builder.take(), {.train = TrainStep{...}});
+//   core.run(*step, {.step = 1, .lr = 0.01});
+//   NpyArray logits = core.read(*infer, "logits"); // device -> host, counted
+//
+// Compiling: verify -> fuse aggregations -> reorder aggregation and matmul
+// -> autodiff + optimizer (train steps) -> dead-value elimination -> memory
+// plan -> capacity check. Debug mode skips fusion and reordering (every op
+// runs as written), checks each op's outputs for NaN/Inf and names the
+// first op that made one. Errors: ShapeError / CompileError at compile time,
+// RunError at run time, each naming the program and the op.
+//
+// Programs run one at a time on one arena; a program's outputs stay readable
+// until the next run. Not thread-safe (the kernels inside use OpenMP).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/csr.h"
+#include "runtime/device.h"
+#include "runtime/host_memory.h"
+#include "runtime/memory_plan.h"
+#include "runtime/npy.h"
+#include "runtime/optimizer.h"
+#include "runtime/program.h"
+
+namespace gnnrt::runtime {
+
+inline constexpr const char* kCompilerVersion = "gnnrt-compiler-1";
+
+class RunError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// What a train-step program adds to its forward program.
+struct TrainStep {
+  ValueId loss = kNoValue;
+  std::vector<ValueId> params;
+  OptimizerConfig optimizer;
+};
+
+struct CompileOptions {
+  std::optional<TrainStep> train;  // append backward + optimizer
+};
+
+struct PassStats {
+  int fused = 0, reordered = 0, dead_ops = 0, backward_ops = 0;
+};
+
+struct CompiledProgram {
+  Program program;
+  MemoryPlan plan;
+  PassStats passes;
+  std::string key;  // the cache key, 16 hex digits
+  ValueId loss = kNoValue;
+  std::vector<ValueId> params, grads;
+  bool from_cache = false;
+};
+
+// Changing scalars of one run: never compiled in.
+struct RunContext {
+  int64_t step = 1;     // optimizer step (from 1); also keys dropout masks
+  double lr = 0;        // learning rate of this step
+  uint64_t seed = 0;    // dropout seed
+};
+
+struct Counters {
+  int64_t compiles = 0, cache_hits = 0, ops_run = 0, host_syncs = 0;
+  double bytes_moved = 0;
+  double simulated_seconds = 0;
+};
+
+struct CoreOptions {
+  std::filesystem::path cache_dir;  // empty: no program cache
+  bool debug = false;
+  bool trace = false;               // record op times for write_trace()
+};
+
+// The tensors resident on the core, by name.
+class DeviceMemory {
+ public:
+  void put(const std::string& name, NpyArray array) { tensors_[name] = std::move(array); }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  NpyArray& at(const std::string& name);
+  const NpyArray& at(const std::string& name) const;
+  const std::map<std::string, NpyArray>& tensors() const { return tensors_; }
+  void erase(const std::string& name) { tensors_.erase(name); }
+
+ private:
+  std::map<std::string, NpyArray> tensors_;
+};
+
+class Core {
+ public:
+  using Adjacency = ops::Adjacency<int32_t>;
+
+  Core(DeviceProfile profile, CoreOptions options);
+  ~Core();
+
+  const DeviceProfile& profile() const { return profile_; }
+  const CoreOptions& options() const { return options_; }
+  const Counters& counters() const { return counters_; }
+  DeviceMemory& memory() { return memory_; }
+  const DeviceMemory& memory() const { return memory_; }
+
+  void bind_graph(const std::string& name, std::shared_ptr<const Adjacency> adjacency);
+
+  // Compiles `program`, or loads it from the cache when the key matches.
+  std::shared_ptr<const CompiledProgram> compile(Program program, const CompileOptions& options);
+
+  // Runs a compiled program: binds its inputs, parameters and state from
+  // memory() (state missing there is created zero-filled), its graphs by
+  // name, and executes every op, charging the simulated clock.
+  void run(const CompiledProgram& compiled, const RunContext& context);
+
+  // Copies an output of the last run of `compiled` (or any bound tensor) to
+  // the host; counts one host synchronisation.
+  NpyArray read(const CompiledProgram& compiled, const std::string& name);
+  NpyArray read(const std::string& name);  // a resident tensor
+
+  // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
+  void write_trace(const std::filesystem::path& path) const;
+
+ private:
+  struct TraceEvent {
+    std::string name, scope, program;
+    double start_us, duration_us, simulated_us;
+  };
+  struct Bound;
+  Bound bind(const CompiledProgram& compiled);
+  void execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
+               const RunContext& context);
+  void check_finite(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound) const;
+
+  DeviceProfile profile_;
+  CoreOptions options_;
+  Counters counters_;
+  DeviceMemory memory_;
+  std::map<std::string, std::shared_ptr<const Adjacency>> graphs_;
+  HostVector<std::byte> arena_;
+  const CompiledProgram* last_run_ = nullptr;
+  std::vector<TraceEvent> trace_;
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace gnnrt::runtime

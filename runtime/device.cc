@@ -1,0 +1,84 @@
+#include "runtime/device.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace gnnrt::runtime {
+
+DeviceProfile DeviceProfile::named(std::string_view name) {
+  // Per NeuronCore: a chip's published figures divided by its cores
+  // (docs/runtime.md lists the sources). The launch overhead is our
+  // assumption, not a published number.
+  if (name == "trn1") {
+    // Trainium: 2 cores, 32 GiB HBM, 820 GB/s, 47.5 TFLOPS fp32 per chip.
+    return {"trn1", int64_t{16} << 30, 47.5e12 / 2, 820e9 / 2, 2e-6};
+  }
+  if (name == "trn2") {
+    // Trainium2: 8 cores, 96 GiB HBM, 2.9 TB/s, 181 TFLOPS fp32 per chip.
+    return {"trn2", int64_t{12} << 30, 181e12 / 8, 2.9e12 / 8, 2e-6};
+  }
+  throw std::invalid_argument(fmt::format("unknown device profile '{}' (trn1, trn2)", name));
+}
+
+std::string DeviceProfile::to_text() const {
+  return fmt::format("{} hbm={} flops={} bw={} launch={}", name, hbm_bytes, peak_flops,
+                     hbm_bandwidth, launch_seconds);
+}
+
+OpCost op_cost(const Program& p, const Op& op) {
+  OpCost c;
+  for (ValueId v : op.inputs) {
+    if (v != kNoValue) c.bytes += static_cast<double>(p.value(v).bytes());
+  }
+  for (ValueId v : op.outputs) c.bytes += static_cast<double>(p.value(v).bytes());
+  const double out = op.outputs.empty() ? 0 : static_cast<double>(p.value(op.outputs[0]).elements());
+  c.flops = out;
+  if (op.attrs.graph >= 0) {
+    const GraphInfo& g = p.graphs[static_cast<size_t>(op.attrs.graph)];
+    const double edges = static_cast<double>(g.num_edges);
+    // Index arrays (4 bytes per edge and endpoint) are read by every graph op.
+    c.bytes += 8 * edges;
+    const auto& first = p.value(op.inputs.empty() ? op.outputs[0] : op.inputs[0]);
+    const double f = first.shape.size() > 1 ? static_cast<double>(first.shape[1]) : 1;
+    switch (op.kind) {
+      case OpKind::kSpmm:
+      case OpKind::kSpmmGradX:
+        // Each edge gathers a source row instead of reading x once.
+        c.bytes += edges * f * 4 - static_cast<double>(first.bytes());
+        c.flops = 2 * edges * f;
+        break;
+      case OpKind::kSpmmGradW:
+        c.bytes += 2 * edges * f * 4;
+        c.flops = 2 * edges * f;
+        break;
+      case OpKind::kGather:
+      case OpKind::kScatter:
+      case OpKind::kGatherGrad:
+      case OpKind::kScatterGrad:
+        c.flops = edges * f;
+        break;
+      case OpKind::kSegmentSoftmax:
+      case OpKind::kSegmentSoftmaxGrad:
+        c.flops = 5 * edges * f;
+        break;
+      default:
+        c.flops = std::max(out, edges);
+    }
+  }
+  if (op.kind == OpKind::kMatMul) {
+    const auto& a = p.value(op.inputs[0]).shape;
+    const auto& o = p.value(op.outputs[0]).shape;
+    const double k = static_cast<double>(op.attrs.trans_a ? a[0] : a[1]);
+    c.flops = 2 * static_cast<double>(o[0]) * static_cast<double>(o[1]) * k;
+  }
+  return c;
+}
+
+double op_seconds(const DeviceProfile& profile, const OpCost& cost) {
+  return std::max(cost.flops / profile.peak_flops, cost.bytes / profile.hbm_bandwidth) +
+         profile.launch_seconds;
+}
+
+}  // namespace gnnrt::runtime

@@ -1,0 +1,37 @@
+// The simulated NeuronCore's device profile and cost model. A profile gives
+// a core's HBM capacity (the memory plan must fit in it), its fp32 peak, its
+// HBM bandwidth and a per-op launch overhead; an op is charged
+//   max(flops / peak, bytes / bandwidth) + launch
+// to the core's simulated clock. Figures and their sources: docs/runtime.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/program.h"
+
+namespace gnnrt::runtime {
+
+struct DeviceProfile {
+  std::string name;
+  int64_t hbm_bytes = 0;
+  double peak_flops = 0;      // fp32 per second, per core
+  double hbm_bandwidth = 0;   // bytes per second, per core
+  double launch_seconds = 0;  // fixed cost of one op
+
+  // "trn1" | "trn2"; throws std::invalid_argument naming the choices.
+  static DeviceProfile named(std::string_view name);
+  // Everything the compiled program depends on (part of the cache key).
+  std::string to_text() const;
+};
+
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;  // read + written, gathered rows counted per edge
+};
+
+OpCost op_cost(const Program& p, const Op& op);
+double op_seconds(const DeviceProfile& profile, const OpCost& cost);
+
+}  // namespace gnnrt::runtime

@@ -1,0 +1,49 @@
+#include "runtime/optimizer.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace gnnrt::runtime {
+
+OptimizerConfig::Kind OptimizerConfig::parse_kind(std::string_view name) {
+  if (name == "sgd") return Kind::kSgd;
+  if (name == "adam") return Kind::kAdam;
+  if (name == "adamw") return Kind::kAdamW;
+  throw std::invalid_argument(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", name));
+}
+
+std::string OptimizerConfig::to_text() const {
+  static constexpr const char* kNames[] = {"sgd", "adam", "adamw"};
+  return fmt::format("{} weight_decay={} momentum={} nesterov={} betas=({}, {}) eps={}",
+                     kNames[static_cast<int>(kind)], weight_decay, momentum, nesterov, beta1,
+                     beta2, eps);
+}
+
+void append_optimizer(Builder& b, std::span<const ValueId> params, std::span<const ValueId> grads,
+                      const OptimizerConfig& config) {
+  OpAttrs hyper;
+  hyper.weight_decay = config.weight_decay;
+  hyper.momentum = config.momentum;
+  hyper.nesterov = config.nesterov;
+  hyper.beta1 = config.beta1;
+  hyper.beta2 = config.beta2;
+  hyper.eps = config.eps;
+  hyper.decoupled = config.kind == OptimizerConfig::Kind::kAdamW;
+  Builder::Scope scope(b, "optimizer");
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (grads[i] == kNoValue) continue;
+    const ValueId p = params[i];
+    const std::string& name = b.program().value(p).name;
+    const auto shape = b.shape(p);
+    if (config.kind == OptimizerConfig::Kind::kSgd) {
+      b.sgd_update(p, grads[i], b.state(name + ".momentum_buffer", DType::kF32, shape), hyper);
+    } else {
+      const ValueId m = b.state(name + ".exp_avg", DType::kF32, shape);
+      const ValueId v = b.state(name + ".exp_avg_sq", DType::kF32, shape);
+      b.adam_update(p, grads[i], m, v, hyper);
+    }
+  }
+}
+
+}  // namespace gnnrt::runtime

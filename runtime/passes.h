@@ -1,0 +1,39 @@
+// Compiler passes over a Program. Each rewrites the program in place and
+// returns how many rewrites it made; none changes what the program
+// computes beyond float rounding (fusion gives the same bits; reordering a
+// linear aggregation with a matmul changes the summation order). Invalid
+// programs throw CompileError naming the op.
+#pragma once
+
+#include <stdexcept>
+
+#include "runtime/program.h"
+
+namespace gnnrt::runtime {
+
+class CompileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// SSA and reference checks: every op input is defined before use (by an op,
+// or bound: input, parameter, state), every temp is defined exactly once,
+// graph indices exist, outputs are defined.
+void verify(const Program& p);
+
+// gather -> [edge_scale ->] scatter over the same graph, with intermediates
+// used nowhere else, becomes one spmm (the E x F messages are never built).
+int fuse_aggregations(Program& p);
+
+// A linear aggregation (spmm sum or mean with at most one weight per edge)
+// next to a matmul by a weight runs on the narrower side:
+//   matmul(aggregate(X), W) -> aggregate(matmul(X, W))   when W narrows
+//   aggregate(matmul(X, W)) -> matmul(aggregate(X), W)   when W widens
+// (aggregate(X)·W = aggregate(X·W) for per-edge scalar weights).
+int reorder_aggregate_matmul(Program& p);
+
+// Removes ops none of whose outputs is used or a program output, unless the
+// op writes persistent state. Repeats until nothing changes.
+int eliminate_dead_values(Program& p);
+
+}  // namespace gnnrt::runtime

@@ -1,0 +1,210 @@
+#include "runtime/program_cache.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime/compiled_program.pb.h"
+
+namespace gnnrt::runtime {
+namespace {
+
+DType parse_dtype(const std::string& name) {
+  for (DType d : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}) {
+    if (to_string(d) == name) return d;
+  }
+  throw std::invalid_argument("unknown dtype " + name);
+}
+
+Role parse_role(const std::string& name) {
+  for (Role r : {Role::kInput, Role::kParameter, Role::kState, Role::kTemp}) {
+    if (to_string(r) == name) return r;
+  }
+  throw std::invalid_argument("unknown role " + name);
+}
+
+proto::CompiledProgram to_proto(const CompiledProgram& c) {
+  proto::CompiledProgram m;
+  m.set_compiler_version(kCompilerVersion);
+  m.set_key(c.key);
+  m.set_name(c.program.name);
+  for (const ValueInfo& v : c.program.values) {
+    auto* pv = m.add_values();
+    pv->set_name(v.name);
+    pv->set_dtype(std::string(to_string(v.dtype)));
+    for (int64_t d : v.shape) pv->add_shape(d);
+    pv->set_role(std::string(to_string(v.role)));
+    pv->set_offset(v.offset);
+  }
+  for (const GraphInfo& g : c.program.graphs) {
+    auto* pg = m.add_graphs();
+    pg->set_name(g.name);
+    pg->set_num_src(g.num_src);
+    pg->set_num_dst(g.num_dst);
+    pg->set_num_edges(g.num_edges);
+  }
+  for (const Op& op : c.program.ops) {
+    auto* po = m.add_ops();
+    po->set_kind(std::string(to_string(op.kind)));
+    for (ValueId v : op.inputs) po->add_inputs(v);
+    for (ValueId v : op.outputs) po->add_outputs(v);
+    po->set_scope(op.scope);
+    auto* a = po->mutable_attrs();
+    a->set_graph(op.attrs.graph);
+    a->set_reduce(std::string(ops::to_string(op.attrs.reduce)));
+    a->set_trans_a(op.attrs.trans_a);
+    a->set_trans_b(op.attrs.trans_b);
+    a->set_heads(op.attrs.heads);
+    a->set_alpha(op.attrs.alpha);
+    a->set_key(op.attrs.key);
+    a->set_beta1(op.attrs.beta1);
+    a->set_beta2(op.attrs.beta2);
+    a->set_eps(op.attrs.eps);
+    a->set_weight_decay(op.attrs.weight_decay);
+    a->set_momentum(op.attrs.momentum);
+    a->set_decoupled(op.attrs.decoupled);
+    a->set_nesterov(op.attrs.nesterov);
+  }
+  for (ValueId v : c.program.outputs) m.add_outputs(v);
+  auto* plan = m.mutable_plan();
+  plan->set_arena_bytes(c.plan.arena_bytes);
+  plan->set_persistent_bytes(c.plan.persistent_bytes);
+  plan->set_peak_bytes(c.plan.peak_bytes);
+  plan->set_peak_op(c.plan.peak_op);
+  plan->set_peak_live_bytes(c.plan.peak_live_bytes);
+  for (ValueId v : c.params) m.add_params(v);
+  for (ValueId v : c.grads) m.add_grads(v);
+  m.set_loss(c.loss);
+  return m;
+}
+
+CompiledProgram from_proto(const proto::CompiledProgram& m) {
+  CompiledProgram c;
+  c.key = m.key();
+  c.program.name = m.name();
+  for (const auto& pv : m.values()) {
+    c.program.values.push_back(ValueInfo{pv.name(), parse_dtype(pv.dtype()),
+                                         {pv.shape().begin(), pv.shape().end()},
+                                         parse_role(pv.role()), pv.offset()});
+  }
+  for (const auto& pg : m.graphs()) {
+    c.program.graphs.push_back(GraphInfo{pg.name(), pg.num_src(), pg.num_dst(), pg.num_edges()});
+  }
+  for (const auto& po : m.ops()) {
+    Op op;
+    op.kind = parse_op_kind(po.kind());
+    op.inputs.assign(po.inputs().begin(), po.inputs().end());
+    op.outputs.assign(po.outputs().begin(), po.outputs().end());
+    op.scope = po.scope();
+    const auto& a = po.attrs();
+    op.attrs.graph = a.graph();
+    op.attrs.reduce = ops::parse_reduce(a.reduce());
+    op.attrs.trans_a = a.trans_a();
+    op.attrs.trans_b = a.trans_b();
+    op.attrs.heads = a.heads();
+    op.attrs.alpha = a.alpha();
+    op.attrs.key = a.key();
+    op.attrs.beta1 = a.beta1();
+    op.attrs.beta2 = a.beta2();
+    op.attrs.eps = a.eps();
+    op.attrs.weight_decay = a.weight_decay();
+    op.attrs.momentum = a.momentum();
+    op.attrs.decoupled = a.decoupled();
+    op.attrs.nesterov = a.nesterov();
+    c.program.ops.push_back(std::move(op));
+  }
+  c.program.outputs.assign(m.outputs().begin(), m.outputs().end());
+  c.plan = MemoryPlan{m.plan().arena_bytes(), m.plan().persistent_bytes(), m.plan().peak_bytes(),
+                      m.plan().peak_op(), m.plan().peak_live_bytes()};
+  c.params.assign(m.params().begin(), m.params().end());
+  c.grads.assign(m.grads().begin(), m.grads().end());
+  c.loss = m.loss();
+  return c;
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace
+
+std::filesystem::path default_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::filesystem::path(xdg) / "gnnrt";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::filesystem::path(home) / ".cache" / "gnnrt";
+  }
+  return std::filesystem::temp_directory_path() / "gnnrt-cache";
+}
+
+std::string cache_key(const Program& program, const CompileOptions& options,
+                      const DeviceProfile& profile, bool debug) {
+  std::string text = fmt::format("{}\n{}\ndebug={}\n{}", kCompilerVersion, profile.to_text(),
+                                 debug, program.to_text());
+  if (options.train) {
+    text += fmt::format("train loss={} params=({}) optimizer={}\n", options.train->loss,
+                        fmt::join(options.train->params, ","), options.train->optimizer.to_text());
+  }
+  return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
+}
+
+std::filesystem::path ProgramCache::path(const std::string& key) const {
+  return dir_ / (key + ".gnnrtprog");
+}
+
+std::optional<CompiledProgram> ProgramCache::load(const std::string& key) const {
+  if (dir_.empty()) return std::nullopt;
+  std::ifstream in(path(key), std::ios::binary);
+  if (!in) return std::nullopt;
+  proto::CompiledProgram m;
+  if (!m.ParseFromIstream(&in) || m.key() != key || m.compiler_version() != kCompilerVersion) {
+    return std::nullopt;
+  }
+  try {
+    CompiledProgram c = from_proto(m);
+    c.from_cache = true;
+    return c;
+  } catch (const std::exception&) {
+    return std::nullopt;  // an entry from another build: recompile over it
+  }
+}
+
+void ProgramCache::store(const CompiledProgram& compiled) const {
+  if (dir_.empty()) return;
+  std::filesystem::create_directories(dir_);
+  std::string bytes;
+  if (!to_proto(compiled).SerializeToString(&bytes)) {
+    throw std::runtime_error("cannot serialise program " + compiled.program.name);
+  }
+  write_file_atomically(path(compiled.key), bytes);
+}
+
+}  // namespace gnnrt::runtime
