@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -407,11 +408,33 @@ uint64_t below(uint64_t word, uint64_t n) {
 double unit(uint64_t word) { return static_cast<double>(word >> 11) * 0x1p-53; }             // [0, 1)
 double unit_nonzero(uint64_t word) { return static_cast<double>((word >> 11) + 1) * 0x1p-53; }  // (0, 1]
 
+// Series coefficients, computed by the compiler (IEEE division, like at run
+// time) so that the hot loops multiply instead of divide.
+constexpr int kLogTerms = 12, kTrigTerms = 11;
+constexpr std::array<double, kLogTerms> kInverseOdd = [] {  // 1 / 23, 1 / 21, ..., 1 / 1
+  std::array<double, kLogTerms> a{};
+  for (int i = 0; i < kLogTerms; ++i) a[i] = 1.0 / (23 - 2 * i);
+  return a;
+}();
+constexpr std::array<double, kTrigTerms> kSinSteps = [] {  // 1 / (23 * 22), ..., 1 / (3 * 2)
+  std::array<double, kTrigTerms> a{};
+  for (int i = 0; i < kTrigTerms; ++i) a[i] = 1.0 / ((23.0 - 2 * i) * (22.0 - 2 * i));
+  return a;
+}();
+constexpr std::array<double, kTrigTerms> kCosSteps = [] {  // 1 / (22 * 21), ..., 1 / (2 * 1)
+  std::array<double, kTrigTerms> a{};
+  for (int i = 0; i < kTrigTerms; ++i) a[i] = 1.0 / ((22.0 - 2 * i) * (21.0 - 2 * i));
+  return a;
+}();
+
 // ln(u) for u in (0, 1]: u = m 2^e with m in [1/sqrt2, sqrt2), ln m = 2 atanh(t),
 // t = (m - 1) / (m + 1), |t| < 0.18; the series to t^23 is exact to double.
 double log_unit(double u) {
-  int e;
-  double m = std::frexp(u, &e);
+  // u >= 2^-53 is a normal double: split exponent and mantissa bits (frexp,
+  // without the library call).
+  const uint64_t bits = std::bit_cast<uint64_t>(u);
+  int64_t e = static_cast<int64_t>(bits >> 52) - 1022;
+  double m = std::bit_cast<double>((bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1022} << 52));
   if (m < 0.70710678118654752) {
     m *= 2.0;
     --e;
@@ -419,21 +442,22 @@ double log_unit(double u) {
   const double t = (m - 1.0) / (m + 1.0);
   const double t2 = t * t;
   double series = 0.0;
-  for (int k = 23; k >= 1; k -= 2) series = series * t2 + 1.0 / k;
-  return e * 0.69314718055994531 + 2.0 * t * series;
+  for (const double c : kInverseOdd) series = series * t2 + c;
+  return static_cast<double>(e) * 0.69314718055994531 + 2.0 * t * series;
 }
 
 // (cos 2 pi u, sin 2 pi u) for u in [0, 1): quarter turn q exactly, then
-// Taylor series on [0, pi/2) to the 23rd power (error below 1e-17).
+// Taylor series on [0, pi/2) to the 23rd power (error below 1e-17), nested:
+// sin phi / phi = 1 - p2/(2*3) (1 - p2/(4*5) (...)), cos phi = 1 - p2/(1*2) (1 - p2/(3*4) (...)).
 std::pair<double, double> cos_sin_turn(double u) {
   const double four_u = 4.0 * u;
   const int q = static_cast<int>(four_u);
   const double phi = (four_u - q) * 1.5707963267948966;
   const double p2 = phi * phi;
   double s = 1.0, c = 1.0;
-  for (int k = 22; k >= 2; k -= 2) {
-    s = 1.0 - s * p2 / ((k + 1.0) * k);  // sin phi / phi = 1 - p2/(2*3) (1 - p2/(4*5) (...))
-    c = 1.0 - c * p2 / (k * (k - 1.0));  // cos phi = 1 - p2/(1*2) (1 - p2/(3*4) (...))
+  for (int i = 0; i < kTrigTerms; ++i) {
+    s = 1.0 - s * p2 * kSinSteps[i];
+    c = 1.0 - c * p2 * kCosSteps[i];
   }
   s *= phi;
   switch (q) {
@@ -463,25 +487,31 @@ std::array<double, 4> normals(const Philox::ctr_type& w) {
 // has class p % C and is the (p / C)-th member of its class, so classes are
 // balanced (sizes differ by at most one), the k-th member of class c is
 // perm[k * C + c], and the first 20 * C positions hold exactly 20 per class.
+// (Divisions by C are done once here: the edge loop would otherwise pay
+// several 64-bit divisions per edge.)
 struct Planting {
   int64_t classes;
-  std::vector<int64_t> perm;      // position -> node
-  std::vector<int64_t> position;  // node -> position
+  std::vector<int64_t> perm;        // position -> node
+  std::vector<int64_t> class_of;    // node -> class
+  std::vector<int64_t> rank;        // node -> index among its class's members
+  std::vector<int64_t> class_size;  // class -> members
 
-  int64_t class_of(int64_t v) const { return position[v] % classes; }
-  int64_t class_size(int64_t c) const {
-    return (static_cast<int64_t>(perm.size()) - 1 - c) / classes + 1;
-  }
   int64_t member(int64_t c, int64_t k) const { return perm[k * classes + c]; }
 };
 
 Planting plant_classes(const SyntheticSpec& s) {
-  Planting p{s.classes, std::vector<int64_t>(s.nodes), std::vector<int64_t>(s.nodes)};
+  const int64_t n = s.nodes, classes = s.classes;
+  Planting p{classes, std::vector<int64_t>(n), std::vector<int64_t>(n), std::vector<int64_t>(n),
+             std::vector<int64_t>(classes)};
   std::iota(p.perm.begin(), p.perm.end(), 0);
-  for (int64_t i = s.nodes - 1; i > 0; --i) {  // Fisher-Yates
+  for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
     std::swap(p.perm[i], p.perm[below(draw(s.seed, kPermutation, i, 0).v[0], i + 1)]);
   }
-  for (int64_t i = 0; i < s.nodes; ++i) p.position[p.perm[i]] = i;
+  for (int64_t i = 0; i < n; ++i) {
+    p.class_of[p.perm[i]] = i % classes;
+    p.rank[p.perm[i]] = i / classes;
+  }
+  for (int64_t c = 0; c < classes; ++c) p.class_size[c] = (n - 1 - c) / classes + 1;
   return p;
 }
 
@@ -495,22 +525,21 @@ void draw_edges(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   std::vector<int32_t> other(n * slots, -1);  // -1: no edge in this slot
 #pragma omp parallel for schedule(static)
   for (int64_t v = 0; v < n; ++v) {
-    const int64_t c = p.class_of(v);
+    const int64_t c = p.class_of[v];
     for (int64_t j = 0; j < slots; ++j) {
       const Philox::ctr_type w = draw(s.seed, kEdges, v, j);
       if (j == half && (w.v[3] >> 63) == 0) continue;
       int64_t u = -1;
       if (s.classes == 1 || unit(w.v[0]) < s.homophily) {
-        const int64_t size = p.class_size(c);
+        const int64_t size = p.class_size[c];
         if (size < 2) continue;
-        const int64_t self = p.position[v] / s.classes;
         int64_t k = static_cast<int64_t>(below(w.v[2], size - 1));
-        if (k >= self) ++k;
+        if (k >= p.rank[v]) ++k;
         u = p.member(c, k);
       } else {
         const int64_t k = static_cast<int64_t>(below(w.v[1], s.classes - 1));
         const int64_t c2 = k < c ? k : k + 1;
-        u = p.member(c2, static_cast<int64_t>(below(w.v[2], p.class_size(c2))));
+        u = p.member(c2, static_cast<int64_t>(below(w.v[2], p.class_size[c2])));
       }
       other[v * slots + j] = static_cast<int32_t>(u);
     }
@@ -519,19 +548,24 @@ void draw_edges(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   // Both directions into per-source rows (a counting sort), then each row
   // sorted and deduplicated on its own: the result does not depend on threads.
   std::vector<int64_t> row_start(n + 1, 0);
-  for (int64_t i = 0; i < n * slots; ++i) {
-    if (other[i] < 0) continue;
-    ++row_start[i / slots + 1];
-    ++row_start[other[i] + 1];
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t j = 0; j < slots; ++j) {
+      const int64_t u = other[v * slots + j];
+      if (u < 0) continue;
+      ++row_start[v + 1];
+      ++row_start[u + 1];
+    }
   }
   std::partial_sum(row_start.begin(), row_start.end(), row_start.begin());
   std::vector<int32_t> adj(row_start[n]);
   std::vector<int64_t> cursor(row_start.begin(), row_start.end() - 1);
-  for (int64_t i = 0; i < n * slots; ++i) {
-    if (other[i] < 0) continue;
-    const int64_t v = i / slots, u = other[i];
-    adj[cursor[v]++] = static_cast<int32_t>(u);
-    adj[cursor[u]++] = static_cast<int32_t>(v);
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t j = 0; j < slots; ++j) {
+      const int64_t u = other[v * slots + j];
+      if (u < 0) continue;
+      adj[cursor[v]++] = static_cast<int32_t>(u);
+      adj[cursor[u]++] = static_cast<int32_t>(v);
+    }
   }
   std::vector<int64_t>().swap(cursor);
   std::vector<int32_t>().swap(other);
@@ -568,7 +602,7 @@ void draw_features(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   d.x.resize(s.nodes * f);
 #pragma omp parallel for schedule(static)
   for (int64_t v = 0; v < s.nodes; ++v) {
-    const double* m = mean.data() + p.class_of(v) * f;
+    const double* m = mean.data() + p.class_of[v] * f;
     for (int64_t b = 0; b < blocks; ++b) {
       const auto z = normals(draw(s.seed, kFeatures, v, b));
       for (int64_t t = 0; t < 4 && 4 * b + t < f; ++t) {
@@ -720,8 +754,7 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
   d.num_features = spec.features;
   d.num_classes = spec.classes;
   const Planting planting = plant_classes(spec);
-  d.y.resize(spec.nodes);
-  for (int64_t v = 0; v < spec.nodes; ++v) d.y[v] = planting.class_of(v);
+  d.y = planting.class_of;
   draw_edges(spec, planting, d);
   draw_features(spec, planting, d);
   split_nodes(spec, planting, d);

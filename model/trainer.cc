@@ -124,6 +124,7 @@ class Trainer {
   const TrainOptions& options_;
   Core core_;
   Dataset data_;
+  NetworkShape shape_;
   Network train_net_, infer_net_;
   std::shared_ptr<const runtime::CompiledProgram> train_step_, infer_;
   TrainResult result_;
@@ -134,50 +135,20 @@ class Trainer {
 
 void Trainer::load_data() {
   data_ = load_dataset(job_.dataset().path());
-  const auto count = [](const std::vector<uint8_t>& m) {
-    return std::count(m.begin(), m.end(), uint8_t{1});
-  };
-  if (count(data_.train_mask) == 0) {
+  if (std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}) == 0) {
     throw std::invalid_argument(fmt::format(
         "dataset '{}' ({}) has no training nodes (train_mask is empty)", data_.name,
         job_.dataset().path()));
   }
-  const int64_t n = data_.num_nodes;
-  core_.bind_graph(kGraph, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(
-                               to_int32(data_.src, n, "graph"), to_int32(data_.dst, n, "graph"), n, n)));
-  core_.bind_graph(kGraphSelfLoops, with_self_loops(data_));
-  auto& mem = core_.memory();
-  mem.put("x", NpyArray::from<float>(data_.x, {n, data_.num_features}));
-  mem.put("y", NpyArray::from<int64_t>(data_.y, {n}));
-  mem.put("train_mask", NpyArray::from<uint8_t>(data_.train_mask, {n}));
-  mem.put("val_mask", NpyArray::from<uint8_t>(data_.val_mask, {n}));
-  mem.put("test_mask", NpyArray::from<uint8_t>(data_.test_mask, {n}));
-  if (job_.model().loss() == "mse") {
-    NpyArray onehot(DType::kF32, {n, data_.num_classes});
-    auto v = onehot.values<float>();
-    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * data_.num_classes + data_.y[i])] = 1;
-    mem.put("y_onehot", std::move(onehot));
-  }
+  shape_ = bind_dataset(core_, data_, job_.model());
 }
 
 void Trainer::compile() {
-  NetworkShape shape{data_.num_nodes, data_.num_features, data_.num_classes, data_.num_edges(), 0};
-  shape.edges_self_loops = 0;
-  for (size_t e = 0; e < data_.src.size(); ++e) shape.edges_self_loops += data_.src[e] != data_.dst[e];
-  shape.edges_self_loops += data_.num_nodes;
-  train_net_ = build_train_step(job_.model(), shape);
-  infer_net_ = build_inference(job_.model(), shape);
-  runtime::OptimizerConfig opt;
-  const auto& o = job_.optimizer();
-  opt.kind = runtime::OptimizerConfig::parse_kind(o.kind());
-  opt.weight_decay = o.weight_decay();
-  opt.momentum = o.momentum();
-  opt.nesterov = o.nesterov();
-  opt.beta1 = o.beta1();
-  opt.beta2 = o.beta2();
-  opt.eps = o.eps();
+  train_net_ = build_train_step(job_.model(), shape_);
+  infer_net_ = build_inference(job_.model(), shape_);
   runtime::CompileOptions train_options;
-  train_options.train = runtime::TrainStep{train_net_.loss, train_net_.param_ids, opt};
+  train_options.train =
+      runtime::TrainStep{train_net_.loss, train_net_.param_ids, optimizer_config(job_.optimizer())};
   train_step_ = core_.compile(train_net_.program, train_options);
   infer_ = core_.compile(infer_net_.program, {});
   result_.train_plan = train_step_->plan;
@@ -382,6 +353,40 @@ TrainResult Trainer::run() {
 }
 
 }  // namespace
+
+NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& model) {
+  const int64_t n = data.num_nodes;
+  core.bind_graph(kGraph, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(
+                              to_int32(data.src, n, "graph"), to_int32(data.dst, n, "graph"), n, n)));
+  auto self_loops = with_self_loops(data);
+  NetworkShape shape{n, data.num_features, data.num_classes, data.num_edges(), self_loops->num_edges()};
+  core.bind_graph(kGraphSelfLoops, std::move(self_loops));
+  auto& mem = core.memory();
+  mem.put("x", NpyArray::from<float>(data.x, {n, data.num_features}));
+  mem.put("y", NpyArray::from<int64_t>(data.y, {n}));
+  mem.put("train_mask", NpyArray::from<uint8_t>(data.train_mask, {n}));
+  mem.put("val_mask", NpyArray::from<uint8_t>(data.val_mask, {n}));
+  mem.put("test_mask", NpyArray::from<uint8_t>(data.test_mask, {n}));
+  if (model.loss() == "mse") {
+    NpyArray onehot(DType::kF32, {n, data.num_classes});
+    auto v = onehot.values<float>();
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * data.num_classes + data.y[i])] = 1;
+    mem.put("y_onehot", std::move(onehot));
+  }
+  return shape;
+}
+
+runtime::OptimizerConfig optimizer_config(const proto::Optimizer& o) {
+  runtime::OptimizerConfig opt;
+  opt.kind = runtime::OptimizerConfig::parse_kind(o.kind());
+  opt.weight_decay = o.weight_decay();
+  opt.momentum = o.momentum();
+  opt.nesterov = o.nesterov();
+  opt.beta1 = o.beta1();
+  opt.beta2 = o.beta2();
+  opt.eps = o.eps();
+  return opt;
+}
 
 double learning_rate(const proto::Job& job, int64_t epoch) {
   const auto& s = job.schedule();

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "model/dataset.h"
 #include "model/job.pb.h"
+#include "model/network.h"
 #include "runtime/core.h"
 
 namespace gnnrt::model {
@@ -53,6 +55,13 @@ struct TrainResult {
 };
 
 TrainResult train(const proto::Job& job, const TrainOptions& options);
+
+// Puts the dataset on the core as network.h's programs expect it: the
+// tensors x, y, masks (and y_onehot for mse) and both graphs. Returns the
+// shapes to build the programs with.
+NetworkShape bind_dataset(runtime::Core& core, const Dataset& data, const proto::Model& model);
+
+runtime::OptimizerConfig optimizer_config(const proto::Optimizer& optimizer);
 
 // The learning rate of a 0-based epoch under the job's schedule.
 double learning_rate(const proto::Job& job, int64_t epoch);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/autodiff.h"
@@ -53,6 +54,11 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     Builder b(std::move(program));
     const size_t forward_ops = b.program().ops.size();
     c.grads = append_backward(b, t.loss, t.params);
+    if (t.keep_grads) {
+      for (ValueId g : c.grads) {
+        if (g != kNoValue) b.output(g);
+      }
+    }
     append_optimizer(b, t.params, c.grads, t.optimizer);
     c.passes.backward_ops = static_cast<int>(b.program().ops.size() - forward_ops);
     c.params = t.params;
@@ -73,15 +79,21 @@ NpyArray Core::read(const CompiledProgram& compiled, const std::string& name) {
   if (v == kNoValue) {
     throw RunError(fmt::format("program '{}' has no value '{}'", compiled.program.name, name));
   }
+  return read(compiled, v);
+}
+
+NpyArray Core::read(const CompiledProgram& compiled, ValueId v) {
   const ValueInfo& info = compiled.program.value(v);
-  if (info.role != Role::kTemp) return read(name);
+  if (info.role != Role::kTemp) return read(info.name);
+  const bool is_output = std::find(compiled.program.outputs.begin(), compiled.program.outputs.end(),
+                                   v) != compiled.program.outputs.end();
+  if (!is_output || info.offset < 0) {
+    throw RunError(fmt::format("'{}' of program '{}' is not an output; only outputs outlive a run",
+                               info.name, compiled.program.name));
+  }
   if (last_run_ != &compiled) {
     throw RunError(fmt::format("'{}' of program '{}' is gone: another program ran since",
-                               name, compiled.program.name));
-  }
-  if (info.offset < 0) {
-    throw RunError(fmt::format("'{}' of program '{}' is not an output (it was optimised away)",
-                               name, compiled.program.name));
+                               info.name, compiled.program.name));
   }
   NpyArray out(info.dtype, info.shape);
   std::copy_n(arena_.data() + info.offset, out.bytes().size(), out.bytes().data());

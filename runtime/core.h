@@ -53,6 +53,7 @@ struct TrainStep {
   ValueId loss = kNoValue;
   std::vector<ValueId> params;
   OptimizerConfig optimizer;
+  bool keep_grads = false;  // make the gradients outputs, readable after a run
 };
 
 struct CompileOptions {
@@ -132,6 +133,7 @@ class Core {
   // Copies an output of the last run of `compiled` (or any bound tensor) to
   // the host; counts one host synchronisation.
   NpyArray read(const CompiledProgram& compiled, const std::string& name);
+  NpyArray read(const CompiledProgram& compiled, ValueId value);
   NpyArray read(const std::string& name);  // a resident tensor
 
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.

@@ -170,8 +170,9 @@ std::string cache_key(const Program& program, const CompileOptions& options,
   std::string text = fmt::format("{}\n{}\ndebug={}\n{}", kCompilerVersion, profile.to_text(),
                                  debug, program.to_text());
   if (options.train) {
-    text += fmt::format("train loss={} params=({}) optimizer={}\n", options.train->loss,
-                        fmt::join(options.train->params, ","), options.train->optimizer.to_text());
+    text += fmt::format("train loss={} params=({}) optimizer={} keep_grads={}\n",
+                        options.train->loss, fmt::join(options.train->params, ","),
+                        options.train->optimizer.to_text(), options.train->keep_grads);
   }
   return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
 }

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Full-graph GNN training and inference in PyTorch 1.13 on the CPU: the
+yardstick for gnnrt's trainer on the same machine.
+
+The models are tests/reference/gnn_reference.py's (PyG 2.3's layers written
+with plain torch ops, the path PyG itself takes on a CPU without
+torch_scatter/torch_sparse: gather the messages, then index_add /
+scatter_reduce). For each (model, data set, threads) it measures, in a fresh
+subprocess so that peak memory belongs to that configuration alone:
+
+  train_ms     median of one step: forward + masked NLL + backward + Adam
+               (lr 0.01, weight decay 5e-4), model.train(), dropout on
+  infer_ms     median of one eval-mode forward under torch.no_grad()
+  peak_rss_mb  the process's ru_maxrss at the end (Python + torch + data +
+               the timed runs); import_rss_mb is ru_maxrss right after
+               importing torch, to tell the interpreter's share apart
+
+Each timing follows 3 warm-up calls and repeats until it has at least
+--min-reps samples and --min-seconds of them. GCN recomputes its self loops
+and normalisation every call, as PyG does with its default cached=False.
+
+Models (--models): gcn (hidden 16, dropout 0.5 on the input and the hidden
+layer), sage (mean, hidden 16, dropout 0.5), gat (8 heads x 8, dropout 0.6,
+one output head), gcn256 (gcn with hidden 256; PubMed only). Data sets
+(--datasets): cora, pubmed (folder pubmed_synthx) under --datasets-root.
+
+Usage:
+  /usr/bin/python3 bench/compare_torch_train.py [--models gcn,sage,gat,gcn256]
+      [--datasets cora,pubmed] [--threads 1,2] [--json FILE]
+Prints a Markdown table; --json writes the rows as a JSON list of
+{system: "torch", model, dataset, hidden, heads, threads, train_ms, infer_ms,
+peak_rss_mb, import_rss_mb, reps_train, reps_infer}.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET_FOLDERS = {"cora": "cora", "pubmed": "pubmed_synthx"}
+# --models name -> reference model and its settings; `datasets` restricts where it runs
+MODELS = {
+    "gcn": {"model": "gcn", "hidden": 16, "dropout": 0.5},
+    "sage": {"model": "sage", "hidden": 16, "dropout": 0.5, "aggr": "mean"},
+    "gat": {"model": "gat", "hidden": 8, "heads": 8, "dropout": 0.6},
+    "gcn256": {"model": "gcn", "hidden": 256, "dropout": 0.5, "datasets": ["pubmed"]},
+}
+LR, WEIGHT_DECAY = 0.01, 5e-4
+WARMUP = 3
+
+
+def measure(fn, min_reps, min_seconds):
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), len(times)
+
+
+def worker(job):
+    """Runs one configuration in this (fresh) process; returns its row."""
+    import resource
+
+    import torch
+    import_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    torch.set_num_threads(job["threads"])
+    sys.path.insert(0, str(REPO / "tests" / "reference"))
+    import gnn_reference as ref
+
+    spec = MODELS[job["model_key"]]
+    g = ref.load_dataset(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]])
+    torch.manual_seed(0)
+    model = ref.build_model(spec["model"], g.num_features, spec["hidden"], g.num_classes,
+                            dropout=spec["dropout"], aggr=spec.get("aggr", "mean"),
+                            heads=spec.get("heads", 1))
+    opt = ref.make_optimizer("adam", model.parameters(), LR, WEIGHT_DECAY)
+
+    train_ms, reps_train = measure(lambda: ref.train_step(model, g, opt),
+                                   job["min_reps"], job["min_seconds"])
+    infer_ms, reps_infer = measure(lambda: ref.predict(model, g),
+                                   job["min_reps"], job["min_seconds"])
+    return {"system": "torch", "model": spec["model"], "dataset": job["dataset"],
+            "hidden": spec["hidden"], "heads": spec.get("heads", 1), "threads": job["threads"],
+            "train_ms": round(train_ms, 3), "infer_ms": round(infer_ms, 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "import_rss_mb": round(import_rss_mb, 1),
+            "reps_train": reps_train, "reps_infer": reps_infer}
+
+
+def run_job(job):
+    env = dict(os.environ)
+    # Pin every pool a library may start to the measured thread count.
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(job["threads"])
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)],
+                          env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"compare_torch_train: {job['model_key']} on {job['dataset']} with "
+                         f"{job['threads']} thread(s) failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def csv_list(allowed):
+    def parse(text):
+        items = [s for s in text.split(",") if s]
+        bad = [s for s in items if s not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown {bad}; choose from {sorted(allowed)}")
+        return items
+    return parse
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", type=csv_list(MODELS), default=list(MODELS))
+    ap.add_argument("--datasets", type=csv_list(DATASET_FOLDERS), default=list(DATASET_FOLDERS))
+    ap.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")], default=[1, 2])
+    ap.add_argument("--datasets-root", type=Path, default=REPO.parent / "shared" / "datasets")
+    ap.add_argument("--min-reps", type=int, default=10)
+    ap.add_argument("--min-seconds", type=float, default=3.0)
+    ap.add_argument("--json", type=Path, help="also write the rows here as a JSON list")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one configuration
+    args = ap.parse_args()
+
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+
+    rows = []
+    for dataset in args.datasets:
+        for key in args.models:
+            if dataset not in MODELS[key].get("datasets", [dataset]):
+                continue
+            for threads in args.threads:
+                job = {"model_key": key, "dataset": dataset, "threads": threads,
+                       "datasets_root": str(args.datasets_root.resolve()),
+                       "min_reps": args.min_reps, "min_seconds": args.min_seconds}
+                print(f"running {key} on {dataset}, {threads} thread(s)", file=sys.stderr)
+                rows.append(run_job(job))
+
+    print("| model | dataset | hidden | threads | train ms | infer ms | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        hidden = f"{r['heads']}x{r['hidden']}" if r["model"] == "gat" else str(r["hidden"])
+        print(f"| {r['model']} | {r['dataset']} | {hidden} | {r['threads']} | "
+              f"{r['train_ms']:.2f} | {r['infer_ms']:.2f} | {r['peak_rss_mb']:.0f} |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
