@@ -82,6 +82,19 @@ void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<flo
   }
 }
 
+void normalize_features(Dataset& d) {
+  if (d.x.empty()) return;
+  const float low = *std::min_element(d.x.begin(), d.x.end());
+  const auto f = static_cast<size_t>(d.num_features);
+  for (size_t row = 0; row < static_cast<size_t>(d.num_nodes); ++row) {
+    float* x = &d.x[row * f];
+    float sum = 0;
+    for (size_t c = 0; c < f; ++c) sum += (x[c] -= low);
+    const float scale = 1.0f / std::max(sum, 1.0f);
+    for (size_t c = 0; c < f; ++c) x[c] *= scale;
+  }
+}
+
 class Trainer {
  public:
   Trainer(const proto::Job& job, const TrainOptions& options)
@@ -135,6 +148,7 @@ class Trainer {
 
 void Trainer::load_data() {
   data_ = load_dataset(job_.dataset().path());
+  if (job_.dataset().normalize_features()) normalize_features(data_);
   if (std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}) == 0) {
     throw std::invalid_argument(fmt::format(
         "dataset '{}' ({}) has no training nodes (train_mask is empty)", data_.name,

@@ -1,0 +1,252 @@
+// The simulated core on hand-written programs: build-time shape errors,
+// the passes (fusion and reordering change nothing but rounding), the
+// memory plan (no two live values overlap; the peak fits or compilation
+// fails naming the op), the program cache (hit, miss, corrupt entry), and
+// debug mode naming the op that made a NaN.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "runtime/builder.h"
+#include "runtime/core.h"
+#include "runtime/memory_plan.h"
+#include "runtime/passes.h"
+#include "runtime/program_cache.h"
+
+namespace gnnrt::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr int64_t kNodes = 50, kFeatures = 24, kHidden = 6;
+
+// A random graph (with duplicates and an isolated node 0) and its edges.
+struct Graph {
+  std::vector<int32_t> src, dst;
+  std::shared_ptr<const Core::Adjacency> adj;
+};
+
+Graph random_graph(int64_t edges, uint32_t seed) {
+  Graph g;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> node(1, kNodes - 1);
+  for (int64_t e = 0; e < edges; ++e) {
+    g.src.push_back(node(rng));
+    g.dst.push_back(node(rng));
+  }
+  g.adj = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(g.src, g.dst, kNodes, kNodes));
+  return g;
+}
+
+NpyArray random_array(std::vector<int64_t> shape, uint32_t seed) {
+  NpyArray a(DType::kF32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (float& v : a.values<float>()) v = normal(rng);
+  return a;
+}
+
+// h = relu(aggregate_sum(x) W1^T) -> aggregate_mean(h W2^T): one narrowing
+// matmul after an aggregation (reordered), one aggregation of a narrow matmul.
+Program two_layers(int64_t edges) {
+  Builder b("two_layers");
+  const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
+  const int32_t g = b.graph("g", kNodes, kNodes, edges);
+  const ValueId w1 = b.parameter("w1", {kHidden, kFeatures});
+  const ValueId w2 = b.parameter("w2", {3, kHidden});
+  Builder::Scope scope(b, "layer1");
+  const ValueId norm = b.gcn_norm(g);
+  ValueId h = b.linear(b.aggregate(ops::Reduce::kSum, g, x, norm), w1);
+  h = b.relu(h);
+  h = b.aggregate(ops::Reduce::kMean, g, b.linear(h, w2));
+  b.program().value(h).name = "out";
+  b.output(h);
+  return b.take();
+}
+
+TEST(Builder, ShapeErrorNamesOpScopeAndBothShapes) {
+  Builder b("p");
+  const ValueId x = b.input("x", DType::kF32, {10, 4});
+  const ValueId w = b.parameter("w", {3, 5});
+  Builder::Scope scope(b, "conv1");
+  try {
+    b.linear(x, w);
+    FAIL() << "expected a ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("program 'p': matmul (conv1)"));
+    EXPECT_THAT(e.what(), HasSubstr("[10, 4]"));
+    EXPECT_THAT(e.what(), HasSubstr("[3, 5]"));
+  }
+  const int32_t g = b.graph("g", 10, 10, 7);
+  EXPECT_THROW(b.aggregate(ops::Reduce::kSum, g, b.input("y", DType::kF32, {9, 4})), ShapeError);
+  EXPECT_THROW(b.parameter("w", {1}), ShapeError);  // declared twice
+}
+
+TEST(Passes, FusionAndReorderKeepTheResult) {
+  const Graph g = random_graph(300, 1);
+  Program fused = two_layers(300);
+  Program plain = fused;
+  EXPECT_EQ(fuse_aggregations(fused), 2);
+  EXPECT_EQ(reorder_aggregate_matmul(fused), 1);  // the first layer narrows 24 -> 6
+  for (const Op& op : fused.ops) {
+    EXPECT_NE(op.kind, OpKind::kGather);
+    EXPECT_NE(op.kind, OpKind::kScatter);
+  }
+  verify(fused);
+
+  NpyArray results[2];
+  for (int debug = 0; debug < 2; ++debug) {
+    CoreOptions options;
+    options.debug = debug == 1;
+    Core core(DeviceProfile::named("trn1"), options);
+    core.bind_graph("g", g.adj);
+    core.memory().put("x", random_array({kNodes, kFeatures}, 2));
+    core.memory().put("w1", random_array({kHidden, kFeatures}, 3));
+    core.memory().put("w2", random_array({3, kHidden}, 4));
+    const auto compiled = core.compile(debug ? plain : two_layers(300), {});
+    core.run(*compiled, {});
+    results[debug] = core.read(*compiled, "out");
+  }
+  const auto a = results[0].values<float>(), b = results[1].values<float>();
+  double max_abs = 0;
+  for (float v : b) max_abs = std::max(max_abs, static_cast<double>(std::abs(v)));
+  ASSERT_GT(max_abs, 0);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * max_abs) << i;
+}
+
+TEST(Passes, VerifyRejectsUseBeforeDefinition) {
+  Program p = two_layers(10);
+  ASSERT_EQ(p.ops[2].kind, OpKind::kEdgeScale);
+  std::swap(p.ops[1], p.ops[2]);  // edge_scale before the gather it reads
+  EXPECT_THROW(verify(p), CompileError);
+}
+
+TEST(MemoryPlan, LiveValuesNeverShareBytesAndThePeakIsKnown) {
+  Program p = two_layers(300);
+  fuse_aggregations(p);
+  const MemoryPlan plan = plan_memory(p);
+  std::vector<int64_t> first(p.values.size(), -1), last(p.values.size(), -1);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    for (ValueId v : p.ops[i].outputs) first[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+    for (ValueId v : p.ops[i].inputs) last[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+  }
+  for (ValueId v : p.outputs) last[static_cast<size_t>(v)] = static_cast<int64_t>(p.ops.size());
+  int64_t total = 0;
+  for (size_t a = 0; a < p.values.size(); ++a) {
+    if (first[a] < 0) continue;
+    total += p.values[a].bytes();
+    ASSERT_GE(p.values[a].offset, 0);
+    EXPECT_LE(p.values[a].offset + p.values[a].bytes(), plan.arena_bytes);
+    for (size_t b = a + 1; b < p.values.size(); ++b) {
+      if (first[b] < 0) continue;
+      const bool live_together = first[a] <= std::max(last[b], first[b]) &&
+                                 first[b] <= std::max(last[a], first[a]);
+      const bool overlap = p.values[a].offset < p.values[b].offset + p.values[b].bytes() &&
+                           p.values[b].offset < p.values[a].offset + p.values[a].bytes();
+      EXPECT_FALSE(live_together && overlap) << p.values[a].name << " and " << p.values[b].name;
+    }
+  }
+  EXPECT_LT(plan.arena_bytes, total);  // reuse happened
+  EXPECT_EQ(plan.peak_bytes, plan.persistent_bytes + plan.arena_bytes);
+}
+
+TEST(MemoryPlan, TooSmallDeviceFailsAtCompileNamingTheOpAndTheBytes) {
+  DeviceProfile tiny = DeviceProfile::named("trn1");
+  tiny.hbm_bytes = 4096;
+  Core core(tiny, {});
+  try {
+    core.compile(two_layers(300), {});
+    FAIL() << "expected a CompileError";
+  } catch (const CompileError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not fit"));
+    EXPECT_THAT(e.what(), HasSubstr("4096 bytes"));
+    EXPECT_THAT(e.what(), HasSubstr("op #"));
+    EXPECT_THAT(e.what(), HasSubstr("(layer1)"));
+  }
+  EXPECT_EQ(core.counters().compiles, 1);
+}
+
+TEST(Cache, SecondCompileIsAHitAndAnotherProgramIsAMiss) {
+  const fs::path dir = fs::path(testing::TempDir()) / "gnnrt_cache_test";
+  fs::remove_all(dir);
+  CoreOptions options;
+  options.cache_dir = dir;
+  {
+    Core core(DeviceProfile::named("trn1"), options);
+    const auto first = core.compile(two_layers(300), {});
+    EXPECT_FALSE(first->from_cache);
+    const auto second = core.compile(two_layers(300), {});
+    EXPECT_TRUE(second->from_cache);
+    EXPECT_EQ(second->program.to_text(), first->program.to_text());
+    EXPECT_EQ(second->plan.arena_bytes, first->plan.arena_bytes);
+    EXPECT_EQ(core.counters().compiles, 1);
+    EXPECT_EQ(core.counters().cache_hits, 1);
+    core.compile(two_layers(301), {});  // another static shape
+    EXPECT_EQ(core.counters().compiles, 2);
+  }
+  {
+    // A fresh core (a second run) compiles nothing; another profile misses.
+    Core core(DeviceProfile::named("trn1"), options);
+    core.compile(two_layers(300), {});
+    EXPECT_EQ(core.counters().compiles, 0);
+    Core other(DeviceProfile::named("trn2"), options);
+    other.compile(two_layers(300), {});
+    EXPECT_EQ(other.counters().compiles, 1);
+  }
+  // A corrupt entry is a miss, recompiled over.
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::ofstream(entry.path(), std::ios::binary | std::ios::trunc) << "garbage";
+  }
+  Core core(DeviceProfile::named("trn1"), options);
+  core.compile(two_layers(300), {});
+  EXPECT_EQ(core.counters().compiles, 1);
+  fs::remove_all(dir);
+}
+
+TEST(Debug, NamesTheFirstOpThatMadeANaN) {
+  const Graph g = random_graph(300, 5);
+  CoreOptions options;
+  options.debug = true;
+  Core core(DeviceProfile::named("trn1"), options);
+  core.bind_graph("g", g.adj);
+  NpyArray x = random_array({kNodes, kFeatures}, 2);
+  x.values<float>()[static_cast<size_t>(g.src[0]) * kFeatures + 3] = std::nanf("");
+  core.memory().put("x", x);
+  core.memory().put("w1", random_array({kHidden, kFeatures}, 3));
+  core.memory().put("w2", random_array({3, kHidden}, 4));
+  const auto compiled = core.compile(two_layers(300), {});
+  try {
+    core.run(*compiled, {});
+    FAIL() << "expected a RunError";
+  } catch (const RunError& e) {
+    // Debug mode runs unfused: the gather of the first aggregation copies the NaN first.
+    EXPECT_THAT(e.what(), HasSubstr("op #1 gather (layer1) produced NaN"));
+  }
+}
+
+TEST(Core, UnboundInputsAndWrongShapesAreNamed) {
+  const Graph g = random_graph(300, 5);
+  Core core(DeviceProfile::named("trn1"), {});
+  core.bind_graph("g", g.adj);
+  const auto compiled = core.compile(two_layers(300), {});
+  EXPECT_THAT([&] { core.run(*compiled, {}); },
+              testing::ThrowsMessage<RunError>(HasSubstr("input 'x' [50, 24] is not bound")));
+  core.memory().put("x", random_array({kNodes, kFeatures + 1}, 2));
+  core.memory().put("w1", random_array({kHidden, kFeatures}, 3));
+  core.memory().put("w2", random_array({3, kHidden}, 4));
+  EXPECT_THAT([&] { core.run(*compiled, {}); },
+              testing::ThrowsMessage<RunError>(HasSubstr("'x' is bound as float32 [50, 25]")));
+  core.memory().put("x", random_array({kNodes, kFeatures}, 2));
+  core.bind_graph("g", random_graph(299, 1).adj);
+  EXPECT_THAT([&] { core.run(*compiled, {}); },
+              testing::ThrowsMessage<RunError>(HasSubstr("graph 'g' is bound with 50 -> 50 nodes and 299 edges")));
+}
+
+}  // namespace
+}  // namespace gnnrt::runtime
