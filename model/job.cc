@@ -121,7 +121,10 @@ void apply_override(proto::Job& job, std::string_view assignment) {
         (literal.empty() || literal.front() != '"')) {
       literal = fmt::format("\"{}\"", pb::CEscape(literal));
     }
-    if (!pb::TextFormat::ParseFieldValueFromString(literal, field, message)) {
+    ErrorCollector errors;
+    pb::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFieldValueFromString(literal, field, message)) {
       throw JobError(fmt::format("--set '{}': '{}' is not a valid {} for {}", assignment, value,
                                  field->type_name(), field->full_name()));
     }

@@ -1,0 +1,199 @@
+// The trainer end to end on the synthetic dataset: the program cache across
+// runs (a second run compiles nothing, a new learning rate recompiles
+// nothing, a new layer size does), exact resume (N epochs == K + resume for
+// N - K, bit for bit), checkpoint checksums, parameter import/export, job
+// overrides and their errors. Cora accuracy lives in cora_accuracy_test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "model/checkpoint.h"
+#include "model/job.h"
+#include "model/trainer.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+proto::Job small_job() {
+  return parse_job(R"pb(
+    dataset { path: "synthetic:nodes=300,classes=3,avg_degree=6,features=16,seed=2" }
+    model {
+      layer { type: "dropout" p: 0.3 }
+      layer { type: "gcn" out: 8 }
+      layer { type: "relu" }
+      layer { type: "dropout" p: 0.3 }
+      layer { type: "gcn" }
+    }
+    schedule { epochs: 6 }
+    seed: 7
+  )pb", "test job");
+}
+
+class Trainer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) / ("gnnrt_trainer_" + std::string(
+        testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    options_.cache_dir = dir_ / "cache";
+    options_.progress = false;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+  TrainOptions options_;
+};
+
+TEST_F(Trainer, SecondRunCompilesNothingAndTheLearningRateNeverRecompiles) {
+  proto::Job job = small_job();
+  const TrainResult first = train(job, options_);
+  EXPECT_EQ(first.counters.compiles, 2);  // train step and inference
+  EXPECT_EQ(first.counters.cache_hits, 0);
+  const TrainResult second = train(job, options_);
+  EXPECT_EQ(second.counters.compiles, 0);
+  EXPECT_EQ(second.counters.cache_hits, 2);
+
+  apply_override(job, "optimizer.lr=0.003");
+  apply_override(job, "schedule.lr_schedule=cosine");
+  EXPECT_EQ(train(job, options_).counters.compiles, 0);
+
+  apply_override(job, "model.layer[1].out=12");
+  const TrainResult resized = train(job, options_);
+  EXPECT_EQ(resized.counters.compiles, 2);
+}
+
+TEST_F(Trainer, MetricsAreReadOncePerEpoch) {
+  options_.metrics_path = dir_ / "metrics.jsonl";
+  const TrainResult r = train(small_job(), options_);
+  EXPECT_EQ(r.counters.host_syncs, 6);
+  std::ifstream in(options_.metrics_path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    for (const char* key : {"\"epoch\"", "\"loss\"", "\"train_acc\"", "\"val_acc\"", "\"test_acc\"",
+                            "\"ms\"", "\"compiles\"", "\"cache_hits\""}) {
+      EXPECT_THAT(line, HasSubstr(key));
+    }
+  }
+  EXPECT_EQ(lines, 6);
+}
+
+// The final checkpoint's tensors (parameters, Adam moments, best parameters).
+std::map<std::string, std::string> checkpoint_tensors(const fs::path& dir) {
+  std::map<std::string, std::string> tensors;
+  const proto::CheckpointState state = load_checkpoint(dir / "latest.ckpt");
+  for (const auto& t : state.tensors()) tensors[t.name()] = t.data();
+  return tensors;
+}
+
+TEST_F(Trainer, ResumeIsExact) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + (dir_ / "once").string());
+  train(job, options_);
+
+  apply_override(job, "checkpoint.dir=" + (dir_ / "twice").string());
+  apply_override(job, "schedule.epochs=4");
+  train(job, options_);
+  apply_override(job, "schedule.epochs=6");
+  const TrainResult rest = train(job, options_);
+  ASSERT_EQ(rest.epochs.size(), 2u);  // epochs 5 and 6 only
+  EXPECT_EQ(rest.epochs.front().epoch, 5);
+
+  const auto once = checkpoint_tensors(dir_ / "once");
+  const auto twice = checkpoint_tensors(dir_ / "twice");
+  ASSERT_EQ(once.size(), twice.size());
+  EXPECT_GT(once.count("conv1.lin.weight.exp_avg_sq"), 0u);
+  for (const auto& [name, bytes] : once) {
+    ASSERT_TRUE(twice.count(name)) << name;
+    EXPECT_TRUE(twice.at(name) == bytes) << name << " differs after resume";
+  }
+}
+
+TEST_F(Trainer, CorruptCheckpointIsRefusedWithTheFileNamed) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + dir_.string());
+  train(job, options_);
+  const fs::path path = dir_ / "latest.ckpt";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() / 2] ^= 0x40;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_THAT([&] { train(job, options_); },
+              testing::Throws<CheckpointError>(testing::Property(
+                  &CheckpointError::what,
+                  testing::AllOf(HasSubstr(path.string()), testing::AnyOf(HasSubstr("checksum"),
+                                                                          HasSubstr("corrupt"))))));
+}
+
+TEST_F(Trainer, ParametersRoundTripThroughNpy) {
+  proto::Job job = small_job();
+  apply_override(job, "schedule.epochs=0");
+  options_.params_out = dir_ / "params";
+  options_.logits_out = dir_ / "logits.npy";
+  train(job, options_);
+  const NpyArray w = read_npy(options_.params_out / "conv1.lin.weight.npy");
+  EXPECT_EQ(w.shape(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(read_npy(options_.logits_out).shape(), (std::vector<int64_t>{300, 3}));
+
+  // Import them again: the logits of an untrained model are the same.
+  TrainOptions again = options_;
+  again.params_in = options_.params_out;
+  again.logits_out = dir_ / "logits2.npy";
+  train(job, again);
+  const auto a = read_npy(options_.logits_out).values<float>();
+  const auto b = read_npy(again.logits_out).values<float>();
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+
+  NpyArray wrong(DType::kF32, {8, 15});
+  write_npy(options_.params_out / "conv1.lin.weight.npy", wrong);
+  EXPECT_THAT([&] { train(job, again); },
+              testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr("conv1.lin.weight.npy has shape [8, 15], parameter 'conv1.lin.weight' needs [8, 16]")));
+}
+
+TEST(Job, OverridesAndErrorsNameTheField) {
+  proto::Job job = small_job();
+  apply_override(job, "optimizer.lr=0.005");
+  EXPECT_DOUBLE_EQ(job.optimizer().lr(), 0.005);
+  apply_override(job, "dataset.path=../shared/datasets/cora");
+  EXPECT_EQ(job.dataset().path(), "../shared/datasets/cora");
+  apply_override(job, "model.layer[5].type=relu");  // index == size appends
+  EXPECT_EQ(job.model().layer_size(), 6);
+  EXPECT_THAT([&] { apply_override(job, "optimizer.lrr=1"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("Optimizer has no field 'lrr'")));
+  EXPECT_THAT([&] { apply_override(job, "optimizer.lr=fast"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("'fast' is not a valid double")));
+  EXPECT_THAT([&] { apply_override(job, "model.layer[9].out=3"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("has 6 elements")));
+  EXPECT_THAT([&] { parse_job("model { layer { type: \"gcn\" out: } }", "bad.pbtxt"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("bad.pbtxt: line 1")));
+  apply_override(job, "model.layer[1].type=gcnn");
+  EXPECT_THAT([&] { validate(job); },
+              testing::ThrowsMessage<JobError>(HasSubstr("model.layer[1] (gcnn): unknown type")));
+}
+
+TEST(Schedule, LearningRates) {
+  proto::Job job = small_job();
+  apply_override(job, "optimizer.lr=0.1");
+  EXPECT_DOUBLE_EQ(learning_rate(job, 5), 0.1);
+  apply_override(job, "schedule.lr_schedule=step");
+  apply_override(job, "schedule.step_size=2");
+  apply_override(job, "schedule.gamma=0.5");
+  EXPECT_DOUBLE_EQ(learning_rate(job, 5), 0.1 * 0.25);
+  apply_override(job, "schedule.warmup_epochs=2");
+  EXPECT_DOUBLE_EQ(learning_rate(job, 0), 0.05);
+}
+
+}  // namespace
+}  // namespace gnnrt::model
