@@ -2,6 +2,7 @@
 
 #include <Random123/philox.h>
 
+#include <cmath>
 #include <string>
 
 #include "ops/error.h"
@@ -28,6 +29,11 @@ void uniforms(const DropoutKey& key, uint64_t row, uint64_t block, double u[kCol
 }
 
 template <typename T>
+bool is_positive_zero(T v) {
+  return v == T(0) && !std::signbit(v);
+}
+
+template <typename T>
 void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t cols,
                 std::span<const int64_t> global_rows, std::span<const T> in, std::span<T> out) {
   if (!(p >= 0.0 && p <= 1.0)) {
@@ -49,8 +55,16 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
     const uint64_t row = global_rows.empty() ? static_cast<uint64_t>(r) : global_rows[r];
     double u[kColsPerDraw];
     for (int64_t c0 = 0; c0 < cols; c0 += kColsPerDraw) {
-      uniforms(key, row, static_cast<uint64_t>(c0 / kColsPerDraw), u);
       const int64_t n = std::min(kColsPerDraw, cols - c0);
+      // A block of +0.0 inputs gives +0.0 whatever the mask: skip its draw.
+      // Sparse inputs (bag-of-words features) are mostly such blocks.
+      bool all_zero = true;
+      for (int64_t j = 0; j < n && all_zero; ++j) all_zero = is_positive_zero(in[r * cols + c0 + j]);
+      if (all_zero) {
+        for (int64_t j = 0; j < n; ++j) out[r * cols + c0 + j] = T(0);
+        continue;
+      }
+      uniforms(key, row, static_cast<uint64_t>(c0 / kColsPerDraw), u);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t i = r * cols + c0 + j;
         out[i] = u[j] >= p ? in[i] * scale : T(0);
