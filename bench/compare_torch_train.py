@@ -109,6 +109,40 @@ def run_job(job):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_gnnrt(binary, job):
+    """The same configuration through gnnrt's train_bench (its own process)."""
+    proc = subprocess.run(
+        [str(binary), "--dataset-dir",
+         str(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]]),
+         "--dataset-name", job["dataset"], "--model", job["model_key"],
+         "--threads", str(job["threads"]), "--min-reps", str(job["min_reps"]),
+         "--min-seconds", str(job["min_seconds"])],
+        capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"compare_torch_train: gnnrt {job['model_key']} on {job['dataset']} failed")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["model"] = MODELS[job["model_key"]]["model"]
+    return row
+
+
+def print_comparison(rows):
+    """torch / gnnrt ratios per configuration (> 1: gnnrt is faster / smaller)."""
+    by_key = {}
+    for r in rows:
+        by_key.setdefault((r["model_key"], r["dataset"], r["threads"]), {})[r["system"]] = r
+    print("| model | dataset | threads | torch train ms | gnnrt train ms | train speed-up | "
+          "torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | gnnrt RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for (key, dataset, threads), pair in by_key.items():
+        t, g = pair["torch"], pair["gnnrt"]
+        print(f"| {key} | {dataset} | {threads} | {t['train_ms']:.1f} | {g['train_ms']:.1f} | "
+              f"{t['train_ms'] / g['train_ms']:.2f}x | {t['infer_ms']:.1f} | {g['infer_ms']:.1f} | "
+              f"{t['infer_ms'] / g['infer_ms']:.2f}x | {t['peak_rss_mb']:.0f} | "
+              f"{g['peak_rss_mb']:.0f} |")
+    print()
+
+
 def csv_list(allowed):
     def parse(text):
         items = [s for s in text.split(",") if s]
@@ -128,6 +162,9 @@ def main():
     ap.add_argument("--min-reps", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=3.0)
     ap.add_argument("--json", type=Path, help="also write the rows here as a JSON list")
+    ap.add_argument("--gnnrt", type=Path,
+                    help="also run gnnrt's build/bench/train_bench on each configuration, right "
+                         "after torch, and print the speed-up and memory ratios")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one configuration
     args = ap.parse_args()
 
@@ -146,12 +183,17 @@ def main():
                        "min_reps": args.min_reps, "min_seconds": args.min_seconds}
                 print(f"running {key} on {dataset}, {threads} thread(s)", file=sys.stderr)
                 rows.append(run_job(job))
+                if args.gnnrt:
+                    rows.append(run_gnnrt(args.gnnrt, job))
+                    rows[-1]["model_key"] = rows[-2]["model_key"] = key
 
-    print("| model | dataset | hidden | threads | train ms | infer ms | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|")
+    if args.gnnrt:
+        print_comparison(rows)
+    print("| system | model | dataset | hidden | threads | train ms | infer ms | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         hidden = f"{r['heads']}x{r['hidden']}" if r["model"] == "gat" else str(r["hidden"])
-        print(f"| {r['model']} | {r['dataset']} | {hidden} | {r['threads']} | "
+        print(f"| {r['system']} | {r['model']} | {r['dataset']} | {hidden} | {r['threads']} | "
               f"{r['train_ms']:.2f} | {r['infer_ms']:.2f} | {r['peak_rss_mb']:.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -390,6 +390,14 @@ NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& m
   return shape;
 }
 
+void initialize_parameters(Core& core, const std::vector<ParamDecl>& params, uint64_t seed) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    NpyArray a(DType::kF32, params[i].shape);
+    init_param(params[i], seed, i, a.values<float>());
+    core.memory().put(params[i].name, std::move(a));
+  }
+}
+
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& o) {
   runtime::OptimizerConfig opt;
   opt.kind = runtime::OptimizerConfig::parse_kind(o.kind());

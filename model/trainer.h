@@ -63,6 +63,10 @@ NetworkShape bind_dataset(runtime::Core& core, const Dataset& data, const proto:
 
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& optimizer);
 
+// Puts freshly initialised parameters on the core (ParamDecl::Init; Philox
+// keyed by (seed, parameter index): the same values on every machine).
+void initialize_parameters(runtime::Core& core, const std::vector<ParamDecl>& params, uint64_t seed);
+
 // The learning rate of a 0-based epoch under the job's schedule.
 double learning_rate(const proto::Job& job, int64_t epoch);
 

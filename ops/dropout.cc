@@ -2,7 +2,9 @@
 
 #include <Random123/philox.h>
 
+#include <bit>
 #include <cmath>
+#include <type_traits>
 #include <string>
 
 #include "ops/error.h"
@@ -28,9 +30,13 @@ void uniforms(const DropoutKey& key, uint64_t row, uint64_t block, double u[kCol
   }
 }
 
+// True if all n values are +0.0 (every bit clear); branch-free over the block.
 template <typename T>
-bool is_positive_zero(T v) {
-  return v == T(0) && !std::signbit(v);
+bool all_positive_zero(const T* v, int64_t n) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Bits any = 0;
+  for (int64_t j = 0; j < n; ++j) any |= std::bit_cast<Bits>(v[j]);
+  return any == 0;
 }
 
 template <typename T>
@@ -58,9 +64,7 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
       const int64_t n = std::min(kColsPerDraw, cols - c0);
       // A block of +0.0 inputs gives +0.0 whatever the mask: skip its draw.
       // Sparse inputs (bag-of-words features) are mostly such blocks.
-      bool all_zero = true;
-      for (int64_t j = 0; j < n && all_zero; ++j) all_zero = is_positive_zero(in[r * cols + c0 + j]);
-      if (all_zero) {
+      if (all_positive_zero(&in[r * cols + c0], n)) {
         for (int64_t j = 0; j < n; ++j) out[r * cols + c0 + j] = T(0);
         continue;
       }
