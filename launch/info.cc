@@ -6,6 +6,10 @@
 #include <fstream>
 #include <string>
 
+#include "runtime/core.h"
+#include "runtime/device.h"
+#include "runtime/program_cache.h"
+
 namespace gnnrt::launch {
 namespace {
 
@@ -14,6 +18,19 @@ std::string first_line(const char* path) {
   std::string line;
   std::getline(in, line);
   return line.empty() ? "unknown" : line;
+}
+
+// Each device profile's figures per core (docs/runtime.md has the sources).
+nlohmann::json profiles() {
+  nlohmann::json all = nlohmann::json::object();
+  for (const char* name : {"trn1", "trn2"}) {
+    const auto p = runtime::DeviceProfile::named(name);
+    all[name] = {{"hbm_gib", static_cast<double>(p.hbm_bytes) / (1 << 30)},
+                 {"fp32_tflops", p.peak_flops / 1e12},
+                 {"hbm_gb_per_s", p.hbm_bandwidth / 1e9},
+                 {"launch_us", p.launch_seconds * 1e6}};
+  }
+  return all;
 }
 
 }  // namespace
@@ -28,6 +45,9 @@ nlohmann::json build_info() {
       {"openmp_procs", omp_get_num_procs()},
       {"openblas", openblas_get_config()},
       {"transparent_hugepages", first_line("/sys/kernel/mm/transparent_hugepage/enabled")},
+      {"compiler_version", runtime::kCompilerVersion},
+      {"program_cache", runtime::default_cache_dir().string()},
+      {"profiles", profiles()},
   };
 }
 

@@ -33,6 +33,9 @@ CLI::App* add_train_command(CLI::App& app, TrainCommand& c) {
                   "Job file (Protobuf text, docs/job-format.md); default: a 2-layer GCN on the "
                   "synthetic dataset")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--dataset", c.dataset,
+                  "Dataset, as dataset.path: synthetic[:nodes=...,classes=...,avg_degree=...,"
+                  "features=...,seed=...], npy:DIR, csv:DIR or DIR");
   cmd->add_option("--set", c.sets,
                   "Override a job field, e.g. --set optimizer.lr=0.005 --set "
                   "dataset.path=../shared/datasets/cora --set model.layer[1].out=32 (repeatable)");
@@ -61,6 +64,7 @@ CLI::App* add_train_command(CLI::App& app, TrainCommand& c) {
 int run_train(TrainCommand& c) {
   model::proto::Job job = c.job.empty() ? model::parse_job(kDefaultJob, "default job")
                                         : model::load_job(c.job);
+  if (!c.dataset.empty()) model::apply_override(job, "dataset.path=" + c.dataset);
   for (const std::string& s : c.sets) model::apply_override(job, s);
   c.options.cache_dir = c.cache_dir;
   c.options.metrics_path = c.metrics;

@@ -12,6 +12,7 @@ namespace gnnrt::launch {
 
 struct TrainCommand {
   std::string job;                  // path; empty: a GCN on the synthetic default
+  std::string dataset;              // --dataset SPEC: dataset.path, before the --set overrides
   std::vector<std::string> sets;    // --set path=value, in order
   model::TrainOptions options;
   std::string cache_dir, metrics, logits_out, params_in, params_out, trace;

@@ -132,8 +132,8 @@ void apply_override(proto::Job& job, std::string_view assignment) {
 }
 
 void validate(const proto::Job& job) {
-  static const std::set<std::string> kLayers{"gcn",     "sage", "gat", "gin",
-                                             "linear",  "dropout", "relu", "elu"};
+  static const std::set<std::string> kLayers{"gcn",    "sage",       "gat",     "gin", "linear",
+                                             "layer_norm", "dropout", "relu", "elu"};
   const auto& layers = job.model().layer();
   if (layers.empty()) throw JobError("job: model has no layers");
   for (int i = 0; i < layers.size(); ++i) {
@@ -142,12 +142,16 @@ void validate(const proto::Job& job) {
       throw JobError(fmt::format("job: model.layer[{}] ({}): {}", i, l.type(), what));
     };
     if (!kLayers.count(l.type())) {
-      fail("unknown type; use one of gcn, sage, gat, gin, linear, dropout, relu, elu");
+      fail("unknown type; use one of gcn, sage, gat, gin, linear, layer_norm, dropout, relu, elu");
     }
     if (l.out() < 0) fail("out must be >= 0");
     if (l.heads() < 1) fail("heads must be >= 1");
     if (l.p() < 0 || l.p() >= 1) fail(fmt::format("p = {} is not in [0, 1)", l.p()));
     if (l.type() == "sage" && l.aggr() != "mean" && l.aggr() != "max") fail("aggr must be mean or max");
+    if (l.type() == "layer_norm" && l.mode() != "graph" && l.mode() != "node") {
+      fail("mode must be graph or node");
+    }
+    if (l.type() == "layer_norm" && !(l.norm_eps() > 0)) fail("norm_eps must be > 0");
   }
   if (job.model().loss() != "cross_entropy" && job.model().loss() != "mse") {
     throw JobError(fmt::format("job: model.loss '{}' must be cross_entropy or mse", job.model().loss()));

@@ -22,7 +22,7 @@ class NetworkBuilder {
     int64_t width = shape_.features;
     graph_ = b_.graph(kGraph, shape_.nodes, shape_.nodes, shape_.edges);
     graph_self_loops_ = b_.graph(kGraphSelfLoops, shape_.nodes, shape_.nodes, shape_.edges_self_loops);
-    int convs = 0, linears = 0;
+    int convs = 0, linears = 0, norms = 0;
     for (int i = 0; i < model.layer_size(); ++i) {
       const proto::Layer& l = model.layer(i);
       const int64_t out = l.out() > 0 ? l.out() : shape_.classes;
@@ -36,6 +36,12 @@ class NetworkBuilder {
         h = b_.relu(h);
       } else if (type == "elu") {
         h = b_.elu(h, 1.0);
+      } else if (type == "layer_norm") {
+        const std::string name = fmt::format("norm{}", ++norms);
+        Builder::Scope scope(b_, name);
+        const ValueId gamma = param(name + ".weight", {width}, Init::kOnes, width, width);
+        const ValueId beta = param(name + ".bias", {width}, Init::kZeros, width, width);
+        h = b_.layer_norm(h, gamma, beta, l.mode() == "node", l.norm_eps());
       } else if (type == "linear") {
         const std::string name = fmt::format("lin{}", ++linears);
         Builder::Scope scope(b_, name);

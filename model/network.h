@@ -1,6 +1,6 @@
 // The network a job describes, written as runtime Programs through the
 // Builder: layers with PyG's default semantics (GCNConv, SAGEConv, GATConv,
-// GINConv, Linear, Dropout, ReLU, ELU) and the loss. Layers ask the Builder
+// GINConv, Linear, LayerNorm, Dropout, ReLU, ELU) and the loss. Layers ask the Builder
 // for aggregations and never call kernels, so the compiler chooses fusion
 // and operation order, and the multi-core runtime can put its halo
 // exchange after each aggregation.
@@ -39,7 +39,7 @@ inline constexpr int64_t kMetricSlots = 8;
 struct ParamDecl {
   // kGlorot: U(+-sqrt(6 / (fan_in + fan_out))) (PyG's glorot);
   // kTorchLinear: U(+-1 / sqrt(fan_in)) (torch.nn.Linear's weight and bias).
-  enum class Init { kGlorot, kZeros, kTorchLinear };
+  enum class Init { kGlorot, kZeros, kOnes, kTorchLinear };
   std::string name;
   std::vector<int64_t> shape;
   Init init = Init::kZeros;

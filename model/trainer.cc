@@ -65,6 +65,9 @@ void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<flo
     case ParamDecl::Init::kZeros:
       std::fill(out.begin(), out.end(), 0.0f);
       return;
+    case ParamDecl::Init::kOnes:
+      std::fill(out.begin(), out.end(), 1.0f);
+      return;
     case ParamDecl::Init::kGlorot:
       bound = std::sqrt(6.0 / static_cast<double>(p.fan_in + p.fan_out));
       break;

@@ -83,6 +83,11 @@ class Backward {
       case OpKind::kHeadMean:
         if (needs(in[0])) add(in[0], b_.head_mean_grad(g, a.heads));
         return;
+      case OpKind::kLayerNorm:
+        if (needs(in[0])) add(in[0], b_.layer_norm_grad_x(in[0], in[1], g, a));
+        if (needs(in[1])) add(in[1], b_.layer_norm_grad_gamma(in[0], g, in[1], a));
+        if (needs(in[2])) add(in[2], b_.bias_grad(g));
+        return;
       case OpKind::kGather:
         if (needs(in[0])) add(in[0], b_.gather_grad(a.graph, g));
         return;

@@ -251,6 +251,20 @@ ValueId Builder::head_mean(ValueId x, int64_t heads) {
   return emit(k, {x}, a, DType::kF32, {rows(x), shape(x)[1] / heads});
 }
 
+ValueId Builder::layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps) {
+  constexpr OpKind k = OpKind::kLayerNorm;
+  expect_rank(k, x, 2, "x");
+  const Shape cols{shape(x)[1]};
+  if (shape(gamma) != cols || shape(beta) != cols) {
+    fail(k, fmt::format("weight {} and bias {} must be [{}] for x {}", shape_string(shape(gamma)),
+                        shape_string(shape(beta)), cols[0], shape_string(shape(x))));
+  }
+  OpAttrs a;
+  a.alpha = eps;
+  a.key = per_node ? 1 : 0;
+  return emit(k, {x, gamma, beta}, a, DType::kF32, shape(x));
+}
+
 // ---- graph ops ----
 
 ValueId Builder::gcn_norm(int32_t graph) {
@@ -430,6 +444,14 @@ ValueId Builder::head_mean_grad(ValueId g, int64_t heads) {
   OpAttrs a;
   a.heads = heads;
   return emit(OpKind::kHeadMeanGrad, {g}, a, DType::kF32, {rows(g), shape(g)[1] * heads});
+}
+
+ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, const OpAttrs& forward) {
+  return emit(OpKind::kLayerNormGradX, {x, gamma, g}, forward, DType::kF32, shape(x));
+}
+
+ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, const OpAttrs& forward) {
+  return emit(OpKind::kLayerNormGradGamma, {x, g}, forward, DType::kF32, shape(gamma));
 }
 
 ValueId Builder::gather_grad(int32_t graph, ValueId g) {

@@ -85,6 +85,9 @@ class Builder {
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
   // Mean over heads: x [N, H*C] -> [N, C].
   ValueId head_mean(ValueId x, int64_t heads);
+  // PyG's LayerNorm: x [N, C] normalised over the whole graph (node = false)
+  // or per node, then * gamma [C] + beta [C].
+  ValueId layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps);
 
   // ---- graph ops ----
   // GCN's symmetric normalisation deg^-1/2[src] * deg^-1/2[dst] per edge
@@ -118,6 +121,8 @@ class Builder {
   ValueId head_dot_grad_x(ValueId att, ValueId g, int64_t heads);
   ValueId head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads);  // att's shape
   ValueId head_mean_grad(ValueId g, int64_t heads);
+  ValueId layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, const OpAttrs& forward);
+  ValueId layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, const OpAttrs& forward);
   ValueId gather_grad(int32_t graph, ValueId g);
   ValueId edge_dot(ValueId g, ValueId messages, ValueId edge_weight);  // edge_weight's shape
   ValueId scatter_grad(ops::Reduce reduce, int32_t graph, ValueId g, ValueId arg);

@@ -10,6 +10,7 @@
 #include "ops/elementwise.h"
 #include "ops/gather.h"
 #include "ops/gcn_norm.h"
+#include "ops/layer_norm.h"
 #include "ops/optimizer.h"
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
@@ -181,6 +182,7 @@ void Core::execute(const CompiledProgram& compiled, std::size_t op_index, const 
   const ValueId out = op.outputs.empty() ? kNoValue : op.outputs[0];
   const ops::DropoutKey dropout_key{context.seed, static_cast<uint64_t>(context.step), a.key};
   const auto slope = static_cast<float>(a.alpha);
+  const auto norm_mode = a.key == 1 ? ops::LayerNormMode::kNode : ops::LayerNormMode::kGraph;
 
   switch (op.kind) {
     case OpKind::kFill:
@@ -234,6 +236,17 @@ void Core::execute(const CompiledProgram& compiled, std::size_t op_index, const 
     case OpKind::kHeadMean:
       ops::head_mean_forward(in(0), rows(out), a.heads, cols(out), f32(out));
       return;
+    case OpKind::kLayerNorm:
+      ops::layer_norm_forward(norm_mode, in(0), in(1), in(2), rows(out), cols(out), a.alpha, f32(out));
+      return;
+    case OpKind::kLayerNormGradX:
+      ops::layer_norm_backward_x(norm_mode, in(0), in(1), in(2), rows(out), cols(out), a.alpha, f32(out));
+      return;
+    case OpKind::kLayerNormGradGamma: {
+      const ValueId x = op.inputs[0];
+      ops::layer_norm_backward_gamma(norm_mode, in(0), in(1), rows(x), cols(x), a.alpha, f32(out));
+      return;
+    }
     case OpKind::kGcnNorm:
       ops::gcn_norm<int32_t>(graph(), f32(out));
       return;

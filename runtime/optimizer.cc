@@ -34,8 +34,9 @@ void append_optimizer(Builder& b, std::span<const ValueId> params, std::span<con
   for (size_t i = 0; i < params.size(); ++i) {
     if (grads[i] == kNoValue) continue;
     const ValueId p = params[i];
-    const std::string& name = b.program().value(p).name;
-    const auto shape = b.shape(p);
+    // Copies: declaring state appends to the value table, moving its entries.
+    const std::string name = b.program().value(p).name;
+    const std::vector<int64_t> shape = b.shape(p);
     if (config.kind == OptimizerConfig::Kind::kSgd) {
       b.sgd_update(p, grads[i], b.state(name + ".momentum_buffer", DType::kF32, shape), hyper);
     } else {

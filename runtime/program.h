@@ -64,6 +64,7 @@ struct GraphInfo {
   X(kMseLoss, "mse_loss")                /* (pred, target, mask) */       \
   X(kHeadDot, "head_dot")                /* (x [N,H*C], att [H*C]) */     \
   X(kHeadMean, "head_mean")              /* (x [N,H*C]) -> [N,C] */       \
+  X(kLayerNorm, "layer_norm")            /* (x, gamma, beta) */           \
   X(kGcnNorm, "gcn_norm")                /* () -> [E] */                  \
   X(kGather, "gather")                   /* (x) -> [E,F] at src */        \
   X(kEdgeScale, "edge_scale")            /* (msg [E,F], w [E,H]) */       \
@@ -82,6 +83,8 @@ struct GraphInfo {
   X(kHeadDotGradX, "head_dot_grad_x")    /* (att, g) */                   \
   X(kHeadDotGradAtt, "head_dot_grad_att")/* (x, g) */                     \
   X(kHeadMeanGrad, "head_mean_grad")                                      \
+  X(kLayerNormGradX, "layer_norm_grad_x")        /* (x, gamma, g) */      \
+  X(kLayerNormGradGamma, "layer_norm_grad_gamma")/* (x, g) */             \
   X(kGatherGrad, "gather_grad")          /* (g [E,F]) -> [N_src,F] */     \
   X(kEdgeDot, "edge_dot")                /* (g, msg) -> [E,H] */          \
   X(kScatterGrad, "scatter_grad")        /* (g[, arg]) -> [E,F] */        \
@@ -112,8 +115,8 @@ struct OpAttrs {
   ops::Reduce reduce = ops::Reduce::kSum;
   bool trans_a = false, trans_b = false;
   int64_t heads = 1;
-  double alpha = 0;   // fill value, scale, leaky slope, elu alpha, dropout p
-  uint64_t key = 0;   // dropout op id; metrics slot
+  double alpha = 0;   // fill value, scale, leaky slope, elu alpha, dropout p, norm eps
+  uint64_t key = 0;   // dropout op id; metrics slot; layer-norm mode (0 graph, 1 node)
   // optimizer hyper-parameters (the learning rate and step are run inputs)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, momentum = 0;
   bool decoupled = false;  // AdamW

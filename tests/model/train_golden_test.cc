@@ -39,7 +39,18 @@ proto::Job job_for(const json& c) {
   const std::string model = c["model"];
   const int64_t hidden = c["hidden"];
   const auto add = [&](proto::Layer l) { *m->add_layer() = std::move(l); };
-  if (model == "gcn") {
+  if (model == "gcn_ln" || model == "gcn_mse") {
+    add(layer("gcn", hidden));
+    if (model == "gcn_ln") {
+      auto norm = layer("layer_norm");
+      norm.set_mode(c["norm_mode"]);
+      add(norm);
+    } else {
+      m->set_loss("mse");
+    }
+    add(layer("relu"));
+    add(layer("gcn"));
+  } else if (model == "gcn") {
     add(layer("gcn", hidden));
     add(layer("relu"));
     add(layer("gcn"));
@@ -159,7 +170,8 @@ TEST_P(TrainGolden, MatchesTorch) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (const char* name : {"gcn", "sage_mean", "sage_max", "gat", "gin", "gcn_adamw", "gcn_sgd"}) {
+  for (const char* name : {"gcn", "sage_mean", "sage_max", "gat", "gin", "gcn_adamw", "gcn_sgd",
+                           "gcn_layernorm", "gcn_layernorm_node", "gcn_mse"}) {
     all.push_back({name, false});
     all.push_back({name, true});
   }

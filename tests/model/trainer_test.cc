@@ -151,8 +151,10 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   again.params_in = options_.params_out;
   again.logits_out = dir_ / "logits2.npy";
   train(job, again);
-  const auto a = read_npy(options_.logits_out).values<float>();
-  const auto b = read_npy(again.logits_out).values<float>();
+  const NpyArray first = read_npy(options_.logits_out);
+  const NpyArray second = read_npy(again.logits_out);
+  const auto a = first.values<float>();
+  const auto b = second.values<float>();
   EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
 
   NpyArray wrong(DType::kF32, {8, 15});

@@ -82,7 +82,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-MODELS = ("gcn", "sage", "gat", "gin")
+MODELS = ("gcn", "sage", "gat", "gin", "gcn_ln", "gcn_mse")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 
 
@@ -306,6 +306,27 @@ class GINConv(nn.Module):
         return self.nn(out + (1 + self.eps) * x)
 
 
+class LayerNorm(nn.Module):
+    """PyG's LayerNorm(in_channels, eps=1e-5, affine=True, mode): mode 'graph'
+    (PyG's default) normalises over all nodes and channels of the (single)
+    graph, out = (x - mean(x)) / (std(x, unbiased=False) + eps); mode 'node'
+    is F.layer_norm over each node's channels. Then out * weight + bias
+    (weight ones, bias zeros at initialisation)."""
+
+    def __init__(self, channels: int, mode: str = "graph", eps: float = 1e-5):
+        super().__init__()
+        self.mode, self.eps = mode, eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.mode == "node":
+            return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.eps)
+        x = x - x.mean()
+        out = x / (x.std(unbiased=False) + self.eps)
+        return out * self.weight + self.bias
+
+
 def gin_mlp(in_channels: int, hidden: int, out_channels: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(in_channels, hidden), nn.ReLU(), nn.Linear(hidden, out_channels))
 
@@ -326,6 +347,29 @@ class GCN(nn.Module):
         x = F.relu(self.conv1(x, edge_index))
         x = F.dropout(x, p=self.p, training=self.training)
         return F.log_softmax(self.conv2(x, edge_index), dim=-1)
+
+
+class GCNNorm(nn.Module):
+    """GCN with a LayerNorm after conv1 (norm1), and optionally raw outputs
+    for a regression loss (log_softmax=False)."""
+
+    def __init__(self, in_channels, hidden, out_channels, dropout=0.5, norm_mode="graph",
+                 log_softmax=True):
+        super().__init__()
+        self.p = dropout
+        self.conv1 = GCNConv(in_channels, hidden)
+        self.norm1 = LayerNorm(hidden, norm_mode) if norm_mode else None
+        self.conv2 = GCNConv(hidden, out_channels)
+        self.log_softmax = log_softmax
+
+    def forward(self, x, edge_index):
+        x = F.dropout(x, p=self.p, training=self.training)
+        x = self.conv1(x, edge_index)
+        if self.norm1 is not None:
+            x = self.norm1(x)
+        x = F.dropout(F.relu(x), p=self.p, training=self.training)
+        x = self.conv2(x, edge_index)
+        return F.log_softmax(x, dim=-1) if self.log_softmax else x
 
 
 class SAGE(nn.Module):
@@ -377,7 +421,8 @@ class GIN(nn.Module):
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, *,
                 dropout: float = 0.5, input_dropout: float = None, aggr: str = "mean",
-                heads: int = 8, out_heads: int = 1, eps: float = 0.0) -> nn.Module:
+                heads: int = 8, out_heads: int = 1, eps: float = 0.0,
+                norm_mode: str = "graph") -> nn.Module:
     """Builds one of MODELS from the global torch generator (seed it first);
     parameters are float32 as in PyG. Arguments a model does not use are
     ignored."""
@@ -389,6 +434,10 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, *,
         return GAT(in_channels, hidden, out_channels, heads, out_heads, dropout)
     if name == "gin":
         return GIN(in_channels, hidden, out_channels, dropout, eps)
+    if name == "gcn_ln":
+        return GCNNorm(in_channels, hidden, out_channels, dropout, norm_mode)
+    if name == "gcn_mse":
+        return GCNNorm(in_channels, hidden, out_channels, dropout, None, log_softmax=False)
     raise ValueError(f"build_model: unknown model {name!r} (expected one of {MODELS})")
 
 
@@ -504,15 +553,31 @@ def assign_params(model: nn.Module, params: Mapping[str, Tensor]) -> None:
             p.copy_(params[name])
 
 
+def masked_mse_loss(out: Tensor, y: Tensor, mask: Tensor) -> Tensor:
+    """Mean squared error against one-hot labels over the masked rows (mean
+    over rows x classes, as F.mse_loss)."""
+    target = F.one_hot(y[mask], out.size(1)).to(out.dtype)
+    return F.mse_loss(out[mask], target)
+
+
 def masked_nll_loss(logits: Tensor, y: Tensor, mask: Tensor) -> Tensor:
     return F.nll_loss(logits[mask], y[mask])
+
+
+def model_loss(model: nn.Module, g: Graph) -> Tensor:
+    """The model's training loss: masked MSE against one-hot labels for a
+    model without log_softmax (gcn_mse), masked NLL otherwise."""
+    out = model(g.x, g.edge_index)
+    if getattr(model, "log_softmax", True) is False:
+        return masked_mse_loss(out, g.y, g.train_mask)
+    return masked_nll_loss(out, g.y, g.train_mask)
 
 
 def train_step(model: nn.Module, g: Graph, opt: torch.optim.Optimizer) -> float:
     """One full-graph step in training mode; returns the loss before the update."""
     model.train()
     opt.zero_grad(set_to_none=True)
-    loss = masked_nll_loss(model(g.x, g.edge_index), g.y, g.train_mask)
+    loss = model_loss(model, g)
     loss.backward()
     opt.step()
     return loss.item()

@@ -62,6 +62,9 @@ CASES = {
     # turns that into 2e-5 of parameter. Seed 1 has no such unit.
     "gin": {"model": "gin", "gin_eps": 0.0, "seed": 1},
     "gcn_adamw": {"model": "gcn", "optimizer": "adamw", "weight_decay": 0.01},
+    "gcn_layernorm": {"model": "gcn_ln", "norm_mode": "graph"},
+    "gcn_layernorm_node": {"model": "gcn_ln", "norm_mode": "node"},
+    "gcn_mse": {"model": "gcn_mse"},
     "gcn_sgd": {"model": "gcn", "optimizer": "sgd", "lr": 0.05, "momentum": 0.9,
                 "weight_decay": 5e-4},
 }
@@ -147,7 +150,8 @@ def build(cfg):
     return ref.build_model(cfg["model"], cfg["in_channels"], cfg["hidden"], cfg["num_classes"],
                            dropout=cfg["dropout"], input_dropout=cfg["dropout"],
                            aggr=cfg.get("aggr", "mean"), heads=cfg.get("heads", 1),
-                           out_heads=cfg.get("out_heads", 1), eps=cfg.get("gin_eps", 0.0))
+                           out_heads=cfg.get("out_heads", 1), eps=cfg.get("gin_eps", 0.0),
+                           norm_mode=cfg.get("norm_mode", "graph"))
 
 
 def write_case(root: Path, name: str, g64):
@@ -162,7 +166,7 @@ def write_case(root: Path, name: str, g64):
     model.double()
 
     model.train()
-    loss = ref.masked_nll_loss(model(g64.x, g64.edge_index), g64.y, g64.train_mask)
+    loss = ref.model_loss(model, g64)
     loss.backward()
     grads = {k: p.grad for k, p in ref.named_params(model).items()}
     ref.save_params(grads, d / "grads_init")
