@@ -58,6 +58,42 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
   return comm;
 }
 
+// `gnnrt train`'s flags (docs/cli.md).
+CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train the job's model full-batch on one simulated NeuronCore");
+  cmd->add_option("job", c.job,
+                  "Job file (Protobuf text, docs/job-format.md); default: a 2-layer GCN on the "
+                  "synthetic dataset")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--dataset", c.dataset,
+                  "Dataset, as dataset.path: synthetic[:nodes=...,classes=...,avg_degree=...,"
+                  "features=...,seed=...], npy:DIR, csv:DIR or DIR");
+  cmd->add_option("--set", c.sets,
+                  "Override a job field, e.g. --set optimizer.lr=0.005 --set "
+                  "dataset.path=../shared/datasets/cora --set model.layer[1].out=32 (repeatable)");
+  cmd->add_option("--cache-dir", c.cache_dir,
+                  "Program cache directory (default $XDG_CACHE_HOME/gnnrt or ~/.cache/gnnrt)");
+  cmd->add_flag("--no-cache", c.options.no_cache, "Compile every program, keep nothing");
+  cmd->add_option("--metrics", c.metrics, "Write one JSON object per epoch to this file");
+  cmd->add_option("--logits-out", c.logits_out,
+                  "Write the best model's logits [nodes, classes] as .npy, nodes in global order");
+  cmd->add_option("--params-in", c.params_in,
+                  "Initial parameters: a folder of <name>.npy with PyG names (conv1.lin.weight.npy, ...)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--params-out", c.params_out, "Write the best model's parameters as <name>.npy here");
+  cmd->add_option("--threads", c.options.threads, "OpenMP threads for the kernels (0: all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_flag("--debug", c.options.debug,
+                "Run op by op, unfused, and stop at the first op that makes a NaN or Inf");
+  cmd->add_option("--trace", c.trace, "Write a Chrome trace (JSON) of every op's time");
+  cmd->add_option("--hbm-bytes", c.options.hbm_bytes, "HBM capacity of the core, overriding the profile")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--profile", c.options.profile, "Device profile: trn1 (16 GiB/core) or trn2 (12 GiB/core)")
+      ->check(CLI::IsMember({"trn1", "trn2"}));
+  return cmd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,7 +121,7 @@ int main(int argc, char** argv) {
   selfcheck->add_option("--seed", options.seed, "Seed of the random graph")->capture_default_str();
 
   gnnrt::launch::TrainCommand train_command;
-  auto* train = gnnrt::launch::add_train_command(app, train_command);
+  auto* train = add_train_command(app, train_command);
 
   auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
   bench->require_subcommand(1);

@@ -2,7 +2,6 @@
 // (the single-rank mode; debug it here before running on many ranks).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
@@ -18,7 +17,9 @@ struct TrainCommand {
   std::string cache_dir, metrics, logits_out, params_in, params_out, trace;
 };
 
-CLI::App* add_train_command(CLI::App& app, TrainCommand& command);
+// Reads the job (or the default one), applies --dataset and --set, trains,
+// and logs the summary. Returns the exit status; errors are exceptions.
+// (Its flags are declared in main.cc: CLI11 is compiled in one file only.)
 int run_train(TrainCommand& command);
 
 }  // namespace gnnrt::launch
