@@ -118,6 +118,10 @@ class Backward {
         if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph, g));
         if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph, g));
         return;
+      case OpKind::kAllReduce:
+        // d(sum_r L_r)/dx_r = sum_r' dL_r'/dy: the all-reduced gradient.
+        if (needs(in[0])) add(in[0], b_.allreduce(g));
+        return;
       case OpKind::kSegmentSoftmax:
         if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph, out, g));
         return;

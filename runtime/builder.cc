@@ -309,6 +309,11 @@ ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
   return emit(k, {a, b}, attrs, DType::kF32, {g.num_edges, shape(a)[1]});
 }
 
+ValueId Builder::allreduce(ValueId x) {
+  expect_dtype(OpKind::kAllReduce, x, DType::kF32, "x");
+  return emit(OpKind::kAllReduce, {x}, {}, DType::kF32, shape(x));
+}
+
 ValueId Builder::gather(int32_t graph, ValueId x) {
   constexpr OpKind k = OpKind::kGather;
   const GraphInfo& g = graph_info(k, graph);

@@ -101,6 +101,13 @@ class Builder {
   // out[e, h] = a[src(e), h] + b[dst(e), h].
   ValueId sddmm_add(int32_t graph, ValueId a, ValueId b);
 
+  // ---- collectives ----
+  // The sum of x over the ranks of the core's communicator; every rank gets
+  // the same bits; on one rank (or without a communicator) a copy. Its
+  // backward is the all-reduce of the gradient. The multi-core runtime
+  // inserts these (and halo all-reduces) into the same programs.
+  ValueId allreduce(ValueId x);
+
   // The pieces aggregate() is made of, and what fusion makes of them.
   ValueId gather(int32_t graph, ValueId x);                     // [E, F] = x[src(e)]
   ValueId edge_scale(ValueId messages, ValueId edge_weight);    // [E, F] * w [E, H]

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "ops/csr.h"
 #include "runtime/device.h"
 #include "runtime/host_memory.h"
@@ -83,7 +84,8 @@ struct RunContext {
 
 struct Counters {
   int64_t compiles = 0, cache_hits = 0, ops_run = 0, host_syncs = 0;
-  double bytes_moved = 0;
+  int64_t collective_calls = 0;
+  double bytes_moved = 0, collective_bytes = 0;
   double simulated_seconds = 0;
 };
 
@@ -91,6 +93,8 @@ struct CoreOptions {
   std::filesystem::path cache_dir;  // empty: no program cache
   bool debug = false;
   bool trace = false;               // record op times for write_trace()
+  // The ranks allreduce ops sum over; none: a single core.
+  std::shared_ptr<collectives::Communicator> communicator;
 };
 
 // The tensors resident on the core, by name.

@@ -10,21 +10,23 @@ namespace gnnrt::runtime {
 DeviceProfile DeviceProfile::named(std::string_view name) {
   // Per NeuronCore: a chip's published figures divided by its cores
   // (docs/runtime.md lists the sources). The launch overhead is our
-  // assumption, not a published number.
+  // assumption, not a published number; so are the link latency (5 us) and
+  // the link bandwidth per core (50 GB/s): AWS publishes no per-core
+  // NeuronLink figures.
   if (name == "trn1") {
     // Trainium: 2 cores, 32 GiB HBM, 820 GB/s, 47.5 TFLOPS fp32 per chip.
-    return {"trn1", int64_t{16} << 30, 47.5e12 / 2, 820e9 / 2, 2e-6};
+    return {"trn1", int64_t{16} << 30, 47.5e12 / 2, 820e9 / 2, 2e-6, 5e-6, 50e9};
   }
   if (name == "trn2") {
     // Trainium2: 8 cores, 96 GiB HBM, 2.9 TB/s, 181 TFLOPS fp32 per chip.
-    return {"trn2", int64_t{12} << 30, 181e12 / 8, 2.9e12 / 8, 2e-6};
+    return {"trn2", int64_t{12} << 30, 181e12 / 8, 2.9e12 / 8, 2e-6, 5e-6, 50e9};
   }
   throw std::invalid_argument(fmt::format("unknown device profile '{}' (trn1, trn2)", name));
 }
 
 std::string DeviceProfile::to_text() const {
-  return fmt::format("{} hbm={} flops={} bw={} launch={}", name, hbm_bytes, peak_flops,
-                     hbm_bandwidth, launch_seconds);
+  return fmt::format("{} hbm={} flops={} bw={} launch={} link={}/{}", name, hbm_bytes, peak_flops,
+                     hbm_bandwidth, launch_seconds, link_seconds, link_bandwidth);
 }
 
 OpCost op_cost(const Program& p, const Op& op) {
@@ -74,6 +76,12 @@ OpCost op_cost(const Program& p, const Op& op) {
     c.flops = 2 * static_cast<double>(o[0]) * static_cast<double>(o[1]) * k;
   }
   return c;
+}
+
+double allreduce_seconds(const DeviceProfile& profile, double bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  return 2 * (p - 1) * profile.link_seconds + 2 * (p - 1) / p * bytes / profile.link_bandwidth;
 }
 
 double op_seconds(const DeviceProfile& profile, const OpCost& cost) {

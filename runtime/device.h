@@ -19,6 +19,8 @@ struct DeviceProfile {
   double peak_flops = 0;      // fp32 per second, per core
   double hbm_bandwidth = 0;   // bytes per second, per core
   double launch_seconds = 0;  // fixed cost of one op
+  double link_seconds = 0;    // latency of one collective step between cores
+  double link_bandwidth = 0;  // bytes per second one core sends to another
 
   // "trn1" | "trn2"; throws std::invalid_argument naming the choices.
   static DeviceProfile named(std::string_view name);
@@ -33,5 +35,8 @@ struct OpCost {
 
 OpCost op_cost(const Program& p, const Op& op);
 double op_seconds(const DeviceProfile& profile, const OpCost& cost);
+// A ring all-reduce of `bytes` over `ranks` cores: 2 (p - 1) steps of
+// link latency plus 2 (p - 1) / p of the bytes over the link; 0 on one core.
+double allreduce_seconds(const DeviceProfile& profile, double bytes, int ranks);
 
 }  // namespace gnnrt::runtime

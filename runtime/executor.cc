@@ -87,7 +87,14 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
       throw RunError(fmt::format("program '{}': {}: {}", p.name, p.describe(i), e.what()));
     }
     const OpCost cost = op_cost(p, p.ops[i]);
-    const double simulated = op_seconds(profile_, cost);
+    double simulated = op_seconds(profile_, cost);
+    if (p.ops[i].kind == OpKind::kAllReduce) {
+      const int ranks = options_.communicator ? options_.communicator->size() : 1;
+      const double bytes = static_cast<double>(p.value(p.ops[i].outputs[0]).bytes());
+      simulated += allreduce_seconds(profile_, bytes, ranks);
+      ++counters_.collective_calls;
+      counters_.collective_bytes += bytes;
+    }
     ++counters_.ops_run;
     counters_.bytes_moved += cost.bytes;
     counters_.simulated_seconds += simulated;
@@ -266,6 +273,13 @@ void Core::execute(const CompiledProgram& compiled, std::size_t op_index, const 
       return;
     case OpKind::kSddmmAdd:
       ops::sddmm_add_forward<float, int32_t>(graph(), a.heads, in(0), in(1), f32(out));
+      return;
+    case OpKind::kAllReduce:
+      if (options_.communicator && options_.communicator->size() > 1) {
+        options_.communicator->allreduce_async<float>(in(0), f32(out)).wait();
+      } else {
+        std::copy(in(0).begin(), in(0).end(), f32(out).begin());
+      }
       return;
     case OpKind::kSegmentSoftmax:
       ops::segment_softmax_forward<float, int32_t>(graph().by_dst, a.heads, in(0), f32(out));

@@ -72,6 +72,7 @@ struct GraphInfo {
   X(kSpmm, "spmm")                       /* (x[, w]) -> (out[, arg]) */   \
   X(kSddmmAdd, "sddmm_add")              /* (a [Ns,H], b [Nd,H]) */       \
   X(kSegmentSoftmax, "segment_softmax")  /* (score [E,H]) */              \
+  X(kAllReduce, "allreduce")             /* (x) summed over the ranks */  \
   X(kBiasGrad, "bias_grad")                                               \
   X(kReluGrad, "relu_grad")                                               \
   X(kLeakyReluGrad, "leaky_relu_grad")                                    \
