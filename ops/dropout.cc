@@ -15,20 +15,23 @@ namespace {
 
 using Philox = r123::Philox4x64;
 constexpr int64_t kColsPerDraw = 8;  // four 64-bit words = eight 32-bit uniforms
-constexpr double kTwoToMinus32 = 1.0 / 4294967296.0;
-
 Philox::ctr_type counter(const DropoutKey& key, uint64_t row, uint64_t block) {
   return {{key.step, row, block, 0}};
 }
 
-// The eight uniforms for columns [8 * block, 8 * block + 8) of one row.
-void uniforms(const DropoutKey& key, uint64_t row, uint64_t block, double u[kColsPerDraw]) {
-  const Philox::ctr_type r = Philox()(counter(key, row, block), {{key.seed, key.op}});
+// The eight 32-bit draws r for columns [8 * block, 8 * block + 8) of one
+// row; column j's uniform is u = r[j] * 2^-32.
+void draws(const DropoutKey& key, uint64_t row, uint64_t block, uint32_t r[kColsPerDraw]) {
+  const Philox::ctr_type w = Philox()(counter(key, row, block), {{key.seed, key.op}});
   for (int i = 0; i < 4; ++i) {
-    u[2 * i] = static_cast<double>(r.v[i] & 0xffffffffu) * kTwoToMinus32;
-    u[2 * i + 1] = static_cast<double>(r.v[i] >> 32) * kTwoToMinus32;
+    r[2 * i] = static_cast<uint32_t>(w.v[i]);
+    r[2 * i + 1] = static_cast<uint32_t>(w.v[i] >> 32);
   }
 }
+
+// u >= p  <=>  r >= ceil(p * 2^32): r * 2^-32 is exact in double, so the
+// integer comparison keeps exactly the elements the uniform would.
+uint64_t keep_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 4294967296.0)); }
 
 // True if all n values are +0.0 (every bit clear); branch-free over the block.
 template <typename T>
@@ -56,10 +59,11 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
   expect_size(op, "out", out.size(), rows * cols, "rows*cols");
   if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
   const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+  const uint64_t threshold = keep_threshold(p);
 #pragma omp parallel for if (rows * cols > (1 << 14))
   for (int64_t r = 0; r < rows; ++r) {
     const uint64_t row = global_rows.empty() ? static_cast<uint64_t>(r) : global_rows[r];
-    double u[kColsPerDraw];
+    uint32_t draw[kColsPerDraw];
     for (int64_t c0 = 0; c0 < cols; c0 += kColsPerDraw) {
       const int64_t n = std::min(kColsPerDraw, cols - c0);
       // A block of +0.0 inputs gives +0.0 whatever the mask: skip its draw.
@@ -68,10 +72,10 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
         for (int64_t j = 0; j < n; ++j) out[r * cols + c0 + j] = T(0);
         continue;
       }
-      uniforms(key, row, static_cast<uint64_t>(c0 / kColsPerDraw), u);
+      draws(key, row, static_cast<uint64_t>(c0 / kColsPerDraw), draw);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t i = r * cols + c0 + j;
-        out[i] = u[j] >= p ? in[i] * scale : T(0);
+        out[i] = draw[j] >= threshold ? in[i] * scale : T(0);
       }
     }
   }
@@ -80,9 +84,9 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
 }  // namespace
 
 bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col) {
-  double u[kColsPerDraw];
-  uniforms(key, global_row, col / kColsPerDraw, u);
-  return u[col % kColsPerDraw] >= p;
+  uint32_t draw[kColsPerDraw];
+  draws(key, global_row, col / kColsPerDraw, draw);
+  return draw[col % kColsPerDraw] >= keep_threshold(p);
 }
 
 template <typename T>
