@@ -44,9 +44,10 @@ model::proto::Model model_for(const std::string& name, int64_t* hidden, int64_t*
   } else if (name == "gat") {
     *hidden = 8;
     *heads = 8;
-    text = R"pb(layer { type: "dropout" p: 0.6 } layer { type: "gat" out: 8 heads: 8 p: 0.6 }
+    text = R"pb(layer { type: "dropout" p: 0.6 }
+                layer { type: "gat" out: 8 heads: 8 attention_dropout: 0.6 }
                 layer { type: "elu" } layer { type: "dropout" p: 0.6 }
-                layer { type: "gat" heads: 1 concat: false p: 0.6 })pb";
+                layer { type: "gat" heads: 1 concat: false attention_dropout: 0.6 })pb";
   } else {
     throw std::invalid_argument("unknown model " + name + " (gcn, gcn256, sage, gat)");
   }

@@ -45,7 +45,7 @@ nlohmann::json build_info() {
       {"openmp_procs", omp_get_num_procs()},
       {"openblas", openblas_get_config()},
       {"transparent_hugepages", first_line("/sys/kernel/mm/transparent_hugepage/enabled")},
-      {"compiler_version", runtime::kCompilerVersion},
+      {"compiler_version", std::string(runtime::compiler_version())},
       {"program_cache", runtime::default_cache_dir().string()},
       {"profiles", profiles()},
   };

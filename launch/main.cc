@@ -82,7 +82,7 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
                   "Initial parameters: a folder of <name>.npy with PyG names (conv1.lin.weight.npy, ...)")
       ->check(CLI::ExistingDirectory);
   cmd->add_option("--params-out", c.params_out, "Write the best model's parameters as <name>.npy here");
-  cmd->add_option("--threads", c.options.threads, "OpenMP threads for the kernels (0: all cores)")
+  cmd->add_option("--threads", c.options.threads, "OpenMP threads for the kernels (0: OpenMP's default)")
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--debug", c.options.debug,
                 "Run op by op, unfused, and stop at the first op that makes a NaN or Inf");
@@ -180,7 +180,13 @@ int main(int argc, char** argv) {
   bench_halo->add_option("--json", halo_options.json, "Write the rows to this file");
   add_mpi_options(bench_halo, mpi_options);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; a usage error prints CLI11's message and
+    // exits 2, as docs/cli.md says.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     if (*bench) {
       gnnrt::collectives::Environment mpi(&argc, &argv);

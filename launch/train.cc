@@ -44,10 +44,11 @@ int run_train(TrainCommand& c) {
   const auto& k = r.counters;
   const auto& plan = r.train_plan;
   spdlog::info("program train_step: {} fused, {} reordered, {} backward ops; planned peak {:.1f} MiB "
-               "({:.1f} MiB resident + {:.1f} MiB arena)",
+               "({:.1f} MiB resident + {:.1f} MiB graphs + {:.1f} MiB arena)",
                r.train_passes.fused, r.train_passes.reordered, r.train_passes.backward_ops,
                static_cast<double>(plan.peak_bytes) / (1 << 20),
                static_cast<double>(plan.persistent_bytes) / (1 << 20),
+               static_cast<double>(plan.graph_bytes) / (1 << 20),
                static_cast<double>(plan.arena_bytes) / (1 << 20));
   spdlog::info("counters: {} compiles, {} cache hits, {} ops run, {:.1f} MB moved, {} host syncs, "
                "simulated {:.3f} s",

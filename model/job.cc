@@ -147,6 +147,10 @@ void validate(const proto::Job& job) {
     if (l.out() < 0) fail("out must be >= 0");
     if (l.heads() < 1) fail("heads must be >= 1");
     if (l.p() < 0 || l.p() >= 1) fail(fmt::format("p = {} is not in [0, 1)", l.p()));
+    if (l.attention_dropout() < 0 || l.attention_dropout() >= 1) {
+      fail(fmt::format("attention_dropout = {} is not in [0, 1)", l.attention_dropout()));
+    }
+    if (l.hidden() < 0) fail("hidden must be >= 0");
     if (l.type() == "sage" && l.aggr() != "mean" && l.aggr() != "max") fail("aggr must be mean or max");
     if (l.type() == "layer_norm" && l.mode() != "graph" && l.mode() != "node") {
       fail("mode must be graph or node");
@@ -162,6 +166,12 @@ void validate(const proto::Job& job) {
   }
   if (!(o.lr() > 0)) throw JobError(fmt::format("job: optimizer.lr = {} must be > 0", o.lr()));
   if (o.weight_decay() < 0) throw JobError("job: optimizer.weight_decay must be >= 0");
+  if (!(o.beta1() >= 0 && o.beta1() < 1) || !(o.beta2() >= 0 && o.beta2() < 1)) {
+    throw JobError(fmt::format("job: optimizer.beta1 = {} and beta2 = {} must be in [0, 1)",
+                               o.beta1(), o.beta2()));
+  }
+  if (!(o.eps() > 0)) throw JobError(fmt::format("job: optimizer.eps = {} must be > 0", o.eps()));
+  if (!(o.momentum() >= 0)) throw JobError("job: optimizer.momentum must be >= 0");
   const auto& s = job.schedule();
   if (s.epochs() < 0) throw JobError("job: schedule.epochs must be >= 0");
   if (s.lr_schedule() != "constant" && s.lr_schedule() != "step" && s.lr_schedule() != "cosine") {
@@ -169,6 +179,8 @@ void validate(const proto::Job& job) {
                                s.lr_schedule()));
   }
   if (s.step_size() < 1) throw JobError("job: schedule.step_size must be >= 1");
+  if (!(s.gamma() > 0)) throw JobError(fmt::format("job: schedule.gamma = {} must be > 0", s.gamma()));
+  if (s.warmup_epochs() < 0) throw JobError("job: schedule.warmup_epochs must be >= 0");
   if (job.checkpoint().every() < 0) throw JobError("job: checkpoint.every must be >= 0");
   if (job.device().profile() != "trn1" && job.device().profile() != "trn2") {
     throw JobError(fmt::format("job: device.profile '{}' must be trn1 or trn2", job.device().profile()));

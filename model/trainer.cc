@@ -6,7 +6,10 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <google/protobuf/text_format.h>
+
 #include <chrono>
+#include <tuple>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -83,6 +86,12 @@ void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<flo
       out[i + j] = static_cast<float>((2 * u - 1) * bound);
     }
   }
+}
+
+std::string to_text_of(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(m, &text);
+  return text;
 }
 
 void normalize_features(Dataset& d) {
@@ -208,6 +217,17 @@ bool Trainer::resume() {
     throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}",
                                       path.string(), state.seed(), job_.seed()));
   }
+  // Only the schedule may change across a resume (e.g. more epochs).
+  const proto::Job saved = parse_job(state.job(), path.string());
+  for (const auto& [what, a, b] : {std::tuple{"model", to_text_of(saved.model()), to_text_of(job_.model())},
+                                   std::tuple{"optimizer", to_text_of(saved.optimizer()), to_text_of(job_.optimizer())},
+                                   std::tuple{"dataset", to_text_of(saved.dataset()), to_text_of(job_.dataset())}}) {
+    if (a != b) {
+      throw CheckpointError(fmt::format(
+          "checkpoint {} was trained with another {}; remove it or set checkpoint.resume=false",
+          path.string(), what));
+    }
+  }
   auto& mem = core_.memory();
   for (const auto& t : state.tensors()) {
     DType dtype = DType::kF32;
@@ -328,9 +348,18 @@ TrainResult Trainer::run() {
     if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
   }
   const int64_t epochs = job_.schedule().epochs();
+  const bool has_val = std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1}) > 0;
+  if (!has_val) {
+    spdlog::warn("dataset '{}' has no validation nodes: the last epoch's model is kept", data_.name);
+  }
   for (int64_t e = start_epoch_; e < epochs; ++e) {
     EpochMetrics m = epoch(e);
-    if (m.val_acc > best_val_) {
+    if (!std::isfinite(m.loss)) {
+      throw std::runtime_error(fmt::format(
+          "the loss became {} at epoch {}; rerun with --debug to find the op that made it",
+          m.loss, m.epoch));
+    }
+    if (m.val_acc > best_val_ || !has_val) {
       best_val_ = m.val_acc;
       best_test_ = m.test_acc;
       best_epoch_ = m.epoch;

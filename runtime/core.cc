@@ -2,15 +2,19 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <fstream>
 
 #include "runtime/autodiff.h"
 #include "runtime/passes.h"
+#include "runtime/compiler_id.h"
 #include "runtime/program_cache.h"
 
 namespace gnnrt::runtime {
+
+std::string_view compiler_version() { return "gnnrt-compiler-1+" GNNRT_COMPILER_ID; }
 
 NpyArray& DeviceMemory::at(const std::string& name) {
   auto it = tensors_.find(name);
@@ -70,7 +74,11 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
   c.plan = plan_memory(program);
   check_capacity(program, c.plan, profile_);
   c.program = std::move(program);
-  cache.store(c);
+  try {
+    cache.store(c);
+  } catch (const std::exception& e) {
+    spdlog::warn("program cache: {}; continuing without storing '{}'", e.what(), c.program.name);
+  }
   return std::make_shared<const CompiledProgram>(std::move(c));
 }
 

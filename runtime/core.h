@@ -29,6 +29,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -42,7 +43,9 @@
 
 namespace gnnrt::runtime {
 
-inline constexpr const char* kCompilerVersion = "gnnrt-compiler-1";
+// "gnnrt-compiler-1+<hash of runtime/ and ops/ sources>": part of every
+// program-cache key, so a changed compiler never loads a stale program.
+std::string_view compiler_version();
 
 class RunError : public std::runtime_error {
  public:

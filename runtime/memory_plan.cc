@@ -88,7 +88,12 @@ MemoryPlan plan_memory(Program& p) {
     plan.peak_op = peak - live.begin();
     plan.peak_live_bytes = *peak;
   }
-  plan.peak_bytes = plan.persistent_bytes + plan.arena_bytes;
+  // ops::Adjacency<int32_t>: per grouping, rowptr (int64, rows + 1) and
+  // edge, col and row_of_edge (int32, E each).
+  for (const GraphInfo& g : p.graphs) {
+    plan.graph_bytes += 8 * (g.num_src + g.num_dst + 2) + 24 * g.num_edges;
+  }
+  plan.peak_bytes = plan.persistent_bytes + plan.graph_bytes + plan.arena_bytes;
   return plan;
 }
 
@@ -98,10 +103,11 @@ void check_capacity(const Program& p, const MemoryPlan& plan, const DeviceProfil
       plan.peak_op >= 0 ? p.describe(static_cast<size_t>(plan.peak_op)) : std::string("no op");
   throw CompileError(fmt::format(
       "program '{}' does not fit the device: planned peak {} bytes ({}: {} persistent + {} "
-      "arena, most live at {}) exceeds the {} bytes ({}) of one {} core; use a smaller model "
-      "or graph, more cores, or --hbm-bytes",
+      "graphs + {} arena, most live at {}) exceeds the {} bytes ({}) of one {} core; use a "
+      "smaller model or graph, more cores, or --hbm-bytes",
       p.name, plan.peak_bytes, gib(plan.peak_bytes), gib(plan.persistent_bytes),
-      gib(plan.arena_bytes), where, profile.hbm_bytes, gib(profile.hbm_bytes), profile.name));
+      gib(plan.graph_bytes), gib(plan.arena_bytes), where, profile.hbm_bytes,
+      gib(profile.hbm_bytes), profile.name));
 }
 
 }  // namespace gnnrt::runtime

@@ -4,8 +4,8 @@
 // reader (program outputs: to the end); two temps share bytes only if their
 // lives do not overlap, so no op's output aliases one of its inputs.
 // Placement is greedy (largest first, lowest free offset), 64-byte aligned.
-// Persistent values (inputs, parameters, state) live outside the arena and
-// count fully toward the peak.
+// Persistent values (inputs, parameters, state) and the graphs' index arrays
+// live outside the arena and count fully toward the peak.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,8 @@ namespace gnnrt::runtime {
 struct MemoryPlan {
   int64_t arena_bytes = 0;
   int64_t persistent_bytes = 0;
-  int64_t peak_bytes = 0;   // persistent + arena
+  int64_t graph_bytes = 0;  // the bound graphs' CSR arrays (both groupings)
+  int64_t peak_bytes = 0;   // persistent + graphs + arena
   int64_t peak_op = -1;     // the op during which the most temp bytes are live
   int64_t peak_live_bytes = 0;
 };

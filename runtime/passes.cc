@@ -129,7 +129,11 @@ int reorder_aggregate_matmul(Program& p) {
     // Case 1: matmul(aggregate(X), W) with W narrowing.
     if (is_weight_matmul(later)) {
       const auto agg = ud.single_use_producer(p, later.inputs[0], OpKind::kSpmm);
-      if (!agg || removed[*agg] || !is_linear_aggregation(p.ops[*agg])) continue;
+      // An op already rewritten (or removed) is not rewritten again.
+      if (!agg || removed[*agg] || !replacement[*agg].empty() ||
+          !is_linear_aggregation(p.ops[*agg])) {
+        continue;
+      }
       const Op& a = p.ops[*agg];
       const ValueId x = a.inputs[0];
       const ValueId out = later.outputs[0];
@@ -150,7 +154,10 @@ int reorder_aggregate_matmul(Program& p) {
     // Case 2: aggregate(matmul(X, W)) with W widening.
     if (is_linear_aggregation(later)) {
       const auto mm_index = ud.single_use_producer(p, later.inputs[0], OpKind::kMatMul);
-      if (!mm_index || removed[*mm_index] || !is_weight_matmul(p.ops[*mm_index])) continue;
+      if (!mm_index || removed[*mm_index] || !replacement[*mm_index].empty() ||
+          !is_weight_matmul(p.ops[*mm_index])) {
+        continue;
+      }
       const Op& m = p.ops[*mm_index];
       const ValueId x = m.inputs[0];
       const ValueId out = later.outputs[0];

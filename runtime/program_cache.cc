@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
 #include "runtime/compiled_program.pb.h"
+#include "runtime/passes.h"
 
 namespace gnnrt::runtime {
 namespace {
@@ -33,7 +35,7 @@ Role parse_role(const std::string& name) {
 
 proto::CompiledProgram to_proto(const CompiledProgram& c) {
   proto::CompiledProgram m;
-  m.set_compiler_version(kCompilerVersion);
+  m.set_compiler_version(std::string(compiler_version()));
   m.set_key(c.key);
   m.set_name(c.program.name);
   for (const ValueInfo& v : c.program.values) {
@@ -80,6 +82,7 @@ proto::CompiledProgram to_proto(const CompiledProgram& c) {
   plan->set_peak_bytes(c.plan.peak_bytes);
   plan->set_peak_op(c.plan.peak_op);
   plan->set_peak_live_bytes(c.plan.peak_live_bytes);
+  plan->set_graph_bytes(c.plan.graph_bytes);
   for (ValueId v : c.params) m.add_params(v);
   for (ValueId v : c.grads) m.add_grads(v);
   m.set_loss(c.loss);
@@ -122,8 +125,12 @@ CompiledProgram from_proto(const proto::CompiledProgram& m) {
     c.program.ops.push_back(std::move(op));
   }
   c.program.outputs.assign(m.outputs().begin(), m.outputs().end());
-  c.plan = MemoryPlan{m.plan().arena_bytes(), m.plan().persistent_bytes(), m.plan().peak_bytes(),
-                      m.plan().peak_op(), m.plan().peak_live_bytes()};
+  c.plan.arena_bytes = m.plan().arena_bytes();
+  c.plan.persistent_bytes = m.plan().persistent_bytes();
+  c.plan.graph_bytes = m.plan().graph_bytes();
+  c.plan.peak_bytes = m.plan().peak_bytes();
+  c.plan.peak_op = m.plan().peak_op();
+  c.plan.peak_live_bytes = m.plan().peak_live_bytes();
   c.params.assign(m.params().begin(), m.params().end());
   c.grads.assign(m.grads().begin(), m.grads().end());
   c.loss = m.loss();
@@ -167,7 +174,7 @@ std::filesystem::path default_cache_dir() {
 
 std::string cache_key(const Program& program, const CompileOptions& options,
                       const DeviceProfile& profile, bool debug) {
-  std::string text = fmt::format("{}\n{}\ndebug={}\n{}", kCompilerVersion, profile.to_text(),
+  std::string text = fmt::format("{}\n{}\ndebug={}\n{}", compiler_version(), profile.to_text(),
                                  debug, program.to_text());
   if (options.train) {
     text += fmt::format("train loss={} params=({}) optimizer={} keep_grads={}\n",
@@ -181,30 +188,48 @@ std::filesystem::path ProgramCache::path(const std::string& key) const {
   return dir_ / (key + ".gnnrtprog");
 }
 
+// An entry is [xxh64 of the payload, 8 bytes little-endian][payload]. Any
+// entry that fails a check is a miss: the caller compiles and overwrites it.
 std::optional<CompiledProgram> ProgramCache::load(const std::string& key) const {
   if (dir_.empty()) return std::nullopt;
   std::ifstream in(path(key), std::ios::binary);
   if (!in) return std::nullopt;
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 8) return std::nullopt;
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data(), 8);
+  if (stored != XXH64(bytes.data() + 8, bytes.size() - 8, 0)) return std::nullopt;
   proto::CompiledProgram m;
-  if (!m.ParseFromIstream(&in) || m.key() != key || m.compiler_version() != kCompilerVersion) {
+  if (!m.ParseFromArray(bytes.data() + 8, static_cast<int>(bytes.size() - 8)) || m.key() != key ||
+      m.compiler_version() != compiler_version()) {
     return std::nullopt;
   }
   try {
     CompiledProgram c = from_proto(m);
+    verify(c.program);
+    for (const ValueInfo& v : c.program.values) {
+      if (v.role == Role::kTemp && v.offset >= 0 && v.offset + v.bytes() > c.plan.arena_bytes) {
+        return std::nullopt;
+      }
+    }
     c.from_cache = true;
     return c;
   } catch (const std::exception&) {
-    return std::nullopt;  // an entry from another build: recompile over it
+    return std::nullopt;
   }
 }
 
 void ProgramCache::store(const CompiledProgram& compiled) const {
   if (dir_.empty()) return;
   std::filesystem::create_directories(dir_);
-  std::string bytes;
-  if (!to_proto(compiled).SerializeToString(&bytes)) {
+  std::string payload;
+  if (!to_proto(compiled).SerializeToString(&payload)) {
     throw std::runtime_error("cannot serialise program " + compiled.program.name);
   }
+  const uint64_t sum = XXH64(payload.data(), payload.size(), 0);
+  std::string bytes(8, '\0');
+  std::memcpy(bytes.data(), &sum, 8);
+  bytes += payload;
   write_file_atomically(path(compiled.key), bytes);
 }
 

@@ -64,13 +64,11 @@ proto::Job job_for(const json& c) {
   } else if (model == "gat") {
     auto l1 = layer("gat", hidden);
     l1.set_heads(c["heads"]);
-    l1.set_p(0);
     add(l1);
     add(layer("elu"));
     auto l2 = layer("gat", 0);
     l2.set_heads(c["out_heads"]);
     l2.set_concat(false);
-    l2.set_p(0);
     add(l2);
   } else if (model == "gin") {
     auto l1 = layer("gin", hidden);
@@ -170,7 +168,7 @@ TEST_P(TrainGolden, MatchesTorch) {
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (const char* name : {"gcn", "sage_mean", "sage_max", "gat", "gin", "gcn_adamw", "gcn_sgd",
+  for (const char* name : {"gcn", "gcn_wide", "sage_mean", "sage_max", "gat", "gin", "gcn_adamw", "gcn_sgd",
                            "gcn_layernorm", "gcn_layernorm_node", "gcn_mse"}) {
     all.push_back({name, false});
     all.push_back({name, true});

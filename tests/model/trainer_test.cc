@@ -157,6 +157,15 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   const auto b = second.values<float>();
   EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
 
+  // A changed parameter file changes the logits: --params-in is really read.
+  NpyArray scaled = read_npy(options_.params_out / "conv2.lin.weight.npy");
+  for (float& v : scaled.values<float>()) v *= 2;
+  write_npy(options_.params_out / "conv2.lin.weight.npy", scaled);
+  again.logits_out = dir_ / "logits3.npy";
+  train(job, again);
+  const NpyArray third = read_npy(again.logits_out);
+  EXPECT_FALSE(std::equal(a.begin(), a.end(), third.values<float>().begin()));
+
   NpyArray wrong(DType::kF32, {8, 15});
   write_npy(options_.params_out / "conv1.lin.weight.npy", wrong);
   EXPECT_THAT([&] { train(job, again); },
