@@ -33,8 +33,10 @@ class NetworkBuilder {
         Builder::Scope scope(b_, fmt::format("dropout{}", i));
         if (training) h = b_.dropout(h, l.p(), key);
       } else if (type == "relu") {
+        Builder::Scope scope(b_, fmt::format("relu{}", i));
         h = b_.relu(h);
       } else if (type == "elu") {
+        Builder::Scope scope(b_, fmt::format("elu{}", i));
         h = b_.elu(h, 1.0);
       } else if (type == "layer_norm") {
         const std::string name = fmt::format("norm{}", ++norms);

@@ -339,6 +339,10 @@ void Trainer::write_outputs() {
 
 TrainResult Trainer::run() {
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  // Output files may name folders that do not exist yet.
+  for (const auto* path : {&options_.metrics_path, &options_.logits_out, &options_.trace_path}) {
+    if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
+  }
   load_data();
   compile();
   if (!resume()) init_parameters();
