@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/atomic_file.h"
+
 namespace gnnrt::launch {
 
 using collectives::Algorithm;
@@ -43,13 +45,7 @@ RankStats time_loop(collectives::Communicator& comm, const std::function<void()>
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write " + temporary);
-  }
-  std::filesystem::rename(temporary, path);
+  write_file_atomically(path, text);
 }
 
 namespace {

@@ -1,23 +1,17 @@
 #include "model/checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "runtime/atomic_file.h"
 
 namespace gnnrt::model {
 namespace {
 
 constexpr const char* kFormat = "gnnrt-checkpoint-1";
-
-[[noreturn]] void fail_io(const std::filesystem::path& path, const char* what) {
-  throw CheckpointError(fmt::format("checkpoint {}: {}: {}", path.string(), what, std::strerror(errno)));
-}
 
 }  // namespace
 
@@ -31,27 +25,10 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
   std::string bytes;
   file.SerializeToString(&bytes);
 
-  const std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail_io(tmp, "cannot create");
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      fail_io(tmp, "cannot write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail_io(tmp, "cannot fsync");
-  if (::close(fd) != 0) fail_io(tmp, "cannot close");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail_io(path, "cannot rename into place");
-  // The rename itself must survive a crash: sync the directory entry.
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  try {
+    write_file_atomically(path, bytes);
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("checkpoint {}", e.what()));
   }
 }
 

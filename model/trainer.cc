@@ -182,29 +182,26 @@ void Trainer::compile() {
   result_.train_passes = train_step_->passes;
 }
 
+// Fresh parameters (initialize_parameters), or --params-in's, shapes checked.
 void Trainer::init_parameters() {
-  auto& mem = core_.memory();
-  for (size_t i = 0; i < train_net_.params.size(); ++i) {
-    const ParamDecl& p = train_net_.params[i];
-    NpyArray a(DType::kF32, p.shape);
-    if (!options_.params_in.empty()) {
-      const auto path = options_.params_in / (p.name + ".npy");
-      if (!std::filesystem::exists(path)) {
-        throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
-                                                path.string(), p.name, runtime::shape_string(p.shape)));
-      }
-      NpyArray in = read_npy(path);
-      if (in.shape() != p.shape) {
-        throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
-                                                path.string(), runtime::shape_string(in.shape()),
-                                                p.name, runtime::shape_string(p.shape)));
-      }
-      const auto values = in.to_vector<float>();
-      std::copy(values.begin(), values.end(), a.values<float>().begin());
-    } else {
-      init_param(p, job_.seed(), i, a.values<float>());
+  if (options_.params_in.empty()) {
+    initialize_parameters(core_, train_net_.params, job_.seed());
+    return;
+  }
+  for (const ParamDecl& p : train_net_.params) {
+    const auto path = options_.params_in / (p.name + ".npy");
+    if (!std::filesystem::exists(path)) {
+      throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
+                                              path.string(), p.name, runtime::shape_string(p.shape)));
     }
-    mem.put(p.name, std::move(a));
+    const NpyArray in = read_npy(path);
+    if (in.shape() != p.shape) {
+      throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
+                                              path.string(), runtime::shape_string(in.shape()),
+                                              p.name, runtime::shape_string(p.shape)));
+    }
+    const auto values = in.to_vector<float>();  // any numeric dtype, as float32
+    core_.memory().put(p.name, NpyArray::from<float>(values, p.shape));
   }
 }
 
@@ -230,10 +227,11 @@ bool Trainer::resume() {
   }
   auto& mem = core_.memory();
   for (const auto& t : state.tensors()) {
-    DType dtype = DType::kF32;
-    for (auto d : {DType::kF32, DType::kF64, DType::kI32,
-                   DType::kI64, DType::kBool}) {
-      if (gnnrt::to_string(d) == t.dtype()) dtype = d;
+    DType dtype;
+    try {
+      dtype = parse_dtype(t.dtype());
+    } catch (const NpyError& e) {
+      throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path.string(), t.name(), e.what()));
     }
     NpyArray a(dtype, {t.shape().begin(), t.shape().end()});
     if (a.bytes().size() != t.data().size()) {

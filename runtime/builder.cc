@@ -121,6 +121,16 @@ ValueId Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, D
   return out;
 }
 
+// Max/min reductions also output the winning edge per element (i32, the
+// output's shape), as a second output of the op just emitted.
+ValueId Builder::arg_output(ops::Reduce reduce, ValueId out) {
+  if (!ops::has_arg(reduce)) return kNoValue;
+  const ValueId arg =
+      new_value(program_.value(out).name + ".arg", DType::kI32, shape(out), Role::kTemp);
+  program_.ops.back().outputs.push_back(arg);
+  return arg;
+}
+
 void Builder::emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs) {
   program_.ops.push_back(Op{kind, std::move(inputs), {}, attrs, scope_});
 }
@@ -351,14 +361,8 @@ std::pair<ValueId, ValueId> Builder::scatter(Reduce reduce, int32_t graph, Value
   OpAttrs a;
   a.graph = graph;
   a.reduce = reduce;
-  const Shape out_shape{g.num_dst, shape(messages)[1]};
-  const ValueId out = emit(k, {messages}, a, DType::kF32, out_shape);
-  ValueId arg = kNoValue;
-  if (ops::has_arg(reduce)) {
-    arg = new_value(program_.value(out).name + ".arg", DType::kI32, out_shape, Role::kTemp);
-    program_.ops.back().outputs.push_back(arg);
-  }
-  return {out, arg};
+  const ValueId out = emit(k, {messages}, a, DType::kF32, {g.num_dst, shape(messages)[1]});
+  return {out, arg_output(reduce, out)};
 }
 
 std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId x,
@@ -376,14 +380,8 @@ std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId 
   a.heads = edge_heads(k, graph, edge_weight, shape(x)[1]);
   std::vector<ValueId> inputs{x};
   if (edge_weight != kNoValue) inputs.push_back(edge_weight);
-  const Shape out_shape{g.num_dst, shape(x)[1]};
-  const ValueId out = emit(k, std::move(inputs), a, DType::kF32, out_shape);
-  ValueId arg = kNoValue;
-  if (ops::has_arg(reduce)) {
-    arg = new_value(program_.value(out).name + ".arg", DType::kI32, out_shape, Role::kTemp);
-    program_.ops.back().outputs.push_back(arg);
-  }
-  return {out, arg};
+  const ValueId out = emit(k, std::move(inputs), a, DType::kF32, {g.num_dst, shape(x)[1]});
+  return {out, arg_output(reduce, out)};
 }
 
 // ---- backward ----

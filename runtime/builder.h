@@ -158,6 +158,7 @@ class Builder {
   ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
                std::vector<int64_t> shape);
   void emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs);
+  ValueId arg_output(ops::Reduce reduce, ValueId out);
   [[noreturn]] void fail(OpKind kind, const std::string& what) const;
   void expect_same_shape(OpKind kind, ValueId a, ValueId b, const char* a_name,
                          const char* b_name) const;

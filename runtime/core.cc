@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "runtime/atomic_file.h"
 #include "runtime/autodiff.h"
 #include "runtime/passes.h"
 #include "runtime/compiler_id.h"
@@ -127,13 +128,11 @@ void Core::write_trace(const std::filesystem::path& path) const {
                       {"args", {{"scope", e.scope}, {"simulated_us", e.simulated_us}}}});
   }
   const nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << doc.dump() << '\n';
-    if (!out) throw RunError(fmt::format("cannot write trace {}", path.string()));
+  try {
+    write_file_atomically(path, doc.dump() + '\n');
+  } catch (const std::exception& e) {
+    throw RunError(fmt::format("cannot write trace: {}", e.what()));
   }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace gnnrt::runtime

@@ -126,6 +126,13 @@ std::string_view to_string(DType dtype) {
   return "?";
 }
 
+DType parse_dtype(std::string_view name) {
+  for (DType d : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}) {
+    if (to_string(d) == name) return d;
+  }
+  throw NpyError(fmt::format("unknown dtype '{}'", name));
+}
+
 std::size_t item_size(DType dtype) { return info(dtype).size; }
 
 NpyArray::NpyArray(DType dtype, std::vector<int64_t> shape)

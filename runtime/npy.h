@@ -26,6 +26,8 @@ class NpyError : public std::runtime_error {
 enum class DType { kF32, kF64, kI32, kI64, kBool };
 
 std::string_view to_string(DType dtype);
+// The inverse of to_string ("float32", ...); throws NpyError on another name.
+DType parse_dtype(std::string_view name);
 std::size_t item_size(DType dtype);
 template <typename T>
 constexpr DType dtype_of();

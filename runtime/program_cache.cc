@@ -1,11 +1,8 @@
 #include "runtime/program_cache.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -13,18 +10,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/atomic_file.h"
 #include "runtime/compiled_program.pb.h"
 #include "runtime/passes.h"
 
 namespace gnnrt::runtime {
 namespace {
-
-DType parse_dtype(const std::string& name) {
-  for (DType d : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}) {
-    if (to_string(d) == name) return d;
-  }
-  throw std::invalid_argument("unknown dtype " + name);
-}
 
 Role parse_role(const std::string& name) {
   for (Role r : {Role::kInput, Role::kParameter, Role::kState, Role::kTemp}) {
@@ -135,29 +126,6 @@ CompiledProgram from_proto(const proto::CompiledProgram& m) {
   c.grads.assign(m.grads().begin(), m.grads().end());
   c.loss = m.loss();
   return c;
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
-  const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    throw std::runtime_error(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 }  // namespace
