@@ -1,5 +1,7 @@
 #include "collectives/algorithm.h"
 
+#include <memory_resource>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -98,6 +100,13 @@ std::size_t Call::bytes() const {
 }
 
 namespace detail {
+
+std::pmr::memory_resource& frame_pool() {
+  // Never destroyed: a Work may outlive this thread's thread_local objects
+  // (static destruction order), and its frame must still be freed.
+  thread_local auto* pool = new std::pmr::unsynchronized_pool_resource();
+  return *pool;
+}
 
 Blocks balanced_blocks(std::size_t n, int p) {
   std::vector<std::size_t> lengths(p);

@@ -45,6 +45,7 @@ CommunicatorImpl::CommunicatorImpl(MPI_Comm user_, CommunicatorOptions options_)
   int found = 0;
   check_mpi(MPI_Comm_get_attr(user, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
   if (found && tag_ub != nullptr) tag_ub_ = *tag_ub;
+  blocking_transfers.emplace(internal, 0, rank, size);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -146,8 +147,12 @@ Work Communicator::start(Call call, Algorithm requested) {
   // same algorithm: it is chosen by rank count alone (key 0 bytes).
   const std::size_t key = call.op == Collective::alltoallv ? 0 : call.bytes();
   const Algorithm algorithm = resolve(call.op, key, requested);
-  if (algorithm == Algorithm::native && impl_->blocking) {
-    detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
+  if (impl_->blocking) {
+    if (algorithm == Algorithm::native) {
+      detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
+    } else {
+      detail::run_blocking(*impl_, call, algorithm);
+    }
     return Work();
   }
   auto state = std::make_unique<detail::WorkState>(impl_, std::string(), impl_->internal,

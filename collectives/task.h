@@ -9,10 +9,17 @@
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
 #include <exception>
+#include <memory_resource>
 #include <utility>
 
 namespace gnnrt::collectives::detail {
+
+// Coroutine frames come from a per-thread pool, not malloc: the same few
+// frame sizes recur on every call, and a small collective's latency is
+// otherwise a tenth malloc and free.
+std::pmr::memory_resource& frame_pool();
 
 class Task {
  public:
@@ -34,6 +41,11 @@ class Task {
     }
     void return_void() {}
     void unhandled_exception() { error = std::current_exception(); }
+
+    static void* operator new(std::size_t bytes) { return frame_pool().allocate(bytes); }
+    static void operator delete(void* frame, std::size_t bytes) {
+      frame_pool().deallocate(frame, bytes);
+    }
   };
   using Handle = std::coroutine_handle<promise_type>;
 

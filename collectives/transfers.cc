@@ -23,6 +23,17 @@ Transfers::Transfers(MPI_Comm comm, int tag, int rank, int size)
 
 Transfers::~Transfers() { abandon(); }
 
+void Transfers::reset(int tag) {
+  abandon();
+  tag_ = tag;
+  requests_.clear();
+  peers_.clear();
+  receives_.clear();
+  live_slot_.clear();
+  free_.clear();
+  suspended_ = {};
+}
+
 int Transfers::add(MPI_Request request, int peer, bool receive) {
   int slot;
   if (!free_.empty()) {

@@ -26,6 +26,10 @@ class Transfers {
   Transfers(const Transfers&) = delete;
   Transfers& operator=(const Transfers&) = delete;
 
+  // Starts over under a new tag, keeping the slots' storage (the blocking
+  // forms reuse one Transfers for every call).
+  void reset(int tag);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   MPI_Comm comm() const { return comm_; }

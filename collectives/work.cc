@@ -37,16 +37,21 @@ void WorkState::launch(Task task_) {
   progress();
 }
 
+bool advance(Transfers& transfers, Task& task) {
+  while (!task.done()) {
+    if (!transfers.poll()) return false;
+    auto suspended = transfers.take_suspended();
+    if (!suspended) break;
+    suspended.resume();
+  }
+  task.rethrow_if_failed();
+  return true;
+}
+
 bool WorkState::progress() {
   if (finished) return true;
   try {
-    while (!task.done()) {
-      if (!transfers.poll()) return false;
-      auto suspended = transfers.take_suspended();
-      if (!suspended) break;
-      suspended.resume();
-    }
-    task.rethrow_if_failed();
+    if (!advance(transfers, task)) return false;
   } catch (...) {
     error = std::current_exception();
     transfers.abandon();
@@ -64,15 +69,22 @@ bool WorkState::progress() {
 
 namespace {
 
-[[noreturn]] void deadline_passed(WorkState& state) {
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - state.started).count();
+using Clock = std::chrono::steady_clock;
+
+Clock::duration deadline_of(const CommunicatorImpl& impl) {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(impl.options.timeout_seconds));
+}
+
+[[noreturn]] void deadline_passed(const CommunicatorImpl& impl, const std::string& what,
+                                  Clock::time_point started, const Transfers& transfers) {
+  const double waited = std::chrono::duration<double>(Clock::now() - started).count();
   const std::string message =
       fmt::format("rank {}: {} timed out after {:.1f} s waiting for {} (deadline {} s; set "
                   "GNNRT_COLLECTIVE_TIMEOUT to change it)",
-                  state.owner->rank, state.describe(), waited,
-                  state.transfers.pending_description(), state.owner->options.timeout_seconds);
-  if (state.owner->options.on_timeout == CommunicatorOptions::OnTimeout::raise) {
+                  impl.rank, what, waited, transfers.pending_description(),
+                  impl.options.timeout_seconds);
+  if (impl.options.on_timeout == CommunicatorOptions::OnTimeout::raise) {
     throw CollectiveTimeout(message);
   }
   spdlog::error("{}; aborting the job", message);
@@ -84,6 +96,35 @@ namespace {
 }
 
 }  // namespace
+
+void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm) {
+  Transfers& transfers = *impl.blocking_transfers;
+  transfers.reset(impl.next_tag());
+  PooledScratch& scratch = impl.blocking_scratch;
+  const auto started = Clock::now();
+  const auto limit = deadline_of(impl);
+  Task task = run(algorithm, transfers, call, scratch);
+  try {
+    task.start();
+    unsigned polls = 0;
+    while (!advance(transfers, task)) {
+      // Operations started before this one advance too (see Work::wait).
+      if (!impl.in_flight.empty()) impl.progress_all();
+      if ((++polls & 63) == 0 && Clock::now() - started > limit) {
+        deadline_passed(impl,
+                        fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm),
+                                    call.bytes(), name(call.type)),
+                        started, transfers);
+      }
+    }
+  } catch (...) {
+    transfers.abandon();
+    scratch.forget();
+    throw;
+  }
+  scratch.release();
+}
+
 }  // namespace detail
 
 Work::Work() = default;
@@ -126,13 +167,13 @@ bool Work::test() {
 
 void Work::wait() {
   if (!state_) return;
-  const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(state_->owner->options.timeout_seconds));
+  const auto limit = detail::deadline_of(*state_->owner);
   unsigned polls = 0;
   while (!test()) {
     // The clock costs ~20 ns; read it every 64 polls.
-    if ((++polls & 63) == 0 && std::chrono::steady_clock::now() - state_->started > limit) {
-      detail::deadline_passed(*state_);
+    if ((++polls & 63) == 0 && detail::Clock::now() - state_->started > limit) {
+      detail::deadline_passed(*state_->owner, state_->describe(), state_->started,
+                              state_->transfers);
     }
   }
 }

@@ -103,8 +103,9 @@ Case make_case(Communicator& comm, Collective op, Algorithm algorithm, std::size
 
 // Fastest algorithm per measured size -> byte-range rules; a boundary sits
 // halfway between two measured sizes. The choice only changes where another
-// algorithm is more than 10% faster than the current one, so that timing
-// noise does not flip it from size to size.
+// algorithm is more than 3% faster than the current one, so that timing
+// noise does not flip it from size to size (a wider margin would let auto
+// settle for an algorithm that much slower).
 std::vector<TuningRule> rules_from(const std::vector<Row>& rows, Collective op, int ranks) {
   std::map<std::size_t, std::map<Algorithm, double>> times;  // bytes -> algorithm -> avg_us
   for (const auto& row : rows) {
@@ -137,7 +138,7 @@ std::vector<TuningRule> rules_from(const std::vector<Row>& rows, Collective op, 
     }
     if (!winners.empty()) {
       const auto current = by_algorithm.find(winners.back().second);
-      if (current != by_algorithm.end() && current->second <= 1.1 * by_algorithm.at(best)) {
+      if (current != by_algorithm.end() && current->second <= 1.03 * by_algorithm.at(best)) {
         best = current->first;
       }
     }
@@ -200,21 +201,35 @@ int run_collective_bench(Communicator& comm, const CollectiveBenchOptions& optio
     if (all || only == Algorithm::automatic) algorithms.push_back(Algorithm::automatic);
     if (algorithms.empty()) continue;  // --algorithm names one this op lacks
     ran_any = true;
-    for (Algorithm algorithm : algorithms) {
-      for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+    // Per size, the algorithms are timed interleaved (time_interleaved), so
+    // that the comparison between them holds even when the machine's speed
+    // drifts during the sweep.
+    for (std::size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+      std::vector<Row> group;
+      std::vector<std::function<void()>> steps;
+      for (Algorithm algorithm : algorithms) {
         Case c = make_case(comm, op, algorithm, bytes, a, b);
         if (c.bytes == 0) continue;
-        Row row{op, algorithm, c.bytes, comm.size(), {}, 0, 0, 0};
-        row.time = time_loop(comm, c.step, options.seconds_per_size, c.bytes < (1u << 20) ? 20 : 2,
-                             c.bytes < (1u << 20) ? 20 : 3, 100000, &row.iterations);
-        row.algbw = c.bytes / (row.time.avg_us * 1e3);
+        group.push_back(Row{op, algorithm, c.bytes, comm.size(), {}, 0, 0, 0});
+        steps.push_back(std::move(c.step));
+      }
+      if (steps.empty()) continue;
+      const bool small = group.front().bytes < (1u << 20);
+      std::vector<int> iterations;
+      const auto times = time_interleaved(comm, steps, options.seconds_per_size, small ? 20 : 2,
+                                          small ? 20 : 5, 100000, options.rounds, &iterations);
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        Row& row = group[i];
+        row.time = times[i];
+        row.iterations = iterations[i];
+        row.algbw = row.bytes / (row.time.avg_us * 1e3);
         row.busbw = row.algbw * bus_factor(op, comm.size());
         rows.push_back(row);
         if (root) {
           std::printf("%-15s %-19s %12zu %6d %11.2f %11.2f %11.2f %9.3f %9.3f\n",
-                      std::string(name(op)).c_str(), std::string(name(algorithm)).c_str(), row.bytes,
-                      row.ranks, row.time.avg_us, row.time.min_us, row.time.max_us, row.algbw,
-                      row.busbw);
+                      std::string(name(op)).c_str(), std::string(name(row.algorithm)).c_str(),
+                      row.bytes, row.ranks, row.time.avg_us, row.time.min_us, row.time.max_us,
+                      row.algbw, row.busbw);
           std::fflush(stdout);
         }
       }

@@ -21,7 +21,8 @@ struct CollectiveBenchOptions {
   std::string algorithm;         // empty: every algorithm each op has
   std::size_t min_bytes = 4;
   std::size_t max_bytes = std::size_t{64} << 20;
-  double seconds_per_size = 0.1;
+  double seconds_per_size = 0.1;  // per algorithm
+  int rounds = 20;                // interleaved passes (bench_common.h: time_interleaved)
   std::string json;  // write the rows here
   std::string tune;  // write (merge into) this tuning table
 };

@@ -23,25 +23,65 @@ using collectives::ReduceOp;
 RankStats time_loop(collectives::Communicator& comm, const std::function<void()>& step,
                     double budget_seconds, int warmup, int min_iters, int max_iters,
                     int* iterations) {
+  std::vector<int> counts;
+  const auto stats =
+      time_interleaved(comm, {step}, budget_seconds, warmup, min_iters, max_iters, 1, &counts);
+  if (iterations != nullptr) *iterations = counts[0];
+  return stats[0];
+}
+
+std::vector<RankStats> time_interleaved(collectives::Communicator& comm,
+                                        const std::vector<std::function<void()>>& steps,
+                                        double budget_seconds, int warmup, int min_iters,
+                                        int max_iters, int rounds, std::vector<int>* iterations) {
   using clock = std::chrono::steady_clock;
-  comm.barrier();
-  const auto warm_start = clock::now();
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> per_step{std::chrono::duration<double>(clock::now() - warm_start).count() /
-                               std::max(1, warmup)};
+  const std::size_t n = steps.size();
+  rounds = std::max(1, rounds);
+  // Warm-up, which also sizes each step's passes (the slowest rank decides,
+  // so every rank runs the same count).
+  std::vector<double> per_step(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    comm.barrier();
+    const auto start = clock::now();
+    for (int i = 0; i < warmup; ++i) steps[s]();
+    per_step[s] = std::chrono::duration<double>(clock::now() - start).count() / std::max(1, warmup);
+  }
   comm.allreduce<double>(per_step, ReduceOp::max, Algorithm::native);
-  const int iters = static_cast<int>(std::clamp<double>(
-      std::floor(budget_seconds / std::max(per_step[0], 1e-9)), min_iters, max_iters));
-  comm.barrier();
-  const auto start = clock::now();
-  for (int i = 0; i < iters; ++i) step();
-  const double us = std::chrono::duration<double, std::micro>(clock::now() - start).count() / iters;
-  std::vector<double> sum{us}, lo{us}, hi{us};
+  std::vector<int> per_pass(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    per_pass[s] = static_cast<int>(std::clamp<double>(
+        std::floor(budget_seconds / rounds / std::max(per_step[s], 1e-9)),
+        std::ceil(double(min_iters) / rounds), std::max(1, max_iters / rounds)));
+  }
+  std::vector<std::vector<double>> passes(n);
+  for (int round = 0; round < rounds; ++round) {
+    // Each pass starts one step later, so that no step always follows the
+    // same other one (whose buffers are then in cache).
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t s = (k + round) % n;
+      comm.barrier();
+      const auto start = clock::now();
+      for (int i = 0; i < per_pass[s]; ++i) steps[s]();
+      passes[s].push_back(
+          std::chrono::duration<double, std::micro>(clock::now() - start).count() / per_pass[s]);
+    }
+  }
+  std::vector<double> sum(n), lo(n), hi(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    auto& times = passes[s];
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    sum[s] = lo[s] = hi[s] = times[times.size() / 2];
+  }
   comm.allreduce<double>(sum, ReduceOp::sum, Algorithm::native);
   comm.allreduce<double>(lo, ReduceOp::min, Algorithm::native);
   comm.allreduce<double>(hi, ReduceOp::max, Algorithm::native);
-  if (iterations != nullptr) *iterations = iters;
-  return {sum[0] / comm.size(), lo[0], hi[0]};
+  std::vector<RankStats> stats(n);
+  for (std::size_t s = 0; s < n; ++s) stats[s] = {sum[s] / comm.size(), lo[s], hi[s]};
+  if (iterations != nullptr) {
+    iterations->resize(n);
+    for (std::size_t s = 0; s < n; ++s) (*iterations)[s] = per_pass[s] * rounds;
+  }
+  return stats;
 }
 
 void write_atomically(const std::string& path, const std::string& text) {

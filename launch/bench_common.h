@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 
@@ -23,6 +24,21 @@ struct RankStats {
 RankStats time_loop(collectives::Communicator& comm, const std::function<void()>& step,
                     double budget_seconds, int warmup, int min_iters, int max_iters,
                     int* iterations = nullptr);
+
+// The same for steps that are compared with each other (the algorithms of
+// one size; the halo against the dense allreduce): after the warm-up, the
+// steps run round-robin, `rounds` passes through the list, each step
+// budget_seconds / rounds per pass (at least min_iters / rounds iterations),
+// each pass starting one step later than the one before;
+// a step's per-iteration time on a rank is the median over passes. A shared
+// machine that slows down for a few seconds then slows every step alike,
+// instead of whichever was being timed. `iterations` receives each step's
+// total count.
+std::vector<RankStats> time_interleaved(collectives::Communicator& comm,
+                                        const std::vector<std::function<void()>>& steps,
+                                        double budget_seconds, int warmup, int min_iters,
+                                        int max_iters, int rounds,
+                                        std::vector<int>* iterations = nullptr);
 
 // Writes `text` to `path` through a temporary file and a rename.
 void write_atomically(const std::string& path, const std::string& text);

@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
                                 "Time budget per (op, algorithm, size)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  bench_collectives->add_option("--rounds", collective_options.rounds,
+                                "Interleaved passes over a size's algorithms; each reports "
+                                "the median pass")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   bench_collectives->add_option("--json", collective_options.json, "Write the rows to this file");
   bench_collectives->add_option("--tune", collective_options.tune,
                                 "Write the fastest algorithm per size into this tuning table");

@@ -47,6 +47,30 @@ TEST(Communicator, SeveralInFlightWaitedInAnyOrder) {
   }
 }
 
+// A blocking call with an own algorithm runs without a Work of its own
+// (run_blocking); it must still advance the operations in flight, or a rank
+// that waits for one of them first would wait forever for this rank.
+TEST(Communicator, BlockingCallAdvancesOperationsInFlight) {
+  auto c = make_world(60);
+  const int p = c.size(), r = c.rank();
+  std::vector<float> big(100000, float(r + 1)), other(big), small(5, float(r + 1));
+  Work ring = c.allreduce_async<float>(big, big, ReduceOp::sum, Algorithm::ring);
+  Work halving = c.allreduce_async<float>(other, other, ReduceOp::max, Algorithm::rabenseifner);
+  if (r % 2 == 0) {
+    c.allreduce<float>(small, ReduceOp::sum, Algorithm::recursive_doubling);
+    ring.wait();
+    halving.wait();
+  } else {
+    halving.wait();
+    ring.wait();
+    c.allreduce<float>(small, ReduceOp::sum, Algorithm::recursive_doubling);
+  }
+  const float sum = p * (p + 1) / 2.0f;
+  for (float v : small) ASSERT_EQ(v, sum);
+  for (float v : big) ASSERT_EQ(v, sum);
+  for (float v : other) ASSERT_EQ(v, float(p));
+}
+
 TEST(Communicator, EqualBlockReduceScatterAndAllgather) {
   auto c = make_world();
   const int p = c.size(), r = c.rank();
