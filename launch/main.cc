@@ -174,13 +174,22 @@ int main(int argc, char** argv) {
   bench_halo->add_option("--window", halo_options.window, "Id distance of local edges")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  bench_halo->add_option("--dataset", halo_options.dataset,
+                         "Graph of a data set (a NumPy folder such as ../shared/datasets/cora, "
+                         "csv:DIR, synthetic[:...]) instead of the generated one");
   bench_halo->add_option("--partition", halo_options.partition,
-                         "Edge partition: destination (1D blocks of destination ids) or random")
-      ->check(CLI::IsMember({"random", "destination"}))
+                         "Edge partition: destination (1D blocks of destination ids), random, "
+                         "hdrf (streaming vertex-cut) or metis")
+      ->check(CLI::IsMember({"random", "destination", "hdrf", "metis"}))
       ->capture_default_str();
-  bench_halo->add_option("--seed", halo_options.seed, "Seed of the random graph")->capture_default_str();
+  bench_halo->add_option("--seed", halo_options.seed, "Seed of the random graph and partition")
+      ->capture_default_str();
   bench_halo->add_option("--seconds", halo_options.seconds, "Time budget per method")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_halo->add_option("--rounds", halo_options.rounds,
+                         "Interleaved passes over the methods; each reports the median pass")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   bench_halo->add_option("--json", halo_options.json, "Write the rows to this file");
   add_mpi_options(bench_halo, mpi_options);

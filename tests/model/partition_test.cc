@@ -1,0 +1,182 @@
+// Edge partitioners: the vertex-cut invariants for every method and part
+// count (checked against replicas recomputed here from the edges), hand-worked
+// statistics, METIS finding the one cut of two joined cliques, partition
+// quality against random on a community graph, determinism and bad input.
+#include "model/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "model/dataset.h"
+
+namespace gnnrt::model {
+namespace {
+
+constexpr PartitionMethod kMethods[] = {PartitionMethod::random, PartitionMethod::destination,
+                                        PartitionMethod::hdrf, PartitionMethod::metis};
+
+EdgePartition run(const Dataset& d, PartitionMethod method, int parts, uint64_t seed = 0) {
+  PartitionOptions options;
+  options.method = method;
+  options.parts = parts;
+  options.seed = seed;
+  return partition_edges(d.num_nodes, d.src, d.dst, options);
+}
+
+Dataset community_graph(double homophily) {
+  SyntheticSpec spec;
+  spec.nodes = 1500;
+  spec.classes = 6;
+  spec.avg_degree = 8;
+  spec.features = 1;
+  spec.homophily = homophily;
+  return make_synthetic(spec);
+}
+
+TEST(Partition, VertexCutInvariantsForEveryMethodAndPartCount) {
+  Dataset d = community_graph(0.9);
+  // Vertices with no edges at all: they still need a master.
+  d.num_nodes += 7;
+  for (auto method : kMethods) {
+    for (int parts : {1, 2, 3, 5, 8}) {
+      SCOPED_TRACE(std::string(name(method)) + " parts " + std::to_string(parts));
+      const EdgePartition part = run(d, method, parts);
+      ASSERT_EQ(part.edge_part.size(), d.src.size());
+      ASSERT_EQ(part.master.size(), static_cast<std::size_t>(d.num_nodes));
+      std::vector<std::set<int>> expected(d.num_nodes);
+      for (std::size_t e = 0; e < d.src.size(); ++e) {
+        const int p = part.edge_part[e];
+        ASSERT_TRUE(p >= 0 && p < parts) << "edge " << e;
+        expected[d.src[e]].insert(p);
+        expected[d.dst[e]].insert(p);
+        if (method == PartitionMethod::destination) {
+          ASSERT_EQ(p, d.dst[e] * parts / d.num_nodes) << "edge " << e;
+        }
+        if (method == PartitionMethod::metis) {
+          ASSERT_EQ(p, part.master[d.dst[e]]) << "edge " << e;
+        }
+      }
+      for (int64_t v = 0; v < d.num_nodes; ++v) {
+        const int m = part.master[v];
+        ASSERT_TRUE(m >= 0 && m < parts) << "vertex " << v;
+        if (method == PartitionMethod::random || method == PartitionMethod::hdrf) {
+          // The master is one of the parts that own its edges, if it has any.
+          if (!expected[v].empty()) {
+            ASSERT_TRUE(expected[v].count(m)) << "vertex " << v;
+          }
+        }
+        expected[v].insert(m);
+        const auto got = part.replicas(v);
+        ASSERT_EQ(std::vector<int>(got.begin(), got.end()),
+                  std::vector<int>(expected[v].begin(), expected[v].end()))
+            << "vertex " << v;
+      }
+      const PartitionStats s = part.stats();
+      EXPECT_GE(s.replication_factor, 1.0);
+      EXPECT_LE(s.replication_factor, parts);
+      if (parts == 1) {
+        EXPECT_EQ(s.replication_factor, 1.0);
+        EXPECT_EQ(s.halo_rows, 0);
+      }
+    }
+  }
+}
+
+// 0 -> 1 -> 2 -> 3 over 2 parts by destination: blocks {0, 1} and {2, 3};
+// edge 0->1 in part 0, 1->2 and 2->3 in part 1, so vertex 1 is on both.
+TEST(Partition, StatisticsOfASmallPathByHand) {
+  const std::vector<int64_t> src{0, 1, 2}, dst{1, 2, 3};
+  PartitionOptions options;
+  options.method = PartitionMethod::destination;
+  options.parts = 2;
+  const EdgePartition part = partition_edges(4, src, dst, options);
+  EXPECT_EQ(part.edge_part, (std::vector<int32_t>{0, 1, 1}));
+  EXPECT_EQ(part.master, (std::vector<int32_t>{0, 0, 1, 1}));
+  const PartitionStats s = part.stats();
+  EXPECT_DOUBLE_EQ(s.replication_factor, 5.0 / 4.0);
+  EXPECT_EQ(s.shared_vertices, 1);
+  EXPECT_EQ(s.halo_rows, 2);                      // vertex 1: one row each way
+  EXPECT_DOUBLE_EQ(s.edge_balance, 2.0 / 1.5);    // edges per part 1, 2
+  EXPECT_DOUBLE_EQ(s.vertex_balance, 3.0 / 2.5);  // rows per part 2, 3
+}
+
+// Two 20-cliques joined by one edge (both directions): METIS cuts that edge,
+// so exactly its two endpoints are shared.
+TEST(Partition, MetisCutsTwoCliquesAtTheirBridge) {
+  std::vector<int64_t> src, dst;
+  for (int c = 0; c < 2; ++c) {
+    for (int i = 0; i < 20; ++i) {
+      for (int j = 0; j < 20; ++j) {
+        if (i != j) {
+          src.push_back(20 * c + i);
+          dst.push_back(20 * c + j);
+        }
+      }
+    }
+  }
+  src.insert(src.end(), {5, 27});
+  dst.insert(dst.end(), {27, 5});
+  PartitionOptions options;
+  options.method = PartitionMethod::metis;
+  options.parts = 2;
+  const PartitionStats s = partition_edges(40, src, dst, options).stats();
+  EXPECT_EQ(s.shared_vertices, 2);
+  EXPECT_DOUBLE_EQ(s.replication_factor, 42.0 / 40.0);
+  EXPECT_LE(s.edge_balance, 1.01);
+}
+
+TEST(Partition, MetisAndHdrfReplicateFarLessThanRandomOnACommunityGraph) {
+  const Dataset d = community_graph(0.95);
+  for (int parts : {2, 4, 8}) {
+    SCOPED_TRACE(parts);
+    const PartitionStats random = run(d, PartitionMethod::random, parts).stats();
+    const PartitionStats hdrf = run(d, PartitionMethod::hdrf, parts).stats();
+    const PartitionStats metis = run(d, PartitionMethod::metis, parts).stats();
+    EXPECT_LT(hdrf.replication_factor, random.replication_factor);
+    EXPECT_LT(metis.replication_factor, 0.8 * random.replication_factor);
+    EXPECT_LT(metis.halo_rows, random.halo_rows / 2);
+    // Balance stays within what their objectives allow.
+    EXPECT_LE(hdrf.edge_balance, 1.1);
+    EXPECT_LE(metis.vertex_balance, 1.5);  // rows include mirrors; METIS balances masters
+  }
+}
+
+TEST(Partition, SameInputSameOptionsSamePartition) {
+  const Dataset d = community_graph(0.8);
+  for (auto method : kMethods) {
+    const EdgePartition a = run(d, method, 4, 7), b = run(d, method, 4, 7);
+    EXPECT_EQ(a.edge_part, b.edge_part) << name(method);
+    EXPECT_EQ(a.master, b.master) << name(method);
+  }
+  EXPECT_NE(run(d, PartitionMethod::random, 4, 7).edge_part,
+            run(d, PartitionMethod::random, 4, 8).edge_part);
+}
+
+TEST(Partition, BadInputNamesWhatAndWhere) {
+  const std::vector<int64_t> src{0, 1, 5}, dst{1, 2, 0};
+  PartitionOptions options;
+  options.parts = 2;
+  try {
+    partition_edges(4, src, dst, options);
+    FAIL() << "no error";
+  } catch (const PartitionError& e) {
+    EXPECT_NE(std::string(e.what()).find("edge 2 (5 -> 0)"), std::string::npos) << e.what();
+  }
+  options.parts = 0;
+  EXPECT_THROW(partition_edges(6, src, dst, options), PartitionError);
+  options.parts = 2;
+  EXPECT_THROW(partition_edges(6, src, std::vector<int64_t>{1, 2}, options), PartitionError);
+  try {
+    parse_partition_method("grid3d");
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'grid3d'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(parse_partition_method("hdrf"), PartitionMethod::hdrf);
+}
+
+}  // namespace
+}  // namespace gnnrt::model
