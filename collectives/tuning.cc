@@ -19,14 +19,14 @@ namespace {
 // agreed the rule holds for any count. Native is MPI's blocking call.
 constexpr const char* kDefaults = R"pb(
 measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22"
-rule { op: "allreduce" max_bytes: 8191 algorithm: "native" }
-rule { op: "allreduce" min_bytes: 8192 max_bytes: 2097151 algorithm: "recursive_doubling" }
-rule { op: "allreduce" min_bytes: 2097152 max_bytes: 25165823 algorithm: "native" }
+rule { op: "allreduce" max_bytes: 12287 algorithm: "native" }
+rule { op: "allreduce" min_bytes: 12288 max_bytes: 786431 algorithm: "recursive_doubling" }
+rule { op: "allreduce" min_bytes: 786432 max_bytes: 25165823 algorithm: "native" }
 rule { op: "allreduce" min_bytes: 25165824 algorithm: "rabenseifner" }
-rule { op: "reduce_scatter" max_bytes: 2097151 algorithm: "native" }
-rule { op: "reduce_scatter" min_bytes: 2097152 algorithm: "ring" }
-rule { op: "allgather" max_bytes: 16383 algorithm: "native" }
-rule { op: "allgather" min_bytes: 16384 algorithm: "recursive_doubling" }
+rule { op: "reduce_scatter" max_bytes: 25165823 algorithm: "native" }
+rule { op: "reduce_scatter" min_bytes: 25165824 algorithm: "rabenseifner" }
+rule { op: "allgather" max_bytes: 50331647 algorithm: "native" }
+rule { op: "allgather" min_bytes: 50331648 algorithm: "ring" }
 rule { op: "broadcast" algorithm: "native" }
 rule { op: "alltoallv" ranks: 2 algorithm: "pairwise" }
 )pb";
