@@ -11,7 +11,14 @@ bench/kernels_bench.cc; torch's message tensors are materialised before
 timing, as PyG's MessagePassing holds them.
 
   ratio     = torch_ms / gnnrt_ms (above 1: gnnrt is faster)
-  pct_triad = gnnrt's effective bytes/s / triad bytes/s at the same threads
+  pct_triad = gnnrt's effective bytes/s / triad bytes/s at the same threads,
+              the triad measured by the same benchmark run right after the
+              kernel's timing loop (kernels_bench's triad_bytes_per_second)
+
+Each case runs gnnrt's benchmark and then torch's paths back to back (one
+gnnrt process per op, E and F), so that both sides of a ratio, and a kernel
+and its triad, are measured within the same minute: this VM's memory speed
+moves by up to 2x between minutes.
 
 Usage:
   /usr/bin/python3 bench/compare_torch.py --build build [--json FILE] [--quick]
@@ -51,7 +58,7 @@ def run_gnnrt(build, names, es, fs, threads):
     e_alt = "|".join(str(e) for e in es)
     f_alt = "|".join(str(f) for f in fs)
     t_alt = "|".join(str(t) for t in threads)
-    filt = f"^(({alt})/E:({e_alt})/F:({f_alt})/threads:({t_alt})|triad/threads:({t_alt}))/"
+    filt = f"^({alt})/E:({e_alt})/F:({f_alt})/threads:({t_alt})/"
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         out = tmp.name
     cmd = [exe, f"--benchmark_filter={filt}", "--benchmark_repetitions=3",
@@ -67,7 +74,8 @@ def run_gnnrt(build, names, es, fs, threads):
         if b.get("aggregate_name") != "median":
             continue
         ms = b["real_time"] * {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
-        results[b["run_name"]] = (ms, b.get("bytes_per_second", 0.0))
+        results[b["run_name"]] = (ms, b.get("bytes_per_second", 0.0),
+                                  b.get("triad_bytes_per_second", 0.0))
     return results, data.get("context", {})
 
 
@@ -184,20 +192,18 @@ def main():
     wanted = set(args.ops.split(","))
     cases = [c for c in CASES if c[2] in wanted]
 
-    # gnnrt and torch run group by group (one E and F at a time), so that both
-    # sides of a ratio are measured within the same few minutes on this
-    # shared, noisy machine; each group measures its own triad.
+    # Case by case: gnnrt's benchmark for one op, E and F (both thread
+    # counts), then torch's paths for it, so that both sides of each ratio are
+    # measured within the same minute on this shared, noisy machine.
     rows = []
-    triads = []
+    triads = {t: [] for t in ts}
     context = {}
     for E in es:
         for F in fs:
-            gnnrt, context = run_gnnrt(args.build, [c[2] for c in cases], [E], [F], ts)
-            triad = {t: gnnrt[f"triad/threads:{t}/real_time"][1] for t in ts}
-            triads.append(triad)
             for op, reduce, name in cases:
                 if op == "segment_softmax" and F != 16:
                     continue
+                gnnrt, context = run_gnnrt(args.build, [name], [E], [F], ts)
                 paths_cache = None
                 for t in ts:
                     key = f"{name}/E:{E}/F:{F}/threads:{t}/real_time"
@@ -207,20 +213,23 @@ def main():
                     if paths_cache is None:
                         paths_cache = torch_paths(op, reduce, E, F, torch.Generator().manual_seed(E + F))
                     torch_ms, path = fastest(paths_cache)
-                    ms, bps = gnnrt[key]
+                    ms, bps, triad_bps = gnnrt[key]
+                    triads[t].append(triad_bps)
                     row = {"op": op, "reduce": reduce, "E": E, "F": F, "threads": t,
                            "gnnrt_ms": round(ms, 3), "torch_ms": round(torch_ms, 3),
                            "ratio": round(torch_ms / ms, 2),
-                           "pct_triad": round(100.0 * bps / triad[t], 1), "torch_path": path}
+                           "pct_triad": round(100.0 * bps / triad_bps, 1),
+                           "triad_gbps": round(triad_bps / 1e9, 2), "torch_path": path}
                     rows.append(row)
                     print(f"{op:16} {reduce:12} E={E:8} F={F:3} t={t} gnnrt {ms:9.2f} ms  "
                           f"torch {torch_ms:9.2f} ms ({path})  x{row['ratio']:.2f}  "
-                          f"{row['pct_triad']:.0f}% triad", file=sys.stderr)
+                          f"{row['pct_triad']:.0f}% of {row['triad_gbps']:.1f} GB/s triad",
+                          file=sys.stderr)
                 del paths_cache
-    triad = {t: statistics.median(tr[t] for tr in triads) for t in ts}
+    triad = {t: statistics.median(triads[t]) for t in ts if triads[t]}
     print(f"\nCPU: {context.get('host_name', '?')}, {context.get('num_cpus', '?')} cores; "
-          f"torch {torch.__version__}; triad (median of {len(triads)} runs) " +
-          ", ".join(f"{triad[t] / 1e9:.1f} GB/s ({t} thread{'s' if t > 1 else ''})" for t in ts) + "\n")
+          f"torch {torch.__version__}; triad (median over the cases) " +
+          ", ".join(f"{triad[t] / 1e9:.1f} GB/s ({t} thread{'s' if t > 1 else ''})" for t in triad) + "\n")
     print("| op | reduce | E | F | threads | gnnrt ms | torch ms (fastest path) | torch / gnnrt | % of triad |")
     print("|---|---|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
