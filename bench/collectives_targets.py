@@ -30,6 +30,9 @@ misses = collections.Counter()
 for size in sorted(by_size):
     t = by_size[size]
     own = {a: us for a, us in t.items() if a not in ("native", "auto")}
+    if not own or "native" not in t or "auto" not in t:
+        print(f"| {size} | (needs native, auto and an own algorithm) | | | | | |")
+        continue
     best = min(own, key=own.get)
     auto = t["auto"] / min(own[best], t["native"])
     bw = t["native"] / own[best]  # busbw ratio = inverse time ratio

@@ -18,7 +18,10 @@ namespace gnnrt::collectives::detail {
 
 // Coroutine frames come from a per-thread pool, not malloc: the same few
 // frame sizes recur on every call, and a small collective's latency is
-// otherwise a tenth malloc and free.
+// otherwise a tenth malloc and free. A frame must be freed on the thread
+// that made it: a Work stays on the thread that started it (collectives/
+// is used from one thread, as MPI_THREAD_FUNNELED asks). The pools are
+// never destroyed (a frame may outlive its thread's thread_local objects).
 std::pmr::memory_resource& frame_pool();
 
 class Task {

@@ -19,10 +19,12 @@ namespace {
 // agreed the rule holds for any count. Native is MPI's blocking call.
 constexpr const char* kDefaults = R"pb(
 measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22"
-rule { op: "allreduce" max_bytes: 12287 algorithm: "native" }
-rule { op: "allreduce" min_bytes: 12288 max_bytes: 786431 algorithm: "recursive_doubling" }
-rule { op: "allreduce" min_bytes: 786432 max_bytes: 25165823 algorithm: "native" }
-rule { op: "allreduce" min_bytes: 25165824 algorithm: "rabenseifner" }
+rule { op: "allreduce" ranks: 2 max_bytes: 12287 algorithm: "native" }
+rule { op: "allreduce" ranks: 2 min_bytes: 12288 max_bytes: 786431 algorithm: "recursive_doubling" }
+rule { op: "allreduce" ranks: 2 min_bytes: 786432 max_bytes: 25165823 algorithm: "native" }
+rule { op: "allreduce" ranks: 2 min_bytes: 25165824 algorithm: "rabenseifner" }
+rule { op: "allreduce" max_bytes: 25165823 algorithm: "native" }
+rule { op: "allreduce" min_bytes: 25165824 algorithm: "ring" }
 rule { op: "reduce_scatter" max_bytes: 25165823 algorithm: "native" }
 rule { op: "reduce_scatter" min_bytes: 25165824 algorithm: "rabenseifner" }
 rule { op: "allgather" max_bytes: 50331647 algorithm: "native" }

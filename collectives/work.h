@@ -6,7 +6,13 @@
 //           `while (!test()) {}` plus the deadline. While it waits it also
 //           advances every other operation in flight on the same
 //           communicator, so ranks that wait on several operations in
-//           different orders cannot deadlock.
+//           different orders cannot deadlock. A blocking call (allreduce(),
+//           ...) with an own algorithm does the same; one that resolves to
+//           `native` is MPI's blocking call, which cannot: wait for the
+//           operations in flight before it (or force an own algorithm).
+//           It cannot switch to MPI's non-blocking call when Works are in
+//           flight, because MPI never matches a blocking collective on one
+//           rank with a non-blocking one on another.
 //   test()  advances the operation as far as it can without blocking and
 //           returns whether it has completed. Never blocks.
 //   Errors: an MPI error is rethrown from wait()/test() as CollectiveError.

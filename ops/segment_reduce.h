@@ -66,10 +66,6 @@ struct SegmentReduce {
   I* arg = nullptr;                        // [rows, F], max/min only
 };
 
-// Features per register-held chunk of an unweighted max/min (two AVX2
-// vectors of float, plus their args).
-inline constexpr int64_t kArgChunk = 16;
-
 template <Reduce R, typename T>
 inline bool improves(T candidate, T current) {
   // (c != c) is isnan(c), spelled so that the compiler vectorises it.
@@ -144,48 +140,6 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
       if (begin == end) {
         std::fill(o, o + F, T(0));
         std::fill(g, g + F, num_edges);
-        return;
-      }
-      if constexpr (!kWeighted) {
-        // Unweighted (scatter, SAGE's max): kArgChunk features at a time,
-        // the running max and its arg held in registers across the row's
-        // messages instead of loaded and stored for every message. The
-        // first chunk's pass prefetches whole rows ahead and pulls them into
-        // cache for the later chunks. Per feature the comparisons run in the
-        // same order as below: same values, same args.
-        for (int64_t c0 = 0; c0 < F; c0 += kArgChunk) {
-          const int64_t w = std::min<int64_t>(kArgChunk, F - c0);
-          T acc[kArgChunk];
-          I win[kArgChunk];
-          const T* __restrict x0 = x + static_cast<int64_t>(source[begin]) * F + c0;
-          for (int64_t f = 0; f < w; ++f) {
-            acc[f] = x0[f];
-            win[f] = edge[begin];
-          }
-          for (int64_t p = begin + 1; p < end; ++p) {
-            if (c0 == 0 && p + ahead_arg < num_positions) {
-              prefetch_row(x + static_cast<int64_t>(source[p + ahead_arg]) * F, F);
-            }
-            const T* __restrict xr = x + static_cast<int64_t>(source[p]) * F + c0;
-            const I e = edge[p];
-            if (w == kArgChunk) {
-#pragma omp simd
-              for (int64_t f = 0; f < kArgChunk; ++f) {
-                const bool better = improves<R>(xr[f], acc[f]);
-                acc[f] = better ? xr[f] : acc[f];
-                win[f] = better ? e : win[f];
-              }
-            } else {
-              for (int64_t f = 0; f < w; ++f) {
-                const bool better = improves<R>(xr[f], acc[f]);
-                acc[f] = better ? xr[f] : acc[f];
-                win[f] = better ? e : win[f];
-              }
-            }
-          }
-          std::copy(acc, acc + w, o + c0);
-          std::copy(win, win + w, g + c0);
-        }
         return;
       }
       for (int64_t p = begin; p < end; ++p) {

@@ -49,7 +49,8 @@ TEST(Communicator, SeveralInFlightWaitedInAnyOrder) {
 
 // A blocking call with an own algorithm runs without a Work of its own
 // (run_blocking); it must still advance the operations in flight, or a rank
-// that waits for one of them first would wait forever for this rank.
+// that waits for one of them first would wait forever for this one. (A
+// blocking `native` call is MPI's blocking call and cannot: work.h.)
 TEST(Communicator, BlockingCallAdvancesOperationsInFlight) {
   auto c = make_world(60);
   const int p = c.size(), r = c.rank();
