@@ -23,10 +23,18 @@ WorkState::~WorkState() {
   if (registered) std::erase(owner->in_flight, this);
 }
 
-std::string WorkState::describe() const {
-  if (!description.empty()) return description;
+namespace {
+
+// "allreduce(ring, 4096 bytes of f32)": a collective in errors and logs.
+std::string describe_call(const Call& call, Algorithm algorithm) {
   return fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm), call.bytes(),
                      name(call.type));
+}
+
+}  // namespace
+
+std::string WorkState::describe() const {
+  return description.empty() ? describe_call(call, algorithm) : description;
 }
 
 void WorkState::launch(Task task_) {
@@ -111,10 +119,7 @@ void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm)
       // Operations started before this one advance too (see Work::wait).
       if (!impl.in_flight.empty()) impl.progress_all();
       if ((++polls & 63) == 0 && Clock::now() - started > limit) {
-        deadline_passed(impl,
-                        fmt::format("{}({}, {} bytes of {})", name(call.op), name(algorithm),
-                                    call.bytes(), name(call.type)),
-                        started, transfers);
+        deadline_passed(impl, describe_call(call, algorithm), started, transfers);
       }
     }
   } catch (...) {

@@ -20,16 +20,6 @@ namespace gnnrt::launch {
 using collectives::Algorithm;
 using collectives::ReduceOp;
 
-RankStats time_loop(collectives::Communicator& comm, const std::function<void()>& step,
-                    double budget_seconds, int warmup, int min_iters, int max_iters,
-                    int* iterations) {
-  std::vector<int> counts;
-  const auto stats =
-      time_interleaved(comm, {step}, budget_seconds, warmup, min_iters, max_iters, 1, &counts);
-  if (iterations != nullptr) *iterations = counts[0];
-  return stats[0];
-}
-
 std::vector<RankStats> time_interleaved(collectives::Communicator& comm,
                                         const std::vector<std::function<void()>>& steps,
                                         double budget_seconds, int warmup, int min_iters,

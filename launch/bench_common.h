@@ -17,23 +17,17 @@ struct RankStats {
   double avg_us = 0, min_us = 0, max_us = 0;  // per-iteration time, over ranks
 };
 
-// Runs `step` (one complete operation) `warmup` times, then as many times as
-// fit in `budget_seconds` (at least min_iters, at most max_iters; every rank
-// runs the same count), and returns the per-iteration time's avg/min/max
-// over ranks. `iterations` receives the count.
-RankStats time_loop(collectives::Communicator& comm, const std::function<void()>& step,
-                    double budget_seconds, int warmup, int min_iters, int max_iters,
-                    int* iterations = nullptr);
-
-// The same for steps that are compared with each other (the algorithms of
-// one size; the halo against the dense allreduce): after the warm-up, the
-// steps run round-robin, `rounds` passes through the list, each step
-// budget_seconds / rounds per pass (at least min_iters / rounds iterations),
-// each pass starting one step later than the one before;
-// a step's per-iteration time on a rank is the median over passes. A shared
-// machine that slows down for a few seconds then slows every step alike,
-// instead of whichever was being timed. `iterations` receives each step's
-// total count.
+// Times steps (each one complete operation) that are compared with each
+// other (the algorithms of one size; the halo against the dense allreduce).
+// Each step first runs `warmup` times; the slowest rank's warm-up time sets
+// its iterations per pass (budget_seconds / rounds, at least min_iters /
+// rounds, at most max_iters / rounds; every rank runs the same count). Then
+// the steps run round-robin, `rounds` passes through the list, each pass
+// starting one step later than the one before; a step's per-iteration time
+// on a rank is the median over passes, and the result is its avg/min/max
+// over ranks. A shared machine that slows down for a few seconds then slows
+// every step alike, instead of whichever was being timed. `iterations`
+// receives each step's total count.
 std::vector<RankStats> time_interleaved(collectives::Communicator& comm,
                                         const std::vector<std::function<void()>>& steps,
                                         double budget_seconds, int warmup, int min_iters,

@@ -52,6 +52,25 @@ NpyArray random_array(std::vector<int64_t> shape, uint32_t seed) {
   return a;
 }
 
+// Compiles and runs `program` on a fresh trn1 core (in debug mode: unfused,
+// checked) with graph "g" and `arrays` bound; its value "out" and how many
+// aggregations the compiler reordered.
+struct OutRun {
+  NpyArray out;
+  int reordered = 0;
+};
+OutRun run_out(const Graph& g, bool debug, Program program,
+               std::vector<std::pair<std::string, NpyArray>> arrays) {
+  CoreOptions options;
+  options.debug = debug;
+  Core core(DeviceProfile::named("trn1"), options);
+  core.bind_graph("g", g.adj);
+  for (auto& [name, array] : arrays) core.memory().put(name, std::move(array));
+  const auto compiled = core.compile(std::move(program), {});
+  core.run(*compiled, {});
+  return {core.read(*compiled, "out"), compiled->passes.reordered};
+}
+
 // h = relu(aggregate_sum(x) W1^T) -> aggregate_mean(h W2^T): one narrowing
 // matmul after an aggregation (reordered), one aggregation of a narrow matmul.
 Program two_layers(int64_t edges) {
@@ -100,19 +119,14 @@ TEST(Passes, FusionAndReorderKeepTheResult) {
   }
   verify(fused);
 
-  NpyArray results[2];
-  for (int debug = 0; debug < 2; ++debug) {
-    CoreOptions options;
-    options.debug = debug == 1;
-    Core core(DeviceProfile::named("trn1"), options);
-    core.bind_graph("g", g.adj);
-    core.memory().put("x", random_array({kNodes, kFeatures}, 2));
-    core.memory().put("w1", random_array({kHidden, kFeatures}, 3));
-    core.memory().put("w2", random_array({3, kHidden}, 4));
-    const auto compiled = core.compile(debug ? plain : two_layers(300), {});
-    core.run(*compiled, {});
-    results[debug] = core.read(*compiled, "out");
-  }
+  const auto arrays = [] {
+    return std::vector<std::pair<std::string, NpyArray>>{
+        {"x", random_array({kNodes, kFeatures}, 2)},
+        {"w1", random_array({kHidden, kFeatures}, 3)},
+        {"w2", random_array({3, kHidden}, 4)}};
+  };
+  const NpyArray results[2] = {run_out(g, false, two_layers(300), arrays()).out,
+                               run_out(g, true, plain, arrays()).out};
   const auto a = results[0].values<float>(), b = results[1].values<float>();
   double max_abs = 0;
   for (float v : b) max_abs = std::max(max_abs, static_cast<double>(std::abs(v)));
@@ -135,22 +149,14 @@ TEST(Passes, ChainedReorderingsStayValid) {
     b.output(h);
     return b.take();
   };
-  NpyArray results[2];
-  for (int debug = 0; debug < 2; ++debug) {
-    CoreOptions options;
-    options.debug = debug == 1;
-    Core core(DeviceProfile::named("trn1"), options);
-    core.bind_graph("g", g.adj);
-    core.memory().put("x", random_array({kNodes, 8}, 2));
-    core.memory().put("w1", random_array({64, 8}, 3));
-    core.memory().put("w2", random_array({3, 64}, 4));
-    const auto compiled = core.compile(build(), {});
-    if (!options.debug) {
-      EXPECT_GE(compiled->passes.reordered, 1);
-    }
-    core.run(*compiled, {});
-    results[debug] = core.read(*compiled, "out");
-  }
+  const auto arrays = [] {
+    return std::vector<std::pair<std::string, NpyArray>>{{"x", random_array({kNodes, 8}, 2)},
+                                                         {"w1", random_array({64, 8}, 3)},
+                                                         {"w2", random_array({3, 64}, 4)}};
+  };
+  const OutRun compiled = run_out(g, false, build(), arrays());
+  EXPECT_GE(compiled.reordered, 1);
+  const NpyArray results[2] = {compiled.out, run_out(g, true, build(), arrays()).out};
   const auto a = results[0].values<float>(), b = results[1].values<float>();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
 }
