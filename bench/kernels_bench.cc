@@ -106,6 +106,7 @@ struct NamedKernel {
   std::string name;
   Kernel kernel;
   std::vector<int64_t> features;
+  std::vector<int64_t> threads;
 };
 
 std::vector<NamedKernel>& kernels() {
@@ -114,8 +115,9 @@ std::vector<NamedKernel>& kernels() {
 }
 
 void register_kernel(const std::string& name, Kernel kernel,
-                     std::vector<int64_t> features = {16, 64, 128}) {
-  kernels().push_back({name, std::move(kernel), std::move(features)});
+                     std::vector<int64_t> features = {16, 64, 128},
+                     std::vector<int64_t> threads = {1, 2}) {
+  kernels().push_back({name, std::move(kernel), std::move(features), std::move(threads)});
 }
 
 // STREAM triad a = b + s * c over 3 x 128 MiB, far beyond the L3 cache:
@@ -146,7 +148,7 @@ double triad_bytes_per_second(int runs) {
 // kernel with the machine of the same moment.
 void register_sweep() {
   for (int64_t E : {100000, 1000000, 4000000}) {
-    for (const auto& [name, kernel, features] : kernels()) {
+    for (const auto& [name, kernel, features, thread_counts] : kernels()) {
       auto* b = benchmark::RegisterBenchmark(name.c_str(), [kernel](benchmark::State& state) {
         const int64_t E = state.range(0), F = state.range(1);
         omp_set_num_threads(static_cast<int>(state.range(2)));
@@ -159,7 +161,7 @@ void register_sweep() {
       });
       b->ArgNames({"E", "F", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond);
       for (int64_t F : features) {
-        for (int64_t t : {1, 2}) b->Args({E, F, t});
+        for (int64_t t : thread_counts) b->Args({E, F, t});
       }
     }
   }
@@ -170,20 +172,30 @@ void set_bytes(benchmark::State& state, int64_t bytes) {
 }
 
 void register_all() {
-  for (Reduce reduce : {Reduce::kSum, Reduce::kMean, Reduce::kMax, Reduce::kMin}) {
-    const std::string r(to_string(reduce));
-    register_kernel("scatter_" + r, [reduce](benchmark::State& state, Graph& g, const Shape& s) {
+  // scatter_<reduce> takes scatter's own choice of loop; scatter_<reduce>_walk
+  // and _stream force one (one thread; streaming is single-threaded), to
+  // check where the choice switches.
+  const auto scatter_kernel = [](Reduce reduce, ScatterPath path) {
+    return [reduce, path](benchmark::State& state, Graph& g, const Shape& s) {
       const auto& src = rows(g.edge_rows, s.E, s.F, 10);
       const Csr<Index>& seg = g.adj.by_dst;  // the csr of index = dst
       HostVector<float> out(s.N * s.F);
       HostVector<Index> arg(has_arg(reduce) ? s.N * s.F : 0);
       for (auto _ : state) {
-        scatter_forward<float, Index>(reduce, seg, s.F, src, out, arg);
+        scatter_forward<float, Index>(reduce, seg, s.F, src, out, arg, path);
         benchmark::DoNotOptimize(out.data());
       }
       set_bytes(state, s.E * s.F * 4 + s.csr_bytes(false, true) +
                            s.N * s.F * (4 + (has_arg(reduce) ? 4 : 0)));
-    });
+    };
+  };
+  for (Reduce reduce : {Reduce::kSum, Reduce::kMean, Reduce::kMax, Reduce::kMin}) {
+    const std::string r(to_string(reduce));
+    register_kernel("scatter_" + r, scatter_kernel(reduce, ScatterPath::kAuto));
+    register_kernel("scatter_" + r + "_walk", scatter_kernel(reduce, ScatterPath::kCsrWalk),
+                    {4, 16, 32, 64, 128});
+    register_kernel("scatter_" + r + "_stream", scatter_kernel(reduce, ScatterPath::kStreaming),
+                    {4, 16, 32, 64, 128});
     register_kernel("spmm_" + r, [reduce](benchmark::State& state, Graph& g, const Shape& s) {
       const auto& x = rows(g.node_rows, s.N, s.F, 11);
       HostVector<float> out(s.N * s.F);

@@ -18,24 +18,44 @@ void check_common(std::string_view op, Reduce reduce, const Csr<I>& seg, int64_t
   }
 }
 
+// Streams a max/min with the Csr's ranks; false when it has none.
+template <Reduce R, typename T, typename I>
+bool stream_arg(const Csr<I>& seg, int64_t features, const T* src, T* out, I* arg) {
+  if (!seg.rank8().empty()) {
+    detail::scatter_streaming_arg<R>(seg, seg.rank8(), features, src, out, arg);
+  } else if (!seg.rank16().empty()) {
+    detail::scatter_streaming_arg<R>(seg, seg.rank16(), features, src, out, arg);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 template <typename T, typename I>
 void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::span<const T> src,
-                     std::span<T> out, std::span<I> arg) {
+                     std::span<T> out, std::span<I> arg, ScatterPath path) {
   constexpr std::string_view op = "scatter";
   check_common(op, reduce, seg, features, arg.size());
   expect_size(op, "src", src.size(), seg.num_edges() * features, "E*F");
   expect_size(op, "out", out.size(), seg.num_rows() * features, "N*F");
-  // Wide rows on one thread: stream src in edge order (same bits as the CSR
-  // walk; see detail::scatter_streaming). Not for max/min, whose arg would
-  // add a second randomly updated array, nor for several threads, which
-  // would each stream all of src.
-  const bool wide = features * static_cast<int64_t>(sizeof(T)) >= detail::kStreamRowBytes;
-  if (wide && omp_get_max_threads() == 1 && !has_arg(reduce)) {
-    return reduce == Reduce::kSum
-               ? detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data())
-               : detail::scatter_streaming<Reduce::kMean>(seg, features, src.data(), out.data());
+  if (path == ScatterPath::kAuto) {
+    path = omp_get_max_threads() == 1 ? ScatterPath::kStreaming : ScatterPath::kCsrWalk;
+  }
+  if (path == ScatterPath::kStreaming) {
+    switch (reduce) {
+      case Reduce::kSum:
+        return detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data());
+      case Reduce::kMean:
+        return detail::scatter_streaming<Reduce::kMean>(seg, features, src.data(), out.data());
+      case Reduce::kMax:
+        if (stream_arg<Reduce::kMax>(seg, features, src.data(), out.data(), arg.data())) return;
+        break;
+      case Reduce::kMin:
+        if (stream_arg<Reduce::kMin>(seg, features, src.data(), out.data(), arg.data())) return;
+        break;
+    }
   }
   detail::segment_reduce<T, I>(reduce, {.csr = &seg,
                                         .source = seg.edge().data(),
@@ -75,7 +95,7 @@ void scatter_backward(Reduce reduce, const Csr<I>& seg, int64_t features,
 
 #define GNNRT_INSTANTIATE(T, I)                                                              \
   template void scatter_forward<T, I>(Reduce, const Csr<I>&, int64_t, std::span<const T>,   \
-                                      std::span<T>, std::span<I>);                          \
+                                      std::span<T>, std::span<I>, ScatterPath);             \
   template void scatter_backward<T, I>(Reduce, const Csr<I>&, int64_t, std::span<const T>,  \
                                        std::span<const I>, std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)

@@ -23,9 +23,17 @@
 
 namespace gnnrt::ops {
 
+// Which loop computes a scatter; every one gives the same bits. kAuto: a
+// single thread streams src in edge order when rows are wide (sum/mean from
+// 512 bytes, max/min from 256 bytes), otherwise the CSR walk. Forcing
+// kStreaming runs it on one thread; a max/min over a Csr without ranks (a
+// row of more than 65536 edges) walks instead. Tests and benchmarks force
+// a path; callers leave it at kAuto.
+enum class ScatterPath { kAuto, kCsrWalk, kStreaming };
+
 template <typename T, typename I>
 void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::span<const T> src,
-                     std::span<T> out, std::span<I> arg);
+                     std::span<T> out, std::span<I> arg, ScatterPath path = ScatterPath::kAuto);
 
 // grad_src [E, F] is overwritten. arg is the forward's (max/min only).
 template <typename T, typename I>

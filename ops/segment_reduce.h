@@ -10,8 +10,11 @@
 // (weight, scores) are indexed by original edge id: weight[edge[p] * heads + h].
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <span>
 
 #include "ops/csr.h"
 #include "ops/reduce.h"
@@ -23,22 +26,67 @@ inline constexpr int64_t kParallelWork = 1 << 15;
 inline constexpr int kRowChunk = 32;
 
 // Message rows are read in an order the hardware prefetcher cannot guess
-// (x[source[p]]), so each loop asks for the row a few positions ahead: many
-// row fetches are then in flight at once instead of one. The distance keeps
-// about kPrefetchBytes in flight: 40 rows of 64 B, 10 of 256 B.
-inline constexpr int64_t kPrefetchBytes = 2560;
+// (x[source[p]]), so each loop asks for rows ahead of time, in two steps: the
+// first cache line of the row `far` positions ahead, the rest of the row
+// `near` = far / 2 positions ahead. Requesting the head early starts the DRAM
+// access and its page walk while few line fetches are in flight; the tail
+// then follows once the head's TLB entry is warm. Against asking for the
+// whole row at one distance this was 10-15% faster at 256 and 512-byte rows
+// on the 2-core EPYC VM (docs/kernels.md). `far` keeps about kPrefetchBytes
+// of row heads in flight: 64 rows of 64 B, 16 of 256 B, 8 of 512 B.
+inline constexpr int64_t kPrefetchBytes = 4096;
+
+struct Prefetch {
+  int64_t far;   // positions ahead for a row's first line
+  int64_t near;  // positions ahead for the rest of the row
+};
 
 template <typename T>
-inline int64_t prefetch_distance(int64_t features) {
+inline Prefetch prefetch_plan(int64_t features) {
   const int64_t row = std::max<int64_t>(1, features * static_cast<int64_t>(sizeof(T)));
-  return std::clamp<int64_t>(kPrefetchBytes / row, 4, 64);
+  const int64_t far = std::clamp<int64_t>(kPrefetchBytes / row, 8, 64);
+  return {far, far / 2};
+}
+
+// One distance for loops over short per-edge rows (softmax scores).
+template <typename T>
+inline int64_t prefetch_distance(int64_t features) {
+  return prefetch_plan<T>(features).far;
+}
+
+// Lines of [p, p + bytes) from the one after p's line to the last; a
+// `write` prefetch asks for the lines in a writable state. The prefetch
+// helpers are always inlined: GCC 12 judges a function that only prefetches
+// to have no effect and deletes calls to it that it has not inlined.
+template <bool kWrite = false>
+[[gnu::always_inline]] inline void prefetch_tail(const void* p, int64_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t line = first + 64; line <= last; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), kWrite ? 1 : 0, 3);
+  }
+}
+
+template <bool kWrite = false>
+[[gnu::always_inline]] inline void prefetch_bytes(const void* p, int64_t bytes) {
+  if (bytes <= 0) return;
+  __builtin_prefetch(p, kWrite ? 1 : 0, 3);
+  prefetch_tail<kWrite>(p, bytes);
 }
 
 template <typename T>
-inline void prefetch_row(const T* row, int64_t features) {
-  const char* p = reinterpret_cast<const char*>(row);
+[[gnu::always_inline]] inline void prefetch_row(const T* row, int64_t features) {
+  prefetch_bytes(row, features * static_cast<int64_t>(sizeof(T)));
+}
+
+// The two-step prefetch of x[source[p + ...]] for the walk at position p of
+// n: the head of the row plan.far ahead, its tail plan.near ahead.
+template <typename T, typename I>
+[[gnu::always_inline]] inline void prefetch_ahead(const T* x, const I* source, int64_t p, int64_t n, int64_t features,
+                           Prefetch plan) {
   const int64_t bytes = features * static_cast<int64_t>(sizeof(T));
-  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+  if (p + plan.far < n) __builtin_prefetch(x + static_cast<int64_t>(source[p + plan.far]) * features, 0, 3);
+  if (p + plan.near < n) prefetch_tail(x + static_cast<int64_t>(source[p + plan.near]) * features, bytes);
 }
 
 // Calls fn(r) for every row r of csr; when the work (edges + rows) * width is
@@ -89,10 +137,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const T* x = a.x;
   const I num_edges = static_cast<I>(csr.num_edges());
   const int64_t num_positions = csr.num_edges();
-  const int64_t ahead = prefetch_distance<T>(F);
-  // max/min also keep an arg row per output row; prefetching half as far ahead
-  // left them fewer stalls on full miss buffers (perf: the prefetch was the hot spot).
-  const int64_t ahead_arg = std::max<int64_t>(2, ahead / 2);
+  const Prefetch plan = prefetch_plan<T>(F);
 
   parallel_rows(csr, F, [&](int64_t r) {
     T* __restrict o = a.out + r * F;
@@ -101,10 +146,10 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
     if constexpr (R == Reduce::kSum || R == Reduce::kMean) {
       std::fill(o, o + F, T(0));
       for (int64_t p = begin; p < end; ++p) {
-        if (p + ahead < num_positions) {
-          prefetch_row(x + static_cast<int64_t>(source[p + ahead]) * F, F);
-          if constexpr (kWeighted) {
-            __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + ahead]) * H);
+        prefetch_ahead(x, source, p, num_positions, F, plan);
+        if constexpr (kWeighted) {
+          if (p + plan.far < num_positions) {
+            __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + plan.far]) * H);
           }
         }
         const int64_t s = source[p];
@@ -143,9 +188,7 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
         return;
       }
       for (int64_t p = begin; p < end; ++p) {
-        if (p + ahead_arg < num_positions) {
-          prefetch_row(x + static_cast<int64_t>(source[p + ahead_arg]) * F, F);
-        }
+        prefetch_ahead(x, source, p, num_positions, F, plan);
         const T* __restrict xr = x + static_cast<int64_t>(source[p]) * F;
         const I e = edge[p];
         for (int64_t h = 0; h < H; ++h) {
@@ -203,39 +246,133 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
   }
 }
 
-// scatter (sum or mean) of wide rows on one thread, streaming the edges in
-// id order: out[row_of_edge[e]] += src[e]. Reading src sequentially beats the
-// CSR walk's random row reads once rows are wide (kStreamRowBytes); the random
-// accesses move to out, which is E/N times smaller. Every row still adds its
-// edges in ascending id, so the bits equal the CSR walk's.
-inline constexpr int64_t kStreamRowBytes = 512;
+// Scatter by streaming the edges in id order, out[row_of_edge[e]] (+)= src[e],
+// instead of walking the CSR. src [E, F] is E/N times larger than out, and
+// the walk reads its rows at random; streaming reads src in order and moves
+// the random accesses to the rows of the smaller out, which stay in cache far
+// more often. Each thread owns the rows of an equal share of the edges
+// (stream_rows), streams every edge and keeps those of its rows, so every row
+// still meets its edges in ascending id: the bits equal the CSR walk's
+// (tests/ops/determinism_test.cc, ScatterPaths).
+struct RowShare {
+  int64_t first, last;  // rows [first, last)
+  bool owns(int64_t row) const { return row >= first && row < last; }
+};
+
+// Calls fn(RowShare) once on each OpenMP thread (on the calling thread alone
+// for small work); thread t of T owns the rows whose edges start in
+// [t E / T, (t + 1) E / T).
+template <typename I, typename Fn>
+void stream_rows(const Csr<I>& csr, int64_t width, Fn&& fn) {
+  const int64_t rows = csr.num_rows();
+  const int64_t E = csr.num_edges();
+  const int64_t* rp = csr.rowptr().data();
+  const bool parallel = (E + rows) * width > kParallelWork;
+#pragma omp parallel if (parallel)
+  {
+    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+    const auto split = [&](int64_t k) -> int64_t {
+      if (k == 0) return 0;
+      if (k == T) return rows;
+      return std::lower_bound(rp, rp + rows + 1, k * E / T) - rp;
+    };
+    fn(RowShare{split(t), split(t + 1)});
+  }
+}
 
 template <Reduce R, typename T, typename I>
 void scatter_streaming(const Csr<I>& csr, int64_t features, const T* src, T* out) {
   static_assert(R == Reduce::kSum || R == Reduce::kMean, "sum and mean only");
-  const int64_t rows = csr.num_rows();
   const int64_t E = csr.num_edges();
   const int64_t F = features;
   const I* row_of = csr.row_of_edge().data();
   const int64_t ahead = prefetch_distance<T>(F);
-  std::fill(out, out + rows * F, T(0));
-  for (int64_t e = 0; e < E; ++e) {
-    if (e + ahead < E) {
-      prefetch_row(out + static_cast<int64_t>(row_of[e + ahead]) * F, F);
-      prefetch_row(src + (e + ahead) * F, F);
-    }
-    T* __restrict o = out + static_cast<int64_t>(row_of[e]) * F;
-    const T* __restrict x = src + e * F;
+  stream_rows(csr, F, [&](RowShare mine) {
+    std::fill(out + mine.first * F, out + mine.last * F, T(0));
+    for (int64_t e = 0; e < E; ++e) {
+      if (e + ahead < E && mine.owns(row_of[e + ahead])) {
+        prefetch_row(out + static_cast<int64_t>(row_of[e + ahead]) * F, F);
+        prefetch_row(src + (e + ahead) * F, F);
+      }
+      const int64_t r = row_of[e];
+      if (!mine.owns(r)) continue;
+      T* __restrict o = out + r * F;
+      const T* __restrict x = src + e * F;
 #pragma omp simd
-    for (int64_t f = 0; f < F; ++f) o[f] += x[f];
-  }
-  if constexpr (R == Reduce::kMean) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t count = csr.degree(r);
-      if (count == 0) continue;
-      for (int64_t f = 0; f < F; ++f) out[r * F + f] /= static_cast<T>(count);
+      for (int64_t f = 0; f < F; ++f) o[f] += x[f];
     }
-  }
+    if constexpr (R == Reduce::kMean) {
+      for (int64_t r = mine.first; r < mine.last; ++r) {
+        const int64_t count = csr.degree(r);
+        if (count == 0) continue;
+        for (int64_t f = 0; f < F; ++f) out[r * F + f] /= static_cast<T>(count);
+      }
+    }
+  });
+}
+
+// Max/min by streaming. While streaming, the winner of (r, f) is kept as its
+// rank within row r (Csr::rank8/rank16: 1 or 2 bytes, not 4 or 8), in the
+// first bytes of arg's row r, so each edge touches a row of out and a short
+// row of ranks. A row's first edge (rank 0) initialises it, as the walk's
+// does. Afterwards each row's ranks become edge ids, edge[rowptr[r] + rank],
+// in place from the row's back: element f overwrites only the bytes of ranks
+// f and above, which are already read. Empty rows get 0 and arg = E.
+template <Reduce R, typename Rank, typename T, typename I>
+void scatter_streaming_arg(const Csr<I>& csr, std::span<const Rank> rank, int64_t features,
+                           const T* src, T* out, I* arg) {
+  static_assert(R == Reduce::kMax || R == Reduce::kMin, "max and min only");
+  static_assert(sizeof(Rank) <= sizeof(I));
+  // Ranks share arg's storage, so they are read and written as may_alias.
+  using SharedRank [[gnu::may_alias]] = Rank;
+  const int64_t E = csr.num_edges();
+  const int64_t F = features;
+  const I* row_of = csr.row_of_edge().data();
+  const Rank* rank_of = rank.data();
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const auto ranks = [&](int64_t row) { return reinterpret_cast<SharedRank*>(arg + row * F); };
+  const int64_t ahead = prefetch_distance<T>(F);
+  stream_rows(csr, F, [&](RowShare mine) {
+    for (int64_t e = 0; e < E; ++e) {
+      if (e + ahead < E && mine.owns(row_of[e + ahead])) {
+        const int64_t next = row_of[e + ahead];
+        prefetch_bytes<true>(out + next * F, F * static_cast<int64_t>(sizeof(T)));
+        prefetch_bytes<true>(ranks(next), F * static_cast<int64_t>(sizeof(Rank)));
+      }
+      const int64_t r = row_of[e];
+      if (!mine.owns(r)) continue;
+      T* __restrict o = out + r * F;
+      SharedRank* __restrict w = ranks(r);
+      const T* __restrict x = src + e * F;
+      const Rank k = rank_of[e];
+      if (k == 0) {
+        std::copy(x, x + F, o);
+        std::fill(w, w + F, Rank(0));
+        continue;
+      }
+      // As in the walk: strict improvement keeps the lowest edge id on ties;
+      // NaN replaces a number, never the reverse.
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) {
+        const bool better = improves<R>(x[f], o[f]);
+        o[f] = better ? x[f] : o[f];
+        w[f] = better ? k : w[f];
+      }
+    }
+    for (int64_t r = mine.first; r < mine.last; ++r) {
+      T* o = out + r * F;
+      I* g = arg + r * F;
+      if (rp[r] == rp[r + 1]) {
+        std::fill(o, o + F, T(0));
+        std::fill(g, g + F, static_cast<I>(E));
+        continue;
+      }
+      const I* row_edges = edge + rp[r];
+      const SharedRank* w = ranks(r);
+      for (int64_t f = F - 1; f >= 0; --f) g[f] = row_edges[w[f]];
+    }
+  });
 }
 
 // out[edge[p]] = x[r] (divided by the row's degree if divide_by_degree): each edge
@@ -273,14 +410,12 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
   const I* col = csr.col().data();
-  const int64_t ahead = prefetch_distance<T>(F);
+  const Prefetch plan = prefetch_plan<T>(F);
   parallel_rows(csr, F, [&](int64_t r) {
     const T* __restrict br = b + r * F;
     const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
     for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
-      if (p + ahead < csr.num_edges()) {
-        prefetch_row(a + static_cast<int64_t>(col[p + ahead]) * F, F);
-      }
+      prefetch_ahead(a, col, p, csr.num_edges(), F, plan);
       const T* __restrict ar = a + static_cast<int64_t>(col[p]) * F;
       const I e = edge[p];
       for (int64_t h = 0; h < H; ++h) {

@@ -31,8 +31,10 @@ std::span<T> head_scratch(int64_t heads) {
   return {scratch.data(), static_cast<std::size_t>(2 * heads)};
 }
 
+// Always inlined: GCC deletes calls to a function that only prefetches
+// (ops/segment_reduce.h).
 template <typename T, typename I>
-void prefetch_edge(const T* values, const I* edge, int64_t p, int64_t ahead, int64_t num_edges,
+[[gnu::always_inline]] inline void prefetch_edge(const T* values, const I* edge, int64_t p, int64_t ahead, int64_t num_edges,
                    int64_t heads) {
   if (p + ahead < num_edges) {
     __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads);
@@ -40,7 +42,7 @@ void prefetch_edge(const T* values, const I* edge, int64_t p, int64_t ahead, int
 }
 
 template <typename T, typename I>
-void prefetch_edge_for_write(T* values, const I* edge, int64_t p, int64_t ahead,
+[[gnu::always_inline]] inline void prefetch_edge_for_write(T* values, const I* edge, int64_t p, int64_t ahead,
                              int64_t num_edges, int64_t heads) {
   if (p + ahead < num_edges) {
     __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads, 1);

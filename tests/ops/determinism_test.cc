@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "ops/csr.h"
@@ -191,46 +192,92 @@ INSTANTIATE_TEST_SUITE_P(Ops, DeterminismTest,
 namespace gnnrt::testing {
 namespace {
 
-// Wide rows (>= 512 bytes) take scatter's streaming path, narrow rows the CSR
-// walk; both must give the same bits: scatter [E, 128] equals two scatters of
-// its [E, 64] column halves, values and arg, on 1 and 2 threads.
-TEST(ScatterPaths, WideRowStreamingEqualsCsrWalk) {
-  const int64_t E = 50000, N = 5000, wide = 128, half = 64;
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int32_t> pick(0, N - 1);
-  std::vector<int32_t> index(E);
-  for (auto& i : index) i = pick(rng);
-  const auto seg = ops::Csr<int32_t>::build(index, N);
-  std::normal_distribution<float> normal;
-  std::vector<float> src(E * wide);
-  for (auto& v : src) v = std::round(normal(rng) * 4) / 4;  // many ties for max/min
-  std::vector<float> left(E * half), right(E * half);
-  for (int64_t e = 0; e < E; ++e) {
-    std::copy_n(&src[e * wide], half, &left[e * half]);
-    std::copy_n(&src[e * wide + half], half, &right[e * half]);
+// scatter's two loops (the CSR walk and, on one thread, streaming src in edge
+// order with a compact arg of ranks) must give the same bits, values and arg.
+// The values hold many ties, NaN, both infinities and both zeros; rows are
+// empty or long enough to need 16-bit ranks (> 256 edges) or none at all
+// (> 65536 edges, where a forced stream walks instead).
+struct PathCase {
+  std::string name;
+  int64_t rows, features;
+  int64_t long_row_edges;  // edges added to row 0 on top of ~8 per row
+};
+
+template <typename T, typename I>
+void expect_paths_agree(const PathCase& pc, ops::Reduce reduce, int threads) {
+  std::mt19937 rng(11);
+  std::vector<I> index;
+  std::uniform_int_distribution<int64_t> pick(1, pc.rows - 2);  // the last row stays empty
+  for (int64_t e = 0; e < 8 * pc.rows; ++e) index.push_back(static_cast<I>(pick(rng)));
+  for (int64_t e = 0; e < pc.long_row_edges; ++e) {
+    index.insert(index.begin() + static_cast<int64_t>(rng() % (index.size() + 1)), I(0));
   }
-  for (int threads : {1, 2}) {
-    omp_set_num_threads(threads);
+  const int64_t E = static_cast<int64_t>(index.size()), F = pc.features;
+  const auto seg = ops::Csr<I>::build(index, pc.rows);
+  std::vector<T> src(E * F);
+  const T specials[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                        -std::numeric_limits<T>::infinity(), T(0), -T(0)};
+  for (T& v : src) v = rng() % 16 == 0 ? specials[rng() % 5] : T(static_cast<int>(rng() % 7) - 3);
+
+  omp_set_num_threads(threads);
+  const bool arg = ops::has_arg(reduce);
+  std::vector<T> walked(pc.rows * F), streamed(pc.rows * F, T(-9));
+  std::vector<I> walked_arg(arg ? pc.rows * F : 0), streamed_arg(walked_arg.size(), I(-9));
+  ops::scatter_forward<T, I>(reduce, seg, F, src, walked, walked_arg, ops::ScatterPath::kCsrWalk);
+  ops::scatter_forward<T, I>(reduce, seg, F, src, streamed, streamed_arg,
+                             ops::ScatterPath::kStreaming);
+  const std::string where = pc.name + " " + std::string(ops::to_string(reduce)) + ", " +
+                            std::to_string(threads) + " thread(s), " + std::to_string(sizeof(T)) +
+                            "-byte values, " + std::to_string(sizeof(I)) + "-byte indices";
+  const int64_t at = first_difference<T>(walked, streamed);
+  ASSERT_LT(at, 0) << where << ": element " << at << " is " << walked[at] << " walked, "
+                   << streamed[at] << " streamed";
+  ASSERT_EQ(walked_arg, streamed_arg) << where;
+  ASSERT_EQ(seg.degree(pc.rows - 1), 0);
+  EXPECT_EQ(streamed[(pc.rows - 1) * F], T(0)) << where;
+  if (arg) {
+    EXPECT_EQ(streamed_arg[(pc.rows - 1) * F], I(E)) << where;
+  }
+}
+
+TEST(ScatterPaths, StreamingEqualsCsrWalk) {
+  const PathCase cases[] = {
+      {"8-bit ranks, F = 64", 300, 64, 0},
+      {"8-bit ranks, F = 67", 300, 67, 0},
+      {"8-bit ranks, F = 1", 300, 1, 0},
+      {"16-bit ranks (a row of 300 edges)", 200, 33, 300},
+      {"no ranks (a row of 70000 edges)", 50, 2, 70000},
+  };
+  for (const PathCase& pc : cases) {
     for (ops::Reduce reduce :
          {ops::Reduce::kSum, ops::Reduce::kMean, ops::Reduce::kMax, ops::Reduce::kMin}) {
-      const bool has_arg = ops::has_arg(reduce);
-      std::vector<float> out(N * wide), out_l(N * half), out_r(N * half);
-      std::vector<int32_t> arg(has_arg ? N * wide : 0), arg_l(has_arg ? N * half : 0),
-          arg_r(arg_l.size());
-      ops::scatter_forward<float, int32_t>(reduce, seg, wide, src, out, arg);
-      ops::scatter_forward<float, int32_t>(reduce, seg, half, left, out_l, arg_l);
-      ops::scatter_forward<float, int32_t>(reduce, seg, half, right, out_r, arg_r);
-      for (int64_t n = 0; n < N; ++n) {
-        ASSERT_EQ(std::memcmp(&out[n * wide], &out_l[n * half], half * 4), 0)
-            << ops::to_string(reduce) << " row " << n << ", " << threads << " threads";
-        ASSERT_EQ(std::memcmp(&out[n * wide + half], &out_r[n * half], half * 4), 0);
-        if (has_arg) {
-          ASSERT_EQ(std::memcmp(&arg[n * wide], &arg_l[n * half], half * 4), 0);
-          ASSERT_EQ(std::memcmp(&arg[n * wide + half], &arg_r[n * half], half * 4), 0);
-        }
+      for (int threads : {1, 2}) {
+        expect_paths_agree<float, int32_t>(pc, reduce, threads);
+        expect_paths_agree<float, int64_t>(pc, reduce, threads);
+        expect_paths_agree<double, int32_t>(pc, reduce, threads);
+        expect_paths_agree<double, int64_t>(pc, reduce, threads);
       }
     }
   }
+}
+
+TEST(ScatterPaths, RanksUseTheNarrowestType) {
+  std::vector<int32_t> index = {2, 0, 2, 2, 1};
+  const auto small = ops::Csr<int32_t>::build(index, 4);
+  EXPECT_EQ(std::vector<uint8_t>(small.rank8().begin(), small.rank8().end()),
+            (std::vector<uint8_t>{0, 0, 1, 2, 0}));
+  EXPECT_TRUE(small.rank16().empty());
+  index.assign(257, 1);
+  index.push_back(0);
+  const auto wide = ops::Csr<int32_t>::build(index, 2);
+  EXPECT_TRUE(wide.rank8().empty());
+  ASSERT_EQ(wide.rank16().size(), 258u);
+  EXPECT_EQ(wide.rank16()[256], 256);
+  EXPECT_EQ(wide.rank16()[257], 0);
+  index.assign(65537, 0);
+  const auto none = ops::Csr<int32_t>::build(index, 1);
+  EXPECT_TRUE(none.rank8().empty());
+  EXPECT_TRUE(none.rank16().empty());
 }
 
 }  // namespace

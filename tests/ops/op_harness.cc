@@ -100,7 +100,15 @@ Values<T> run_scatter(const Case& c, const Values<T>& in, const Values<T>* up) {
     Values<T> r;
     std::vector<T> out(n * f);
     std::vector<I> arg(has_arg(reduce) ? n * f : 0);
-    scatter_forward<T, I>(reduce, seg, f, get(in, "src"), out, arg);
+    scatter_forward<T, I>(reduce, seg, f, get(in, "src"), out, arg, ScatterPath::kCsrWalk);
+    // Every case also runs the streaming path, which must give the same bits.
+    std::vector<T> streamed(out.size(), T(-7));
+    std::vector<I> streamed_arg(arg.size(), I(-7));
+    scatter_forward<T, I>(reduce, seg, f, get(in, "src"), streamed, streamed_arg,
+                          ScatterPath::kStreaming);
+    if (first_difference<T>(out, streamed) >= 0 || arg != streamed_arg) {
+      throw std::runtime_error(c.name + ": scatter's streaming path differs from its CSR walk");
+    }
     r["out"] = out;
     if (has_arg(reduce)) r["arg"] = as_values<T>(arg);
     if (up) {

@@ -5,7 +5,11 @@
 // entry to run_op, not a new test.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <span>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +51,21 @@ Values<T> upstream_gradients(const Case& c);
 // gradient the case lists.
 template <typename T>
 Values<T> run_op(const Case& c, const Values<T>& inputs, const Values<T>* upstream);
+
+// The first position where a and b differ, or -1. Values compare by their
+// bits, except that any two NaNs are equal: x86 returns either operand's NaN
+// from an operation on two NaNs (inf + -inf + NaN), and the compiler orders a
+// sum's operands freely, so two loops may disagree on a NaN's sign.
+template <typename T>
+int64_t first_difference(std::span<const T> a, std::span<const T> b) {
+  if (a.size() != b.size()) return static_cast<int64_t>(std::min(a.size(), b.size()));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
 
 // Every case folder under root (root/<op>/<case>/meta.json), sorted.
 std::vector<std::filesystem::path> find_cases(const std::filesystem::path& root);
