@@ -1,6 +1,5 @@
 #include "ops/csr.h"
 
-#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -30,25 +29,10 @@ Csr<I> Csr<I>::build(std::span<const I> row_index, int64_t num_rows,
   for (const I r : row_index) ++csr.rowptr_[r + 1];
   for (int64_t r = 0; r < num_rows; ++r) csr.rowptr_[r + 1] += csr.rowptr_[r];
 
-  int64_t max_degree = 0;
-  for (int64_t r = 0; r < num_rows; ++r) max_degree = std::max(max_degree, csr.degree(r));
-  if (max_degree <= int64_t{1} << 8) {
-    csr.rank8_.resize(num_edges);
-  } else if (max_degree <= int64_t{1} << 16) {
-    csr.rank16_.resize(num_edges);
-  }
-
   std::vector<int64_t> cursor(csr.rowptr_.begin(), csr.rowptr_.end() - 1);
   csr.row_of_edge_.assign(row_index.begin(), row_index.end());
   csr.edge_.resize(num_edges);
-  for (int64_t e = 0; e < num_edges; ++e) {
-    const I r = row_index[e];
-    const int64_t p = cursor[r]++;
-    csr.edge_[p] = static_cast<I>(e);
-    const int64_t rank = p - csr.rowptr_[r];
-    if (!csr.rank8_.empty()) csr.rank8_[e] = static_cast<uint8_t>(rank);
-    if (!csr.rank16_.empty()) csr.rank16_[e] = static_cast<uint16_t>(rank);
-  }
+  for (int64_t e = 0; e < num_edges; ++e) csr.edge_[cursor[row_index[e]]++] = static_cast<I>(e);
   if (!col_index.empty()) {
     csr.col_.resize(num_edges);
     for (int64_t p = 0; p < num_edges; ++p) csr.col_[p] = col_index[csr.edge_[p]];

@@ -37,21 +37,12 @@ class Csr {
   // The row of each edge, in edge-id order (a copy of row_index), for
   // kernels that stream over edges in their original order.
   std::span<const I> row_of_edge() const { return row_of_edge_; }
-  // Each edge's place within its row (its position minus rowptr[row]), in
-  // edge-id order, in the narrower type that holds every row's degree - 1:
-  // rank8 when no row has more than 256 edges, else rank16 when none has
-  // more than 65536; the other (or both) empty. A streaming max/min scatter
-  // keeps these as its compact arg (detail::scatter_streaming_arg).
-  std::span<const uint8_t> rank8() const { return rank8_; }
-  std::span<const uint16_t> rank16() const { return rank16_; }
 
  private:
   std::vector<int64_t> rowptr_{0};
   std::vector<I> edge_;
   std::vector<I> col_;
   std::vector<I> row_of_edge_;
-  std::vector<uint8_t> rank8_;
-  std::vector<uint16_t> rank16_;
   int64_t num_cols_ = 0;
 };
 

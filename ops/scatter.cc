@@ -18,19 +18,6 @@ void check_common(std::string_view op, Reduce reduce, const Csr<I>& seg, int64_t
   }
 }
 
-// Streams a max/min with the Csr's ranks; false when it has none.
-template <Reduce R, typename T, typename I>
-bool stream_arg(const Csr<I>& seg, int64_t features, const T* src, T* out, I* arg) {
-  if (!seg.rank8().empty()) {
-    detail::scatter_streaming_arg<R>(seg, seg.rank8(), features, src, out, arg);
-  } else if (!seg.rank16().empty()) {
-    detail::scatter_streaming_arg<R>(seg, seg.rank16(), features, src, out, arg);
-  } else {
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 template <typename T, typename I>
@@ -41,21 +28,14 @@ void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::sp
   expect_size(op, "src", src.size(), seg.num_edges() * features, "E*F");
   expect_size(op, "out", out.size(), seg.num_rows() * features, "N*F");
   if (path == ScatterPath::kAuto) {
-    path = omp_get_max_threads() == 1 ? ScatterPath::kStreaming : ScatterPath::kCsrWalk;
+    const bool narrow = features * static_cast<int64_t>(sizeof(T)) <= detail::kStreamMaxRowBytes;
+    path = narrow && omp_get_max_threads() == 1 ? ScatterPath::kStreaming : ScatterPath::kCsrWalk;
   }
-  if (path == ScatterPath::kStreaming) {
-    switch (reduce) {
-      case Reduce::kSum:
-        return detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data());
-      case Reduce::kMean:
-        return detail::scatter_streaming<Reduce::kMean>(seg, features, src.data(), out.data());
-      case Reduce::kMax:
-        if (stream_arg<Reduce::kMax>(seg, features, src.data(), out.data(), arg.data())) return;
-        break;
-      case Reduce::kMin:
-        if (stream_arg<Reduce::kMin>(seg, features, src.data(), out.data(), arg.data())) return;
-        break;
-    }
+  if (path == ScatterPath::kStreaming && reduce == Reduce::kSum) {
+    return detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data());
+  }
+  if (path == ScatterPath::kStreaming && reduce == Reduce::kMean) {
+    return detail::scatter_streaming<Reduce::kMean>(seg, features, src.data(), out.data());
   }
   detail::segment_reduce<T, I>(reduce, {.csr = &seg,
                                         .source = seg.edge().data(),

@@ -23,12 +23,11 @@
 
 namespace gnnrt::ops {
 
-// Which loop computes a scatter; every one gives the same bits. kAuto: a
-// single thread streams src in edge order when rows are wide (sum/mean from
-// 512 bytes, max/min from 256 bytes), otherwise the CSR walk. Forcing
-// kStreaming runs it on one thread; a max/min over a Csr without ranks (a
-// row of more than 65536 edges) walks instead. Tests and benchmarks force
-// a path; callers leave it at kAuto.
+// Which loop computes a scatter; both give the same bits. kCsrWalk reads
+// each row's messages through the CSR. kStreaming (sum and mean; max/min
+// walk) reads src in edge order on the calling thread and adds into out.
+// kAuto streams on one thread when a row is at most 64 bytes and walks
+// otherwise. Tests and benchmarks force a path; callers leave it at kAuto.
 enum class ScatterPath { kAuto, kCsrWalk, kStreaming };
 
 template <typename T, typename I>

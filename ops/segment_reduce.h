@@ -10,11 +10,8 @@
 // (weight, scores) are indexed by original edge id: weight[edge[p] * heads + h].
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
-#include <span>
 
 #include "ops/csr.h"
 #include "ops/reduce.h"
@@ -246,133 +243,40 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
   }
 }
 
-// Scatter by streaming the edges in id order, out[row_of_edge[e]] (+)= src[e],
-// instead of walking the CSR. src [E, F] is E/N times larger than out, and
-// the walk reads its rows at random; streaming reads src in order and moves
-// the random accesses to the rows of the smaller out, which stay in cache far
-// more often. Each thread owns the rows of an equal share of the edges
-// (stream_rows), streams every edge and keeps those of its rows, so every row
-// still meets its edges in ascending id: the bits equal the CSR walk's
-// (tests/ops/determinism_test.cc, ScatterPaths).
-struct RowShare {
-  int64_t first, last;  // rows [first, last)
-  bool owns(int64_t row) const { return row >= first && row < last; }
-};
-
-// Calls fn(RowShare) once on each OpenMP thread (on the calling thread alone
-// for small work); thread t of T owns the rows whose edges start in
-// [t E / T, (t + 1) E / T).
-template <typename I, typename Fn>
-void stream_rows(const Csr<I>& csr, int64_t width, Fn&& fn) {
-  const int64_t rows = csr.num_rows();
-  const int64_t E = csr.num_edges();
-  const int64_t* rp = csr.rowptr().data();
-  const bool parallel = (E + rows) * width > kParallelWork;
-#pragma omp parallel if (parallel)
-  {
-    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
-    const auto split = [&](int64_t k) -> int64_t {
-      if (k == 0) return 0;
-      if (k == T) return rows;
-      return std::lower_bound(rp, rp + rows + 1, k * E / T) - rp;
-    };
-    fn(RowShare{split(t), split(t + 1)});
-  }
-}
+// scatter (sum or mean) of narrow rows on one thread, streaming the edges in
+// id order: out[row_of_edge[e]] += src[e]. The walk reads one random row of
+// src [E, F] per edge; streaming reads src in order and moves the random
+// access to a row of out, which is E/N times smaller and more often cached.
+// That wins while a row is at most a cache line (kStreamMaxRowBytes); wider
+// rows keep more misses in flight with the walk's two-step prefetch, and
+// several threads would each read all of src (docs/kernels.md has the
+// measurements). Every row still adds its edges in ascending id, so the bits
+// equal the CSR walk's (tests/ops/determinism_test.cc, ScatterPaths).
+inline constexpr int64_t kStreamMaxRowBytes = 64;
 
 template <Reduce R, typename T, typename I>
 void scatter_streaming(const Csr<I>& csr, int64_t features, const T* src, T* out) {
   static_assert(R == Reduce::kSum || R == Reduce::kMean, "sum and mean only");
+  const int64_t rows = csr.num_rows();
   const int64_t E = csr.num_edges();
   const int64_t F = features;
   const I* row_of = csr.row_of_edge().data();
   const int64_t ahead = prefetch_distance<T>(F);
-  stream_rows(csr, F, [&](RowShare mine) {
-    std::fill(out + mine.first * F, out + mine.last * F, T(0));
-    for (int64_t e = 0; e < E; ++e) {
-      if (e + ahead < E && mine.owns(row_of[e + ahead])) {
-        prefetch_row(out + static_cast<int64_t>(row_of[e + ahead]) * F, F);
-        prefetch_row(src + (e + ahead) * F, F);
-      }
-      const int64_t r = row_of[e];
-      if (!mine.owns(r)) continue;
-      T* __restrict o = out + r * F;
-      const T* __restrict x = src + e * F;
+  std::fill(out, out + rows * F, T(0));
+  for (int64_t e = 0; e < E; ++e) {
+    if (e + ahead < E) prefetch_row(out + static_cast<int64_t>(row_of[e + ahead]) * F, F);
+    T* __restrict o = out + static_cast<int64_t>(row_of[e]) * F;
+    const T* __restrict x = src + e * F;
 #pragma omp simd
-      for (int64_t f = 0; f < F; ++f) o[f] += x[f];
+    for (int64_t f = 0; f < F; ++f) o[f] += x[f];
+  }
+  if constexpr (R == Reduce::kMean) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t count = csr.degree(r);
+      if (count == 0) continue;
+      for (int64_t f = 0; f < F; ++f) out[r * F + f] /= static_cast<T>(count);
     }
-    if constexpr (R == Reduce::kMean) {
-      for (int64_t r = mine.first; r < mine.last; ++r) {
-        const int64_t count = csr.degree(r);
-        if (count == 0) continue;
-        for (int64_t f = 0; f < F; ++f) out[r * F + f] /= static_cast<T>(count);
-      }
-    }
-  });
-}
-
-// Max/min by streaming. While streaming, the winner of (r, f) is kept as its
-// rank within row r (Csr::rank8/rank16: 1 or 2 bytes, not 4 or 8), in the
-// first bytes of arg's row r, so each edge touches a row of out and a short
-// row of ranks. A row's first edge (rank 0) initialises it, as the walk's
-// does. Afterwards each row's ranks become edge ids, edge[rowptr[r] + rank],
-// in place from the row's back: element f overwrites only the bytes of ranks
-// f and above, which are already read. Empty rows get 0 and arg = E.
-template <Reduce R, typename Rank, typename T, typename I>
-void scatter_streaming_arg(const Csr<I>& csr, std::span<const Rank> rank, int64_t features,
-                           const T* src, T* out, I* arg) {
-  static_assert(R == Reduce::kMax || R == Reduce::kMin, "max and min only");
-  static_assert(sizeof(Rank) <= sizeof(I));
-  // Ranks share arg's storage, so they are read and written as may_alias.
-  using SharedRank [[gnu::may_alias]] = Rank;
-  const int64_t E = csr.num_edges();
-  const int64_t F = features;
-  const I* row_of = csr.row_of_edge().data();
-  const Rank* rank_of = rank.data();
-  const int64_t* rp = csr.rowptr().data();
-  const I* edge = csr.edge().data();
-  const auto ranks = [&](int64_t row) { return reinterpret_cast<SharedRank*>(arg + row * F); };
-  const int64_t ahead = prefetch_distance<T>(F);
-  stream_rows(csr, F, [&](RowShare mine) {
-    for (int64_t e = 0; e < E; ++e) {
-      if (e + ahead < E && mine.owns(row_of[e + ahead])) {
-        const int64_t next = row_of[e + ahead];
-        prefetch_bytes<true>(out + next * F, F * static_cast<int64_t>(sizeof(T)));
-        prefetch_bytes<true>(ranks(next), F * static_cast<int64_t>(sizeof(Rank)));
-      }
-      const int64_t r = row_of[e];
-      if (!mine.owns(r)) continue;
-      T* __restrict o = out + r * F;
-      SharedRank* __restrict w = ranks(r);
-      const T* __restrict x = src + e * F;
-      const Rank k = rank_of[e];
-      if (k == 0) {
-        std::copy(x, x + F, o);
-        std::fill(w, w + F, Rank(0));
-        continue;
-      }
-      // As in the walk: strict improvement keeps the lowest edge id on ties;
-      // NaN replaces a number, never the reverse.
-#pragma omp simd
-      for (int64_t f = 0; f < F; ++f) {
-        const bool better = improves<R>(x[f], o[f]);
-        o[f] = better ? x[f] : o[f];
-        w[f] = better ? k : w[f];
-      }
-    }
-    for (int64_t r = mine.first; r < mine.last; ++r) {
-      T* o = out + r * F;
-      I* g = arg + r * F;
-      if (rp[r] == rp[r + 1]) {
-        std::fill(o, o + F, T(0));
-        std::fill(g, g + F, static_cast<I>(E));
-        continue;
-      }
-      const I* row_edges = edge + rp[r];
-      const SharedRank* w = ranks(r);
-      for (int64_t f = F - 1; f >= 0; --f) g[f] = row_edges[w[f]];
-    }
-  });
+  }
 }
 
 // out[edge[p]] = x[r] (divided by the row's degree if divide_by_degree): each edge
