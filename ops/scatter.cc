@@ -28,8 +28,10 @@ void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::sp
   expect_size(op, "src", src.size(), seg.num_edges() * features, "E*F");
   expect_size(op, "out", out.size(), seg.num_rows() * features, "N*F");
   if (path == ScatterPath::kAuto) {
+    // One thread streaming narrow rows also beat the walk on two threads
+    // (docs/kernels.md); more threads walk.
     const bool narrow = features * static_cast<int64_t>(sizeof(T)) <= detail::kStreamMaxRowBytes;
-    path = narrow && omp_get_max_threads() == 1 ? ScatterPath::kStreaming : ScatterPath::kCsrWalk;
+    path = narrow && omp_get_max_threads() <= 2 ? ScatterPath::kStreaming : ScatterPath::kCsrWalk;
   }
   if (path == ScatterPath::kStreaming && reduce == Reduce::kSum) {
     return detail::scatter_streaming<Reduce::kSum>(seg, features, src.data(), out.data());

@@ -26,8 +26,8 @@ namespace gnnrt::ops {
 // Which loop computes a scatter; both give the same bits. kCsrWalk reads
 // each row's messages through the CSR. kStreaming (sum and mean; max/min
 // walk) reads src in edge order on the calling thread and adds into out.
-// kAuto streams on one thread when a row is at most 64 bytes and walks
-// otherwise. Tests and benchmarks force a path; callers leave it at kAuto.
+// kAuto streams when a row is at most 64 bytes and at most two threads are
+// available, and walks otherwise. Tests and benchmarks force a path; callers leave it at kAuto.
 enum class ScatterPath { kAuto, kCsrWalk, kStreaming };
 
 template <typename T, typename I>

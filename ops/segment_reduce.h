@@ -243,13 +243,13 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
   }
 }
 
-// scatter (sum or mean) of narrow rows on one thread, streaming the edges in
-// id order: out[row_of_edge[e]] += src[e]. The walk reads one random row of
-// src [E, F] per edge; streaming reads src in order and moves the random
-// access to a row of out, which is E/N times smaller and more often cached.
-// That wins while a row is at most a cache line (kStreamMaxRowBytes); wider
-// rows keep more misses in flight with the walk's two-step prefetch, and
-// several threads would each read all of src (docs/kernels.md has the
+// scatter (sum or mean) of narrow rows on the calling thread, streaming the
+// edges in id order: out[row_of_edge[e]] += src[e]. The walk reads one random
+// row of src [E, F] per edge; streaming reads src in order and moves the
+// random access to a row of out, which is E/N times smaller and more often
+// cached. That wins while a row is at most a cache line (kStreamMaxRowBytes),
+// even against the walk on two threads; wider rows keep more misses in
+// flight with the walk's two-step prefetch (docs/kernels.md has the
 // measurements). Every row still adds its edges in ascending id, so the bits
 // equal the CSR walk's (tests/ops/determinism_test.cc, ScatterPaths).
 inline constexpr int64_t kStreamMaxRowBytes = 64;
