@@ -3,22 +3,27 @@
 same run, with a STREAM triad for the memory-bandwidth yardstick.
 
 For each case (op, reduce, E edges, F features, threads) it runs gnnrt's
-Google Benchmark binary (median of 3 repetitions) and every torch path that
-computes the same thing (index_add_, scatter_add_, scatter_reduce,
-index_reduce, PyG's recipes, torch.sparse.mm with COO or CSR), and compares
-with the fastest torch path. Inputs are uniform random, N = E / 10, as in
-bench/kernels_bench.cc; torch's message tensors are materialised before
-timing, as PyG's MessagePassing holds them.
+Google Benchmark binary and every torch path that computes the same thing
+(index_add_, scatter_add_, scatter_reduce, index_reduce, PyG's recipes,
+torch.sparse.mm with COO or CSR), and compares with the fastest torch path.
+Inputs are uniform random, N = E / 10, as in bench/kernels_bench.cc; torch's
+message tensors are materialised before timing, as PyG's MessagePassing
+holds them.
 
-  ratio     = torch_ms / gnnrt_ms (above 1: gnnrt is faster)
-  pct_triad = gnnrt's effective bytes/s / triad bytes/s at the same threads,
-              the triad measured by the same benchmark run right after the
-              kernel's timing loop (kernels_bench's triad_bytes_per_second)
+  ratio     = median torch_ms / median gnnrt_ms (above 1: gnnrt is faster)
+  pct_triad = median over rounds of gnnrt's effective bytes/s / triad
+              bytes/s at the same threads, the triad measured by the same
+              benchmark run right after the kernel's timing loop
+              (kernels_bench's triad_bytes_per_second)
 
-Each case runs gnnrt's benchmark and then torch's paths back to back (one
-gnnrt process per op, E and F), so that both sides of a ratio, and a kernel
-and its triad, are measured within the same minute: this VM's memory speed
-moves by up to 2x between minutes.
+Each case runs in --rounds rounds (3 by default), one after another: a
+fresh gnnrt process for that op, E and F (both thread counts), then torch's
+paths. The first round times every torch path and picks the fastest per
+thread count; later rounds time that path again. So both sides of a ratio,
+and a kernel and its triad, are measured in the same minutes, and a slow
+spell of this shared VM (its random-access speed moves by 2-4x between
+minutes; a fresh process also gets fresh pages) shows up as one round of
+three, not as the case's figure.
 
 Usage:
   /usr/bin/python3 bench/compare_torch.py --build build [--json FILE] [--quick]
@@ -52,7 +57,7 @@ CASES = [
 HEADS = 4  # as in kernels_bench.cc
 
 
-def run_gnnrt(build, names, es, fs, threads):
+def run_gnnrt(build, names, es, fs, threads, repetitions=1):
     exe = os.path.join(build, "bench", "kernels_bench")
     alt = "|".join(names)
     e_alt = "|".join(str(e) for e in es)
@@ -61,9 +66,10 @@ def run_gnnrt(build, names, es, fs, threads):
     filt = f"^({alt})/E:({e_alt})/F:({f_alt})/threads:({t_alt})/"
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         out = tmp.name
-    cmd = [exe, f"--benchmark_filter={filt}", "--benchmark_repetitions=3",
-           "--benchmark_report_aggregates_only=true", f"--benchmark_out={out}",
-           "--benchmark_out_format=json"]
+    cmd = [exe, f"--benchmark_filter={filt}", f"--benchmark_repetitions={repetitions}",
+           f"--benchmark_out={out}", "--benchmark_out_format=json"]
+    if repetitions > 1:
+        cmd.append("--benchmark_report_aggregates_only=true")
     print("running:", " ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True, stdout=sys.stderr)
     with open(out) as f:
@@ -71,7 +77,7 @@ def run_gnnrt(build, names, es, fs, threads):
     os.unlink(out)
     results = {}
     for b in data["benchmarks"]:
-        if b.get("aggregate_name") != "median":
+        if b.get("aggregate_name", "median") != "median":
             continue
         ms = b["real_time"] * {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
         results[b["run_name"]] = (ms, b.get("bytes_per_second", 0.0),
@@ -185,6 +191,8 @@ def main():
     ap.add_argument("--features", default="16,64,128")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--ops", default=",".join(c[2] for c in CASES), help="gnnrt benchmark names")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds per case (fresh gnnrt process, then torch); medians are reported")
     args = ap.parse_args()
     es = [int(v) for v in args.edges.split(",")]
     fs = [64] if args.quick else [int(v) for v in args.features.split(",")]
@@ -198,37 +206,53 @@ def main():
     rows = []
     triads = {t: [] for t in ts}
     context = {}
+    med = statistics.median
     for E in es:
         for F in fs:
             for op, reduce, name in cases:
                 if op == "segment_softmax" and F != 16:
                     continue
-                gnnrt, context = run_gnnrt(args.build, [name], [E], [F], ts)
-                paths_cache = None
+                paths = torch_paths(op, reduce, E, F, torch.Generator().manual_seed(E + F))
+                ours = {t: [] for t in ts}    # (ms, bytes/s, triad bytes/s) per round
+                theirs = {t: [] for t in ts}  # torch ms of the fastest path
+                best = {}
+                for _ in range(args.rounds):
+                    gnnrt, context = run_gnnrt(args.build, [name], [E], [F], ts)
+                    for t in ts:
+                        key = f"{name}/E:{E}/F:{F}/threads:{t}/real_time"
+                        if key not in gnnrt:
+                            continue
+                        ours[t].append(gnnrt[key])
+                        torch.set_num_threads(t)
+                        if t not in best:
+                            torch_ms, best[t] = fastest(paths)
+                            theirs[t].append(torch_ms)
+                        else:
+                            theirs[t] += timed(paths[best[t]], 1)
                 for t in ts:
-                    key = f"{name}/E:{E}/F:{F}/threads:{t}/real_time"
-                    if key not in gnnrt:
+                    if not ours[t]:
                         continue
-                    torch.set_num_threads(t)
-                    if paths_cache is None:
-                        paths_cache = torch_paths(op, reduce, E, F, torch.Generator().manual_seed(E + F))
-                    torch_ms, path = fastest(paths_cache)
-                    ms, bps, triad_bps = gnnrt[key]
+                    ms = med(m for m, _, _ in ours[t])
+                    torch_ms = med(theirs[t])
+                    triad_bps = med(tr for _, _, tr in ours[t])
+                    pct = med(100.0 * b / tr for _, b, tr in ours[t])
                     triads[t].append(triad_bps)
                     row = {"op": op, "reduce": reduce, "E": E, "F": F, "threads": t,
                            "gnnrt_ms": round(ms, 3), "torch_ms": round(torch_ms, 3),
-                           "ratio": round(torch_ms / ms, 2),
-                           "pct_triad": round(100.0 * bps / triad_bps, 1),
-                           "triad_gbps": round(triad_bps / 1e9, 2), "torch_path": path}
+                           "ratio": round(torch_ms / ms, 2), "pct_triad": round(pct, 1),
+                           "triad_gbps": round(triad_bps / 1e9, 2), "torch_path": best[t],
+                           "gnnrt_ms_rounds": [round(m, 3) for m, _, _ in ours[t]],
+                           "torch_ms_rounds": [round(m, 3) for m in theirs[t]]}
                     rows.append(row)
                     print(f"{op:16} {reduce:12} E={E:8} F={F:3} t={t} gnnrt {ms:9.2f} ms  "
-                          f"torch {torch_ms:9.2f} ms ({path})  x{row['ratio']:.2f}  "
-                          f"{row['pct_triad']:.0f}% of {row['triad_gbps']:.1f} GB/s triad",
+                          f"torch {torch_ms:9.2f} ms ({best[t]})  x{row['ratio']:.2f}  "
+                          f"{row['pct_triad']:.0f}% of {row['triad_gbps']:.1f} GB/s triad  "
+                          f"rounds gnnrt {row['gnnrt_ms_rounds']} torch {row['torch_ms_rounds']}",
                           file=sys.stderr)
-                del paths_cache
+                del paths
     triad = {t: statistics.median(triads[t]) for t in ts if triads[t]}
     print(f"\nCPU: {context.get('host_name', '?')}, {context.get('num_cpus', '?')} cores; "
-          f"torch {torch.__version__}; triad (median over the cases) " +
+          f"torch {torch.__version__}; {args.rounds} rounds per case; triad (median over the cases) " +
           ", ".join(f"{triad[t] / 1e9:.1f} GB/s ({t} thread{'s' if t > 1 else ''})" for t in triad) + "\n")
     print("| op | reduce | E | F | threads | gnnrt ms | torch ms (fastest path) | torch / gnnrt | % of triad |")
     print("|---|---|---:|---:|---:|---:|---|---:|---:|")

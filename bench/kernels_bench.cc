@@ -172,9 +172,9 @@ void set_bytes(benchmark::State& state, int64_t bytes) {
 }
 
 void register_all() {
-  // scatter_<reduce> takes scatter's own choice of loop; scatter_sum_walk and
-  // scatter_sum_stream force one (streaming runs on one thread), to check
-  // where the choice switches.
+  // scatter_<reduce> takes scatter's own choice of loop; scatter_sum_walk (1
+  // and 2 threads) and scatter_sum_stream (one thread: it streams on the
+  // calling thread) force one, to check where the choice switches.
   const auto scatter_kernel = [](Reduce reduce, ScatterPath path) {
     return [reduce, path](benchmark::State& state, Graph& g, const Shape& s) {
       const auto& src = rows(g.edge_rows, s.E, s.F, 10);
@@ -192,7 +192,7 @@ void register_all() {
   register_kernel("scatter_sum_walk", scatter_kernel(Reduce::kSum, ScatterPath::kCsrWalk),
                   {4, 16, 32, 64, 128});
   register_kernel("scatter_sum_stream", scatter_kernel(Reduce::kSum, ScatterPath::kStreaming),
-                  {4, 16, 32, 64, 128});
+                  {4, 16, 32, 64, 128}, {1});
   for (Reduce reduce : {Reduce::kSum, Reduce::kMean, Reduce::kMax, Reduce::kMin}) {
     const std::string r(to_string(reduce));
     register_kernel("scatter_" + r, scatter_kernel(reduce, ScatterPath::kAuto));

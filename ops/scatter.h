@@ -11,7 +11,9 @@
 //
 // Layout (row-major): src [E, F], out [N, F], arg [N, F] (max/min only,
 // otherwise empty). seg = Csr::build(index, N). Outputs are overwritten.
-// Blocking; OpenMP threads inside; bitwise deterministic for any thread count.
+// Blocking; OpenMP threads inside; the same bits run to run and for any number
+// of threads, except that a NaN's sign may differ between up to two threads
+// and more (narrow sum/mean rows change loop there; see ScatterPath).
 // Bad sizes throw OpError before anything is written.
 #pragma once
 
@@ -23,11 +25,14 @@
 
 namespace gnnrt::ops {
 
-// Which loop computes a scatter; both give the same bits. kCsrWalk reads
-// each row's messages through the CSR. kStreaming (sum and mean; max/min
-// walk) reads src in edge order on the calling thread and adds into out.
-// kAuto streams when a row is at most 64 bytes and at most two threads are
-// available, and walks otherwise. Tests and benchmarks force a path; callers leave it at kAuto.
+// Which loop computes a scatter. Both add a row's edges in ascending id, so
+// they give the same bits, except the sign of a NaN (x86 returns either
+// operand's NaN from NaN + NaN, and the compiler orders the operands of a sum
+// freely). kCsrWalk reads each row's messages through the CSR. kStreaming
+// (sum and mean; max/min walk) reads src in edge order on the calling thread
+// and adds into out. kAuto streams when a row is at most 64 bytes and at most
+// two threads are available, and walks otherwise. Tests and benchmarks force
+// a path; callers leave it at kAuto.
 enum class ScatterPath { kAuto, kCsrWalk, kStreaming };
 
 template <typename T, typename I>

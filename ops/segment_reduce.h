@@ -25,12 +25,12 @@ inline constexpr int kRowChunk = 32;
 // Message rows are read in an order the hardware prefetcher cannot guess
 // (x[source[p]]), so each loop asks for rows ahead of time, in two steps: the
 // first cache line of the row `far` positions ahead, the rest of the row
-// `near` = far / 2 positions ahead. Requesting the head early starts the DRAM
-// access and its page walk while few line fetches are in flight; the tail
-// then follows once the head's TLB entry is warm. Against asking for the
-// whole row at one distance this was 10-15% faster at 256 and 512-byte rows
-// on the 2-core EPYC VM (docs/kernels.md). `far` keeps about kPrefetchBytes
-// of row heads in flight: 64 rows of 64 B, 16 of 256 B, 8 of 512 B.
+// `near` = far / 2 positions ahead. A likely reason it helps: the head starts
+// the DRAM access and its page walk early, and the tail's lines then find
+// the page translated. Against asking for the whole row at one distance it
+// made spmm 1.12-1.57x faster at rows of 256 and 512 bytes on one thread of
+// the 2-core EPYC VM (docs/kernels.md). `far` keeps about kPrefetchBytes of
+// row heads in flight: 64 rows of 64 B, 16 of 256 B, 8 of 512 B.
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 struct Prefetch {
@@ -57,6 +57,7 @@ inline int64_t prefetch_distance(int64_t features) {
 // to have no effect and deletes calls to it that it has not inlined.
 template <bool kWrite = false>
 [[gnu::always_inline]] inline void prefetch_tail(const void* p, int64_t bytes) {
+  if (bytes <= 0) return;  // F = 0: p may be null, and p + bytes - 1 would wrap
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
   for (uintptr_t line = first + 64; line <= last; line += 64) {
@@ -66,7 +67,6 @@ template <bool kWrite = false>
 
 template <bool kWrite = false>
 [[gnu::always_inline]] inline void prefetch_bytes(const void* p, int64_t bytes) {
-  if (bytes <= 0) return;
   __builtin_prefetch(p, kWrite ? 1 : 0, 3);
   prefetch_tail<kWrite>(p, bytes);
 }
@@ -247,11 +247,13 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
 // edges in id order: out[row_of_edge[e]] += src[e]. The walk reads one random
 // row of src [E, F] per edge; streaming reads src in order and moves the
 // random access to a row of out, which is E/N times smaller and more often
-// cached. That wins while a row is at most a cache line (kStreamMaxRowBytes),
-// even against the walk on two threads; wider rows keep more misses in
-// flight with the walk's two-step prefetch (docs/kernels.md has the
-// measurements). Every row still adds its edges in ascending id, so the bits
-// equal the CSR walk's (tests/ops/determinism_test.cc, ScatterPaths).
+// cached. On one thread it won at every size for rows of at most a cache line
+// (kStreamMaxRowBytes), and beat the walk on two threads from E = 1e6 (at
+// E = 1e5 it took 1.15x the two-thread walk's 0.4 ms); for wider rows the
+// walk with its two-step prefetch won at E = 4e6, where it matters, though
+// not always below (docs/kernels.md has the measurements). Every row still
+// adds its edges in ascending id, so the values equal the CSR walk's (a NaN's
+// sign may differ: tests/ops/determinism_test.cc, ScatterPaths).
 inline constexpr int64_t kStreamMaxRowBytes = 64;
 
 template <Reduce R, typename T, typename I>

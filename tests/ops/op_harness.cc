@@ -101,13 +101,17 @@ Values<T> run_scatter(const Case& c, const Values<T>& in, const Values<T>* up) {
     std::vector<T> out(n * f);
     std::vector<I> arg(has_arg(reduce) ? n * f : 0);
     scatter_forward<T, I>(reduce, seg, f, get(in, "src"), out, arg, ScatterPath::kCsrWalk);
-    // Every case also runs the streaming path, which must give the same bits.
-    std::vector<T> streamed(out.size(), T(-7));
-    std::vector<I> streamed_arg(arg.size(), I(-7));
-    scatter_forward<T, I>(reduce, seg, f, get(in, "src"), streamed, streamed_arg,
-                          ScatterPath::kStreaming);
-    if (first_difference<T>(out, streamed) >= 0 || arg != streamed_arg) {
-      throw std::runtime_error(c.name + ": scatter's streaming path differs from its CSR walk");
+    // Every case also runs the streaming path and scatter's own choice, which
+    // must give the walk's bits (up to a NaN's sign).
+    for (ScatterPath path : {ScatterPath::kStreaming, ScatterPath::kAuto}) {
+      std::vector<T> other(out.size(), T(-7));
+      std::vector<I> other_arg(arg.size(), I(-7));
+      scatter_forward<T, I>(reduce, seg, f, get(in, "src"), other, other_arg, path);
+      if (first_difference<T>(out, other) >= 0 || arg != other_arg) {
+        throw std::runtime_error(c.name + ": scatter's " +
+                                 (path == ScatterPath::kAuto ? "automatic" : "streaming") +
+                                 " path differs from its CSR walk");
+      }
     }
     r["out"] = out;
     if (has_arg(reduce)) r["arg"] = as_values<T>(arg);
