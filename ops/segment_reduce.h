@@ -45,45 +45,43 @@ inline Prefetch prefetch_plan(int64_t features) {
   return {far, far / 2};
 }
 
-// One distance for loops over short per-edge rows (softmax scores).
+// One distance, for loops that prefetch whole short rows (softmax scores,
+// the out rows of scatter_streaming).
 template <typename T>
 inline int64_t prefetch_distance(int64_t features) {
   return prefetch_plan<T>(features).far;
 }
 
-// Lines of [p, p + bytes) from the one after p's line to the last; a
-// `write` prefetch asks for the lines in a writable state. The prefetch
-// helpers are always inlined: GCC 12 judges a function that only prefetches
-// to have no effect and deletes calls to it that it has not inlined.
-template <bool kWrite = false>
+// Lines of [p, p + bytes) from the one after p's line to the last. The
+// prefetch helpers are always inlined: GCC 12 judges a function that only
+// prefetches to have no effect and deletes calls to it that it has not inlined.
 [[gnu::always_inline]] inline void prefetch_tail(const void* p, int64_t bytes) {
   if (bytes <= 0) return;  // F = 0: p may be null, and p + bytes - 1 would wrap
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
   for (uintptr_t line = first + 64; line <= last; line += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line), kWrite ? 1 : 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
   }
-}
-
-template <bool kWrite = false>
-[[gnu::always_inline]] inline void prefetch_bytes(const void* p, int64_t bytes) {
-  __builtin_prefetch(p, kWrite ? 1 : 0, 3);
-  prefetch_tail<kWrite>(p, bytes);
 }
 
 template <typename T>
 [[gnu::always_inline]] inline void prefetch_row(const T* row, int64_t features) {
-  prefetch_bytes(row, features * static_cast<int64_t>(sizeof(T)));
+  __builtin_prefetch(row, 0, 3);
+  prefetch_tail(row, features * static_cast<int64_t>(sizeof(T)));
 }
 
 // The two-step prefetch of x[source[p + ...]] for the walk at position p of
 // n: the head of the row plan.far ahead, its tail plan.near ahead.
 template <typename T, typename I>
-[[gnu::always_inline]] inline void prefetch_ahead(const T* x, const I* source, int64_t p, int64_t n, int64_t features,
-                           Prefetch plan) {
-  const int64_t bytes = features * static_cast<int64_t>(sizeof(T));
-  if (p + plan.far < n) __builtin_prefetch(x + static_cast<int64_t>(source[p + plan.far]) * features, 0, 3);
-  if (p + plan.near < n) prefetch_tail(x + static_cast<int64_t>(source[p + plan.near]) * features, bytes);
+[[gnu::always_inline]] inline void prefetch_ahead(const T* x, const I* source, int64_t p, int64_t n,
+                                                  int64_t features, Prefetch plan) {
+  if (p + plan.far < n) {
+    __builtin_prefetch(x + static_cast<int64_t>(source[p + plan.far]) * features, 0, 3);
+  }
+  if (p + plan.near < n) {
+    prefetch_tail(x + static_cast<int64_t>(source[p + plan.near]) * features,
+                  features * static_cast<int64_t>(sizeof(T)));
+  }
 }
 
 // Calls fn(r) for every row r of csr; when the work (edges + rows) * width is

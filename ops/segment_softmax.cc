@@ -31,21 +31,14 @@ std::span<T> head_scratch(int64_t heads) {
   return {scratch.data(), static_cast<std::size_t>(2 * heads)};
 }
 
+// Prefetches the heads of edge[p + ahead]'s row, to be written when kForWrite.
 // Always inlined: GCC deletes calls to a function that only prefetches
 // (ops/segment_reduce.h).
-template <typename T, typename I>
-[[gnu::always_inline]] inline void prefetch_edge(const T* values, const I* edge, int64_t p, int64_t ahead, int64_t num_edges,
-                   int64_t heads) {
+template <bool kForWrite = false, typename T, typename I>
+[[gnu::always_inline]] inline void prefetch_edge(const T* values, const I* edge, int64_t p,
+                                                 int64_t ahead, int64_t num_edges, int64_t heads) {
   if (p + ahead < num_edges) {
-    __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads);
-  }
-}
-
-template <typename T, typename I>
-[[gnu::always_inline]] inline void prefetch_edge_for_write(T* values, const I* edge, int64_t p, int64_t ahead,
-                             int64_t num_edges, int64_t heads) {
-  if (p + ahead < num_edges) {
-    __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads, 1);
+    __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads, kForWrite ? 1 : 0);
   }
 }
 
@@ -72,7 +65,7 @@ void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T
     std::fill(sum, sum + H, T(0));
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       prefetch_edge(score.data(), edge, p, ahead, E, H);
-      prefetch_edge_for_write(alpha.data(), edge, p, ahead, E, H);
+      prefetch_edge</*kForWrite=*/true>(alpha.data(), edge, p, ahead, E, H);
       const T* s = score.data() + static_cast<int64_t>(edge[p]) * H;
       for (int64_t h = 0; h < H; ++h) m[h] = detail::improves<Reduce::kMax>(s[h], m[h]) ? s[h] : m[h];
     }
@@ -114,7 +107,7 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       prefetch_edge(alpha.data(), edge, p, ahead, E, H);
       prefetch_edge(grad_alpha.data(), edge, p, ahead, E, H);
-      prefetch_edge_for_write(grad_score.data(), edge, p, ahead, E, H);
+      prefetch_edge</*kForWrite=*/true>(grad_score.data(), edge, p, ahead, E, H);
       const int64_t i = static_cast<int64_t>(edge[p]) * H;
       for (int64_t h = 0; h < H; ++h) dot[h] += alpha[i + h] * grad_alpha[i + h];
     }

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <span>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
