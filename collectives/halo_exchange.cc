@@ -185,6 +185,11 @@ HaloExchange::~HaloExchange() {
 }
 
 struct HaloPlanAccess {
+  // The keyed max/min: each staged row is F values then F keys.
+  template <typename T>
+  static detail::Task keyed(detail::Transfers& t, detail::Scratch& scratch, const HaloExchange& plan,
+                            T* values, int64_t* keys, int64_t features, bool max);
+
   template <typename T>
   static detail::Task exchange(detail::Transfers& t, detail::Scratch& scratch,
                                const HaloExchange& plan, T* data, int64_t features, ReduceOp op,
@@ -272,6 +277,96 @@ struct HaloPlanAccess {
   }
 };
 
+namespace {
+
+// Does (v, k) beat (best_v, best_k) under the keyed rule (header)?
+template <typename T>
+bool beats(T v, int64_t k, T best_v, int64_t best_k, bool max) {
+  if (k == HaloExchange::kNoKey) return false;
+  if (best_k == HaloExchange::kNoKey) return true;
+  const bool v_nan = v != v, best_nan = best_v != best_v;
+  if (v_nan != best_nan) return v_nan;
+  if (!v_nan && v != best_v) return max ? v > best_v : v < best_v;
+  return k < best_k;
+}
+
+}  // namespace
+
+template <typename T>
+detail::Task HaloPlanAccess::keyed(detail::Transfers& t, detail::Scratch& scratch,
+                                   const HaloExchange& plan, T* values, int64_t* keys,
+                                   int64_t features, bool max) {
+  const std::size_t value_bytes = static_cast<std::size_t>(features) * sizeof(T);
+  const std::size_t key_bytes = static_cast<std::size_t>(features) * sizeof(int64_t);
+  const std::size_t row_bytes = value_bytes + key_bytes;
+  const std::size_t staged = plan.staged_row_.size();
+  std::byte* out = scratch.get(staged * row_bytes);
+  std::byte* in = scratch.get(staged * row_bytes);
+  for (std::size_t s = 0; s < staged; ++s) {
+    const int64_t row = plan.staged_row_[s];
+    std::memcpy(out + s * row_bytes, values + row * features, value_bytes);
+    std::memcpy(out + s * row_bytes + value_bytes, keys + row * features, key_bytes);
+  }
+  for (std::size_t k = 0; k < plan.peers_.size(); ++k) {
+    const std::size_t offset = plan.staged_offset_[k] * row_bytes;
+    const std::size_t bytes = (plan.staged_offset_[k + 1] - plan.staged_offset_[k]) * row_bytes;
+    t.irecv(plan.peers_[k], in + offset, bytes);
+    t.isend(plan.peers_[k], out + offset, bytes);
+  }
+  co_await t.wait_all();
+  // The rule is a total order, so folding the received rows into this
+  // rank's row in any order gives every replica the same winner.
+  for (std::size_t i = 0; i < plan.reduce_row_.size(); ++i) {
+    T* v = values + plan.reduce_row_[i] * features;
+    int64_t* k = keys + plan.reduce_row_[i] * features;
+    for (std::size_t c = plan.contribution_offset_[i]; c < plan.contribution_offset_[i + 1]; ++c) {
+      const int64_t slot = plan.contribution_slot_[c];
+      if (slot < 0) continue;
+      const auto* rv = reinterpret_cast<const T*>(in + slot * row_bytes);
+      const auto* rk = reinterpret_cast<const int64_t*>(in + slot * row_bytes + value_bytes);
+      for (int64_t f = 0; f < features; ++f) {
+        if (beats(rv[f], rk[f], v[f], k[f], max)) {
+          v[f] = rv[f];
+          k[f] = rk[f];
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+detail::Task keyed_exchange(detail::Transfers& t, detail::Scratch& scratch, const HaloExchange& plan,
+                            T* values, int64_t* keys, int64_t features, bool max) {
+  return HaloPlanAccess::keyed<T>(t, scratch, plan, values, keys, features, max);
+}
+
+template <typename T>
+Work HaloExchange::start_keyed(std::span<T> values, std::span<int64_t> keys, int64_t features,
+                               ReduceOp op) {
+  const int me = comm_.rank();
+  if (features < 0) {
+    throw CollectiveError(fmt::format("rank {}: halo exchange: features = {} is negative", me, features));
+  }
+  const std::size_t expected = static_cast<std::size_t>(rows_) * static_cast<std::size_t>(features);
+  if (values.size() != expected || keys.size() != expected) {
+    throw CollectiveError(fmt::format("rank {}: keyed halo exchange: values have {} and keys {} "
+                                      "elements, expected rows * features = {} * {}",
+                                      me, values.size(), keys.size(), rows_, features));
+  }
+  if (op != ReduceOp::max && op != ReduceOp::min) {
+    throw CollectiveError(fmt::format("rank {}: keyed halo exchange: {} is not max or min", me, name(op)));
+  }
+  const auto& impl = comm_.shared_impl();
+  return detail::launch_task(
+      impl,
+      fmt::format("halo exchange({} with keys, {} rows x {} features of {}, {} peers)", name(op),
+                  rows_sent(), features, name(element_type_v<T>), peers_.size()),
+      impl->internal, [&](detail::Transfers& t, detail::Scratch& scratch) {
+        return keyed_exchange<T>(t, scratch, *this, values.data(), keys.data(), features,
+                                 op == ReduceOp::max);
+      });
+}
+
 template <typename T>
 Work HaloExchange::start(std::span<T> data, int64_t features, ReduceOp op, std::span<int32_t> winner) {
   const int me = comm_.rank();
@@ -303,5 +398,7 @@ Work HaloExchange::start(std::span<T> data, int64_t features, ReduceOp op, std::
 
 template Work HaloExchange::start<float>(std::span<float>, int64_t, ReduceOp, std::span<int32_t>);
 template Work HaloExchange::start<double>(std::span<double>, int64_t, ReduceOp, std::span<int32_t>);
+template Work HaloExchange::start_keyed<float>(std::span<float>, std::span<int64_t>, int64_t, ReduceOp);
+template Work HaloExchange::start_keyed<double>(std::span<double>, std::span<int64_t>, int64_t, ReduceOp);
 
 }  // namespace gnnrt::collectives

@@ -27,6 +27,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -66,6 +67,15 @@ class HaloExchange {
   void run(std::span<T> data, int64_t features, ReduceOp op, std::span<int32_t> winner = {}) {
     start<T>(data, features, op, winner).wait();
   }
+
+  // Max (or min) with a key per element: every replica gets, per element,
+  // the contribution with the largest (smallest) value, a NaN before any
+  // number, and among equal values (or NaNs) the smallest key; a
+  // contribution whose key is kNoKey takes no part. The result is the same
+  // whatever the order of combination. values, keys: [rows, features].
+  static constexpr int64_t kNoKey = INT64_MAX;
+  template <typename T>
+  Work start_keyed(std::span<T> values, std::span<int64_t> keys, int64_t features, ReduceOp op);
 
   const std::vector<int>& peers() const { return peers_; }
   // Rows this rank sends per exchange (each shared row once per peer).

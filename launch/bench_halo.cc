@@ -1,6 +1,5 @@
 #include "launch/bench_halo.h"
 
-#include <Random123/philox.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,16 +15,14 @@
 #include "launch/bench_common.h"
 #include "model/dataset.h"
 #include "model/partition.h"
+#include "ops/rng.h"
 
 namespace gnnrt::launch {
 namespace {
 
 using namespace gnnrt::collectives;
 
-uint64_t draw(uint64_t counter, uint64_t seed) {
-  r123::Philox2x64 rng;
-  return rng({{counter, 0}}, {{seed}})[0];
-}
+uint64_t draw(uint64_t counter, uint64_t seed) { return ops::philox(seed, 0, {counter, 0, 0, 0})[0]; }
 
 // The benchmark's own graph: every rank draws the same one.
 void generate_graph(const HaloBenchOptions& options, std::vector<int64_t>& src,

@@ -7,13 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "ops/csr.h"
 #include "ops/dense.h"
 #include "ops/gather.h"
+#include "ops/rng.h"
 #include "ops/scatter.h"
 #include "ops/segment_softmax.h"
 #include "ops/spmm.h"
@@ -26,19 +26,33 @@ using namespace gnnrt::ops;
 using Index = int32_t;
 using Floats = HostVector<float>;
 
-Floats random_floats(int64_t n, std::mt19937& rng) {
-  Floats v(n);
-  std::normal_distribution<float> normal;
-  for (float& f : v) f = normal(rng);
-  return v;
-}
+// Test data from ops/rng.h: each array is its own stream of the seed, so
+// every machine checks the same inputs.
+struct Draws {
+  uint64_t seed;
+  uint64_t stream = 0;
 
-std::vector<Index> random_indices(int64_t n, int64_t bound, std::mt19937& rng) {
-  std::vector<Index> v(n);
-  std::uniform_int_distribution<Index> pick(0, static_cast<Index>(bound - 1));
-  for (Index& i : v) i = pick(rng);
-  return v;
-}
+  Floats floats(int64_t n) {
+    Floats v(n);
+    const uint64_t s = ++stream;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i += 4) {
+      const auto z = normals(philox(seed, s, {static_cast<uint64_t>(i / 4), 0, 0, 0}));
+      for (int64_t j = 0; j < 4 && i + j < n; ++j) v[i + j] = static_cast<float>(z[j]);
+    }
+    return v;
+  }
+  std::vector<Index> indices(int64_t n, int64_t bound) {
+    std::vector<Index> v(n);
+    const uint64_t s = ++stream;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const auto w = philox(seed, s, {static_cast<uint64_t>(i), 0, 0, 0});
+      v[i] = static_cast<Index>(below(w[0], static_cast<uint64_t>(bound)));
+    }
+    return v;
+  }
+};
 
 template <typename T>
 bool same_bits(const T& a, const T& b) {
@@ -76,10 +90,10 @@ bool run_selfcheck(const SelfcheckOptions& o) {
   omp_set_num_threads(threads);
   const int64_t E = o.edges, N = std::max<int64_t>(1, o.edges / 10), F = o.features;
   spdlog::info("selfcheck: random graph E = {}, N = {}, F = {}, {} thread(s)", E, N, F, threads);
-  std::mt19937 rng(static_cast<uint32_t>(o.seed));
-  const auto src = random_indices(E, N, rng), dst = random_indices(E, N, rng);
-  const Floats x = random_floats(N * F, rng), w = random_floats(E, rng);
-  const Floats grad_out = random_floats(N * F, rng);
+  Draws rng{o.seed};
+  const auto src = rng.indices(E, N), dst = rng.indices(E, N);
+  const Floats x = rng.floats(N * F), w = rng.floats(E);
+  const Floats grad_out = rng.floats(N * F);
   Adjacency<Index> adj;
   const double build_s = seconds_of([&] { adj = Adjacency<Index>::build(src, dst, N, N); });
   Report report;
@@ -140,7 +154,7 @@ bool run_selfcheck(const SelfcheckOptions& o) {
   }
   {
     const int64_t H = 4;
-    const Floats scores = random_floats(E * H, rng);
+    const Floats scores = rng.floats(E * H);
     Floats alpha(E * H);
     const double s = seconds_of(
         [&] { segment_softmax_forward<float, Index>(adj.by_dst, H, scores, alpha); });
@@ -158,7 +172,7 @@ bool run_selfcheck(const SelfcheckOptions& o) {
   }
   {
     const int64_t m = 300, k = 70, n = 50;
-    const Floats a = random_floats(m * k, rng), b = random_floats(k * n, rng);
+    const Floats a = rng.floats(m * k), b = rng.floats(k * n);
     Floats c(m * n);
     const double s = seconds_of([&] { matmul<float>(a, b, c, m, k, n); });
     bool ok = true;

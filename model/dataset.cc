@@ -1,7 +1,5 @@
 #include "model/dataset.h"
 
-#include <Random123/philox.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -21,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ops/rng.h"
 #include "runtime/npy.h"
 
 namespace gnnrt::model {
@@ -67,7 +66,7 @@ class NpyFolder {
  public:
   explicit NpyFolder(fs::path dir) : dir_(std::move(dir)) {}
 
-  NpyArray read(std::string_view file) const {
+  Tensor read(std::string_view file) const {
     const fs::path path = dir_ / file;
     if (!is_file(path)) {
       fail(file, "missing file (a NumPy dataset folder holds x.npy, y.npy, edge_index.npy, "
@@ -88,7 +87,7 @@ class NpyFolder {
     throw DatasetError((dir_ / file).string(), problem);
   }
 
-  void expect_dtype(std::string_view file, const NpyArray& a, std::initializer_list<DType> allowed,
+  void expect_dtype(std::string_view file, const Tensor& a, std::initializer_list<DType> allowed,
                     std::string_view expected) const {
     if (std::find(allowed.begin(), allowed.end(), a.dtype()) == allowed.end()) {
       fail(file, fmt::format("dtype {}, expected {}", to_string(a.dtype()), expected));
@@ -114,7 +113,7 @@ void check_finite_features(const NpyFolder& folder, std::span<const T> x, int64_
 }
 
 void read_features(const NpyFolder& folder, Dataset& d) {
-  const NpyArray x = folder.read("x.npy");
+  const Tensor x = folder.read("x.npy");
   folder.expect_dtype("x.npy", x, {DType::kF32, DType::kF64}, "float32 (or float64, converted)");
   if (x.shape().size() != 2) {
     folder.fail("x.npy", fmt::format("shape {} has rank {}, expected [N, F]", shape_string(x.shape()),
@@ -133,7 +132,7 @@ void read_features(const NpyFolder& folder, Dataset& d) {
 }
 
 void read_labels(const NpyFolder& folder, Dataset& d) {
-  const NpyArray y = folder.read("y.npy");
+  const Tensor y = folder.read("y.npy");
   folder.expect_dtype("y.npy", y, {DType::kI64, DType::kI32}, "int64 (or int32)");
   if (y.shape() != std::vector<int64_t>{d.num_nodes}) {
     folder.fail("y.npy", fmt::format("shape {}, expected [N] = ({}) to match the {} rows of x.npy",
@@ -154,7 +153,7 @@ void read_labels(const NpyFolder& folder, Dataset& d) {
 }
 
 void read_edges(const NpyFolder& folder, Dataset& d) {
-  const NpyArray e = folder.read("edge_index.npy");
+  const Tensor e = folder.read("edge_index.npy");
   folder.expect_dtype("edge_index.npy", e, {DType::kI64, DType::kI32}, "int64 (or int32)");
   if (e.shape().size() != 2 || e.shape()[0] != 2) {
     folder.fail("edge_index.npy", fmt::format("shape {}, expected [2, E] (row 0 = source, row 1 = target)",
@@ -177,7 +176,7 @@ void read_edges(const NpyFolder& folder, Dataset& d) {
 
 void read_mask(const NpyFolder& folder, std::string_view file, int64_t num_nodes,
                std::vector<uint8_t>& mask) {
-  const NpyArray m = folder.read(file);
+  const Tensor m = folder.read(file);
   folder.expect_dtype(file, m, {DType::kBool}, "bool");
   if (m.shape() != std::vector<int64_t>{num_nodes}) {
     folder.fail(file, fmt::format("shape {}, expected [N] = ({}) to match the rows of x.npy",
@@ -386,98 +385,18 @@ void validate(const SyntheticSpec& s, const std::string& where) {
 // ---------------------------------------------------------------------------
 // Synthetic generator: random numbers
 //
-// Every draw is Philox4x64-10 keyed by (seed, stream) at a counter made of
-// the indices it is for (node, slot), so draws do not depend on the order or
-// thread they are made in. Uniforms and normals are built from the raw words
-// with IEEE +, -, *, / and sqrt only: glibc's log/sin/cos may differ in the
-// last bit between versions and between its FMA and non-FMA variants, which
-// would break "the same bytes on any machine".
+// Every draw comes from ops/rng.h (Philox4x64-10 keyed by (seed, stream) at a
+// counter made of the indices it is for (node, slot)), so draws do not
+// depend on the order or thread they are made in, and normals are the same
+// bits on every machine.
 
-using Philox = r123::Philox4x64;
+using ops::below;
+using ops::normals;
+using ops::unit;
 enum Stream : uint64_t { kPermutation = 1, kEdges = 2, kClassMeans = 3, kFeatures = 4 };
 
-Philox::ctr_type draw(uint64_t seed, Stream stream, uint64_t a, uint64_t b) {
-  return Philox()({{a, b, 0, 0}}, {{seed, stream}});
-}
-
-// Uniform in [0, n) (bias below n / 2^64).
-uint64_t below(uint64_t word, uint64_t n) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(word) * n) >> 64);
-}
-
-double unit(uint64_t word) { return static_cast<double>(word >> 11) * 0x1p-53; }             // [0, 1)
-double unit_nonzero(uint64_t word) { return static_cast<double>((word >> 11) + 1) * 0x1p-53; }  // (0, 1]
-
-// Series coefficients, computed by the compiler (IEEE division, like at run
-// time) so that the hot loops multiply instead of divide.
-constexpr int kLogTerms = 12, kTrigTerms = 11;
-constexpr std::array<double, kLogTerms> kInverseOdd = [] {  // 1 / 23, 1 / 21, ..., 1 / 1
-  std::array<double, kLogTerms> a{};
-  for (int i = 0; i < kLogTerms; ++i) a[i] = 1.0 / (23 - 2 * i);
-  return a;
-}();
-constexpr std::array<double, kTrigTerms> kSinSteps = [] {  // 1 / (23 * 22), ..., 1 / (3 * 2)
-  std::array<double, kTrigTerms> a{};
-  for (int i = 0; i < kTrigTerms; ++i) a[i] = 1.0 / ((23.0 - 2 * i) * (22.0 - 2 * i));
-  return a;
-}();
-constexpr std::array<double, kTrigTerms> kCosSteps = [] {  // 1 / (22 * 21), ..., 1 / (2 * 1)
-  std::array<double, kTrigTerms> a{};
-  for (int i = 0; i < kTrigTerms; ++i) a[i] = 1.0 / ((22.0 - 2 * i) * (21.0 - 2 * i));
-  return a;
-}();
-
-// ln(u) for u in (0, 1]: u = m 2^e with m in [1/sqrt2, sqrt2), ln m = 2 atanh(t),
-// t = (m - 1) / (m + 1), |t| < 0.18; the series to t^23 is exact to double.
-double log_unit(double u) {
-  // u >= 2^-53 is a normal double: split exponent and mantissa bits (frexp,
-  // without the library call).
-  const uint64_t bits = std::bit_cast<uint64_t>(u);
-  int64_t e = static_cast<int64_t>(bits >> 52) - 1022;
-  double m = std::bit_cast<double>((bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1022} << 52));
-  if (m < 0.70710678118654752) {
-    m *= 2.0;
-    --e;
-  }
-  const double t = (m - 1.0) / (m + 1.0);
-  const double t2 = t * t;
-  double series = 0.0;
-  for (const double c : kInverseOdd) series = series * t2 + c;
-  return static_cast<double>(e) * 0.69314718055994531 + 2.0 * t * series;
-}
-
-// (cos 2 pi u, sin 2 pi u) for u in [0, 1): quarter turn q exactly, then
-// Taylor series on [0, pi/2) to the 23rd power (error below 1e-17), nested:
-// sin phi / phi = 1 - p2/(2*3) (1 - p2/(4*5) (...)), cos phi = 1 - p2/(1*2) (1 - p2/(3*4) (...)).
-std::pair<double, double> cos_sin_turn(double u) {
-  const double four_u = 4.0 * u;
-  const int q = static_cast<int>(four_u);
-  const double phi = (four_u - q) * 1.5707963267948966;
-  const double p2 = phi * phi;
-  double s = 1.0, c = 1.0;
-  for (int i = 0; i < kTrigTerms; ++i) {
-    s = 1.0 - s * p2 * kSinSteps[i];
-    c = 1.0 - c * p2 * kCosSteps[i];
-  }
-  s *= phi;
-  switch (q) {
-    case 0: return {c, s};
-    case 1: return {-s, c};
-    case 2: return {-c, -s};
-    default: return {s, -c};
-  }
-}
-
-// Four standard normals from one draw (two Box-Muller pairs).
-std::array<double, 4> normals(const Philox::ctr_type& w) {
-  std::array<double, 4> z;
-  for (int pair = 0; pair < 2; ++pair) {
-    const double radius = std::sqrt(-2.0 * log_unit(unit_nonzero(w.v[2 * pair])));
-    const auto [c, s] = cos_sin_turn(unit(w.v[2 * pair + 1]));
-    z[2 * pair] = radius * c;
-    z[2 * pair + 1] = radius * s;
-  }
-  return z;
+ops::RngWords draw(uint64_t seed, Stream stream, uint64_t a, uint64_t b) {
+  return ops::philox(seed, stream, {a, b, 0, 0});
 }
 
 // ---------------------------------------------------------------------------
@@ -505,7 +424,7 @@ Planting plant_classes(const SyntheticSpec& s) {
              std::vector<int64_t>(classes)};
   std::iota(p.perm.begin(), p.perm.end(), 0);
   for (int64_t i = n - 1; i > 0; --i) {  // Fisher-Yates
-    std::swap(p.perm[i], p.perm[below(draw(s.seed, kPermutation, i, 0).v[0], i + 1)]);
+    std::swap(p.perm[i], p.perm[below(draw(s.seed, kPermutation, i, 0)[0], i + 1)]);
   }
   for (int64_t i = 0; i < n; ++i) {
     p.class_of[p.perm[i]] = i % classes;
@@ -527,19 +446,19 @@ void draw_edges(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   for (int64_t v = 0; v < n; ++v) {
     const int64_t c = p.class_of[v];
     for (int64_t j = 0; j < slots; ++j) {
-      const Philox::ctr_type w = draw(s.seed, kEdges, v, j);
-      if (j == half && (w.v[3] >> 63) == 0) continue;
+      const ops::RngWords w = draw(s.seed, kEdges, v, j);
+      if (j == half && (w[3] >> 63) == 0) continue;
       int64_t u = -1;
-      if (s.classes == 1 || unit(w.v[0]) < s.homophily) {
+      if (s.classes == 1 || unit(w[0]) < s.homophily) {
         const int64_t size = p.class_size[c];
         if (size < 2) continue;
-        int64_t k = static_cast<int64_t>(below(w.v[2], size - 1));
+        int64_t k = static_cast<int64_t>(below(w[2], size - 1));
         if (k >= p.rank[v]) ++k;
         u = p.member(c, k);
       } else {
-        const int64_t k = static_cast<int64_t>(below(w.v[1], s.classes - 1));
+        const int64_t k = static_cast<int64_t>(below(w[1], s.classes - 1));
         const int64_t c2 = k < c ? k : k + 1;
-        u = p.member(c2, static_cast<int64_t>(below(w.v[2], p.class_size[c2])));
+        u = p.member(c2, static_cast<int64_t>(below(w[2], p.class_size[c2])));
       }
       other[v * slots + j] = static_cast<int32_t>(u);
     }

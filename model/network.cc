@@ -166,7 +166,7 @@ class NetworkBuilder {
     const ValueId score = b_.sddmm_add(graph_self_loops_, b_.head_dot(h, att_src, heads),
                                        b_.head_dot(h, att_dst, heads));
     ValueId alpha = b_.softmax(graph_self_loops_, b_.leaky_relu(score, l.negative_slope()));
-    if (training) alpha = b_.dropout(alpha, l.attention_dropout(), key);
+    if (training) alpha = b_.dropout(alpha, l.attention_dropout(), key, graph_self_loops_);
     ValueId out = b_.aggregate(ops::Reduce::kSum, graph_self_loops_, h, alpha);
     int64_t width = heads * channels;
     if (!l.concat()) {

@@ -1,6 +1,7 @@
 #include "model/partition.h"
 
-#include <Random123/philox.h>
+#include "ops/rng.h"
+
 #include <fmt/format.h>
 #include <metis.h>
 
@@ -12,8 +13,7 @@ namespace gnnrt::model {
 namespace {
 
 uint64_t draw(uint64_t counter, uint64_t stream, uint64_t seed) {
-  r123::Philox2x64 rng;
-  return rng({{counter, stream}}, {{seed}})[0];
+  return ops::philox(seed, stream, {counter, 0, 0, 0})[0];
 }
 
 int block_of(int64_t v, int64_t n, int parts) { return static_cast<int>(v * parts / n); }

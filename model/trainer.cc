@@ -1,6 +1,5 @@
 #include "model/trainer.h"
 
-#include <Random123/philox.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <omp.h>
@@ -18,14 +17,16 @@
 #include "model/checkpoint.h"
 #include "model/dataset.h"
 #include "model/job.h"
+#include "runtime/npy.h"
 #include "model/network.h"
+#include "ops/rng.h"
 #include "runtime/program_cache.h"
 
 namespace gnnrt::model {
 namespace {
 
 using runtime::Core;
-using gnnrt::NpyArray;
+using gnnrt::Tensor;
 
 constexpr const char* kCheckpointFile = "latest.ckpt";
 constexpr const char* kBestPrefix = "best/";
@@ -78,11 +79,10 @@ void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<flo
       bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.fan_in, 1)));
       break;
   }
-  using Philox = r123::Philox4x64;
   for (size_t i = 0; i < out.size(); i += 4) {
-    const Philox::ctr_type r = Philox()({{i / 4, 0, 0, 0}}, {{seed, index}});
+    const ops::RngWords r = ops::philox(seed, index, {i / 4, 0, 0, 0});
     for (size_t j = 0; j < 4 && i + j < out.size(); ++j) {
-      const double u = static_cast<double>(r.v[j] >> 11) * 0x1.0p-53;  // [0, 1)
+      const double u = ops::unit(r[j]);  // [0, 1)
       out[i + j] = static_cast<float>((2 * u - 1) * bound);
     }
   }
@@ -194,14 +194,14 @@ void Trainer::init_parameters() {
       throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
                                               path.string(), p.name, runtime::shape_string(p.shape)));
     }
-    const NpyArray in = read_npy(path);
+    const Tensor in = read_npy(path);
     if (in.shape() != p.shape) {
       throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
                                               path.string(), runtime::shape_string(in.shape()),
                                               p.name, runtime::shape_string(p.shape)));
     }
     const auto values = in.to_vector<float>();  // any numeric dtype, as float32
-    core_.memory().put(p.name, NpyArray::from<float>(values, p.shape));
+    core_.memory().put(p.name, Tensor::from<float>(values, p.shape));
   }
 }
 
@@ -230,10 +230,10 @@ bool Trainer::resume() {
     DType dtype;
     try {
       dtype = parse_dtype(t.dtype());
-    } catch (const NpyError& e) {
+    } catch (const TensorError& e) {
       throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path.string(), t.name(), e.what()));
     }
-    NpyArray a(dtype, {t.shape().begin(), t.shape().end()});
+    Tensor a(dtype, {t.shape().begin(), t.shape().end()});
     if (a.bytes().size() != t.data().size()) {
       throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}",
                                         path.string(), t.name(), t.data().size(),
@@ -300,7 +300,7 @@ EpochMetrics Trainer::epoch(int64_t index) {
   m.epoch = index + 1;
   m.lr = learning_rate(job_, index);
   const double simulated_before = core_.counters().simulated_seconds;
-  core_.memory().put(kMetrics, NpyArray(DType::kF64, {kMetricSlots}));
+  core_.memory().put(kMetrics, Tensor(DType::kF64, {kMetricSlots}));
   const runtime::RunContext context{.step = index + 1, .lr = m.lr, .seed = job_.seed()};
   auto start = std::chrono::steady_clock::now();
   core_.run(*train_step_, context);
@@ -311,7 +311,7 @@ EpochMetrics Trainer::epoch(int64_t index) {
   m.ms = m.train_ms + m.infer_ms;
   m.simulated_ms = (core_.counters().simulated_seconds - simulated_before) * 1e3;
   // The one host synchronisation of the epoch.
-  const NpyArray metrics = core_.read(kMetrics);
+  const Tensor metrics = core_.read(kMetrics);
   const auto v = metrics.values<double>();
   const auto ratio = [&](MetricSlot s) { return v[s + 1] > 0 ? v[s] / v[s + 1] : 0.0; };
   m.loss = v[kLossSum];
@@ -410,13 +410,13 @@ NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& m
   NetworkShape shape{n, data.num_features, data.num_classes, data.num_edges(), self_loops->num_edges()};
   core.bind_graph(kGraphSelfLoops, std::move(self_loops));
   auto& mem = core.memory();
-  mem.put("x", NpyArray::from<float>(data.x, {n, data.num_features}));
-  mem.put("y", NpyArray::from<int64_t>(data.y, {n}));
-  mem.put("train_mask", NpyArray::from<uint8_t>(data.train_mask, {n}));
-  mem.put("val_mask", NpyArray::from<uint8_t>(data.val_mask, {n}));
-  mem.put("test_mask", NpyArray::from<uint8_t>(data.test_mask, {n}));
+  mem.put("x", Tensor::from<float>(data.x, {n, data.num_features}));
+  mem.put("y", Tensor::from<int64_t>(data.y, {n}));
+  mem.put("train_mask", Tensor::from<uint8_t>(data.train_mask, {n}));
+  mem.put("val_mask", Tensor::from<uint8_t>(data.val_mask, {n}));
+  mem.put("test_mask", Tensor::from<uint8_t>(data.test_mask, {n}));
   if (model.loss() == "mse") {
-    NpyArray onehot(DType::kF32, {n, data.num_classes});
+    Tensor onehot(DType::kF32, {n, data.num_classes});
     auto v = onehot.values<float>();
     for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * data.num_classes + data.y[i])] = 1;
     mem.put("y_onehot", std::move(onehot));
@@ -426,7 +426,7 @@ NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& m
 
 void initialize_parameters(Core& core, const std::vector<ParamDecl>& params, uint64_t seed) {
   for (size_t i = 0; i < params.size(); ++i) {
-    NpyArray a(DType::kF32, params[i].shape);
+    Tensor a(DType::kF32, params[i].shape);
     init_param(params[i], seed, i, a.values<float>());
     core.memory().put(params[i].name, std::move(a));
   }

@@ -1,7 +1,5 @@
 #include "ops/dropout.h"
 
-#include <Random123/philox.h>
-
 #include <bit>
 #include <cmath>
 #include <type_traits>
@@ -9,23 +7,20 @@
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/rng.h"
 
 namespace gnnrt::ops {
 namespace {
 
-using Philox = r123::Philox4x64;
 constexpr int64_t kColsPerDraw = 8;  // four 64-bit words = eight 32-bit uniforms
-Philox::ctr_type counter(const DropoutKey& key, uint64_t row, uint64_t block) {
-  return {{key.step, row, block, 0}};
-}
 
 // The eight 32-bit draws r for columns [8 * block, 8 * block + 8) of one
 // row; column j's uniform is u = r[j] * 2^-32.
 void draws(const DropoutKey& key, uint64_t row, uint64_t block, uint32_t r[kColsPerDraw]) {
-  const Philox::ctr_type w = Philox()(counter(key, row, block), {{key.seed, key.op}});
+  const RngWords w = philox(key.seed, key.op, {key.step, row, block, 0});
   for (int i = 0; i < 4; ++i) {
-    r[2 * i] = static_cast<uint32_t>(w.v[i]);
-    r[2 * i + 1] = static_cast<uint32_t>(w.v[i] >> 32);
+    r[2 * i] = static_cast<uint32_t>(w[i]);
+    r[2 * i + 1] = static_cast<uint32_t>(w[i] >> 32);
   }
 }
 

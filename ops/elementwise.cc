@@ -1,61 +1,115 @@
 #include "ops/elementwise.h"
 
+#include <cmath>
 #include <cstddef>
+#include <string>
+
+#include "ops/error.h"
+#include "ops/instantiate.h"
 
 namespace gnnrt::ops {
 namespace {
 
 constexpr int64_t kParallelElements = 1 << 15;
 
+// heads >= 1 and channels >= 0, rows >= 0.
+void expect_heads(std::string_view op, int64_t rows, int64_t heads, int64_t channels) {
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "channels", channels);
+  if (heads < 1) throw OpError(op, "heads must be >= 1, got " + std::to_string(heads));
+}
+
+void expect_same(std::string_view op, std::size_t a, std::size_t b, std::size_t out) {
+  expect_size(op, "b", b, static_cast<int64_t>(a), "len(a)");
+  expect_size(op, "out", out, static_cast<int64_t>(a), "len(a)");
+}
+
+void expect_mask_and_rows(std::string_view op, std::span<const uint8_t> mask, int64_t rows,
+                          int64_t cols) {
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "cols", cols);
+  expect_size(op, "mask", mask.size(), rows, "rows");
+}
+
 }  // namespace
 
-void add(std::span<const float> a, std::span<const float> b, std::span<float> out) {
+template <typename T>
+void add(std::span<const T> a, std::span<const T> b, std::span<T> out) {
+  expect_same("add", a.size(), b.size(), out.size());
   const auto n = static_cast<int64_t>(out.size());
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void scale(std::span<const float> x, float alpha, std::span<float> out) {
+template <typename T>
+void mul(std::span<const T> a, std::span<const T> b, std::span<T> out) {
+  expect_same("mul", a.size(), b.size(), out.size());
+  const auto n = static_cast<int64_t>(out.size());
+#pragma omp parallel for schedule(static) if (n > kParallelElements)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+template <typename T>
+void scale(std::span<const T> x, T alpha, std::span<T> out) {
+  expect_size("scale", "out", out.size(), static_cast<int64_t>(x.size()), "len(x)");
   const auto n = static_cast<int64_t>(out.size());
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * alpha;
 }
 
-void head_dot_forward(std::span<const float> x, std::span<const float> att, int64_t rows,
-                      int64_t heads, int64_t channels, std::span<float> out) {
+template <typename T>
+void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows, int64_t heads,
+                      int64_t channels, std::span<T> out) {
+  constexpr std::string_view op = "head_dot";
+  expect_heads(op, rows, heads, channels);
+  expect_size(op, "x", x.size(), rows * heads * channels, "N*H*C");
+  expect_size(op, "att", att.size(), heads * channels, "H*C");
+  expect_size(op, "out", out.size(), rows * heads, "N*H");
 #pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t h = 0; h < heads; ++h) {
-      const float* xr = &x[static_cast<size_t>((n * heads + h) * channels)];
-      const float* ar = &att[static_cast<size_t>(h * channels)];
-      float s = 0;
+      const T* xr = &x[static_cast<size_t>((n * heads + h) * channels)];
+      const T* ar = &att[static_cast<size_t>(h * channels)];
+      T s = 0;
       for (int64_t c = 0; c < channels; ++c) s += xr[c] * ar[c];
       out[static_cast<size_t>(n * heads + h)] = s;
     }
   }
 }
 
-void head_dot_backward_x(std::span<const float> att, std::span<const float> g, int64_t rows,
-                         int64_t heads, int64_t channels, std::span<float> grad_x) {
+template <typename T>
+void head_dot_backward_x(std::span<const T> att, std::span<const T> g, int64_t rows,
+                         int64_t heads, int64_t channels, std::span<T> grad_x) {
+  constexpr std::string_view op = "head_dot_backward_x";
+  expect_heads(op, rows, heads, channels);
+  expect_size(op, "att", att.size(), heads * channels, "H*C");
+  expect_size(op, "g", g.size(), rows * heads, "N*H");
+  expect_size(op, "grad_x", grad_x.size(), rows * heads * channels, "N*H*C");
 #pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t h = 0; h < heads; ++h) {
-      const float gn = g[static_cast<size_t>(n * heads + h)];
-      float* gx = &grad_x[static_cast<size_t>((n * heads + h) * channels)];
-      const float* ar = &att[static_cast<size_t>(h * channels)];
+      const T gn = g[static_cast<size_t>(n * heads + h)];
+      T* gx = &grad_x[static_cast<size_t>((n * heads + h) * channels)];
+      const T* ar = &att[static_cast<size_t>(h * channels)];
       for (int64_t c = 0; c < channels; ++c) gx[c] = gn * ar[c];
     }
   }
 }
 
-void head_dot_backward_att(std::span<const float> x, std::span<const float> g, int64_t rows,
-                           int64_t heads, int64_t channels, std::span<float> grad_att) {
+template <typename T>
+void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t rows,
+                           int64_t heads, int64_t channels, std::span<T> grad_att) {
+  constexpr std::string_view op = "head_dot_backward_att";
+  expect_heads(op, rows, heads, channels);
+  expect_size(op, "x", x.size(), rows * heads * channels, "N*H*C");
+  expect_size(op, "g", g.size(), rows * heads, "N*H");
+  expect_size(op, "grad_att", grad_att.size(), heads * channels, "H*C");
   // One thread per (head, channel) column, rows summed in order: deterministic.
   const int64_t width = heads * channels;
 #pragma omp parallel for schedule(static) if (rows * width > kParallelElements)
   for (int64_t j = 0; j < width; ++j) {
     const int64_t h = j / channels;
-    float s = 0;
+    T s = 0;
     for (int64_t n = 0; n < rows; ++n) {
       s += g[static_cast<size_t>(n * heads + h)] * x[static_cast<size_t>(n * width + j)];
     }
@@ -63,22 +117,32 @@ void head_dot_backward_att(std::span<const float> x, std::span<const float> g, i
   }
 }
 
-void head_mean_forward(std::span<const float> x, int64_t rows, int64_t heads, int64_t channels,
-                       std::span<float> out) {
-  const float inv = 1.0f / static_cast<float>(heads);
+template <typename T>
+void head_mean_forward(std::span<const T> x, int64_t rows, int64_t heads, int64_t channels,
+                       std::span<T> out) {
+  constexpr std::string_view op = "head_mean";
+  expect_heads(op, rows, heads, channels);
+  expect_size(op, "x", x.size(), rows * heads * channels, "N*H*C");
+  expect_size(op, "out", out.size(), rows * channels, "N*C");
+  const T inv = T(1) / static_cast<T>(heads);
 #pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t c = 0; c < channels; ++c) {
-      float s = 0;
+      T s = 0;
       for (int64_t h = 0; h < heads; ++h) s += x[static_cast<size_t>((n * heads + h) * channels + c)];
       out[static_cast<size_t>(n * channels + c)] = s * inv;
     }
   }
 }
 
-void head_mean_backward(std::span<const float> g, int64_t rows, int64_t heads, int64_t channels,
-                        std::span<float> grad_x) {
-  const float inv = 1.0f / static_cast<float>(heads);
+template <typename T>
+void head_mean_backward(std::span<const T> g, int64_t rows, int64_t heads, int64_t channels,
+                        std::span<T> grad_x) {
+  constexpr std::string_view op = "head_mean_backward";
+  expect_heads(op, rows, heads, channels);
+  expect_size(op, "g", g.size(), rows * channels, "N*C");
+  expect_size(op, "grad_x", grad_x.size(), rows * heads * channels, "N*H*C");
+  const T inv = T(1) / static_cast<T>(heads);
 #pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
   for (int64_t n = 0; n < rows; ++n) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -90,39 +154,81 @@ void head_mean_backward(std::span<const float> g, int64_t rows, int64_t heads, i
   }
 }
 
-void edge_scale(std::span<const float> messages, std::span<const float> weight, int64_t edges,
-                int64_t heads, int64_t channels, std::span<float> out) {
+template <typename T>
+void edge_scale(std::span<const T> messages, std::span<const T> weight, int64_t edges,
+                int64_t heads, int64_t channels, std::span<T> out) {
+  constexpr std::string_view op = "edge_scale";
+  expect_heads(op, edges, heads, channels);
+  expect_size(op, "messages", messages.size(), edges * heads * channels, "E*H*C");
+  expect_size(op, "weight", weight.size(), edges * heads, "E*H");
+  expect_size(op, "out", out.size(), edges * heads * channels, "E*H*C");
 #pragma omp parallel for schedule(static) if (edges * heads * channels > kParallelElements)
   for (int64_t e = 0; e < edges; ++e) {
     for (int64_t h = 0; h < heads; ++h) {
-      const float w = weight[static_cast<size_t>(e * heads + h)];
+      const T w = weight[static_cast<size_t>(e * heads + h)];
       const size_t base = static_cast<size_t>((e * heads + h) * channels);
       for (int64_t c = 0; c < channels; ++c) out[base + c] = messages[base + c] * w;
     }
   }
 }
 
-void edge_dot(std::span<const float> g, std::span<const float> messages, int64_t edges,
-              int64_t heads, int64_t channels, std::span<float> out) {
+template <typename T>
+void edge_dot(std::span<const T> g, std::span<const T> messages, int64_t edges, int64_t heads,
+              int64_t channels, std::span<T> out) {
+  constexpr std::string_view op = "edge_dot";
+  expect_heads(op, edges, heads, channels);
+  expect_size(op, "g", g.size(), edges * heads * channels, "E*H*C");
+  expect_size(op, "messages", messages.size(), edges * heads * channels, "E*H*C");
+  expect_size(op, "out", out.size(), edges * heads, "E*H");
 #pragma omp parallel for schedule(static) if (edges * heads * channels > kParallelElements)
   for (int64_t e = 0; e < edges; ++e) {
     for (int64_t h = 0; h < heads; ++h) {
       const size_t base = static_cast<size_t>((e * heads + h) * channels);
-      float s = 0;
+      T s = 0;
       for (int64_t c = 0; c < channels; ++c) s += g[base + c] * messages[base + c];
       out[static_cast<size_t>(e * heads + h)] = s;
     }
   }
 }
 
-SquaredSum mse_loss_forward(std::span<const float> pred, std::span<const float> target,
+template <typename T>
+void divide_rows(std::span<const T> x, std::span<const int64_t> degree, int64_t cols,
+                 std::span<T> out) {
+  constexpr std::string_view op = "divide_rows";
+  expect_non_negative(op, "cols", cols);
+  const auto rows = static_cast<int64_t>(degree.size());
+  expect_size(op, "x", x.size(), rows * cols, "N*F");
+  expect_size(op, "out", out.size(), rows * cols, "N*F");
+  for (int64_t n = 0; n < rows; ++n) {
+    if (degree[static_cast<size_t>(n)] < 0) {
+      throw OpError(op, "degree[" + std::to_string(n) + "] = " +
+                            std::to_string(degree[static_cast<size_t>(n)]) + " is negative");
+    }
+  }
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
+  for (int64_t n = 0; n < rows; ++n) {
+    const int64_t d = degree[static_cast<size_t>(n)];
+    const T inv = d > 0 ? T(1) / static_cast<T>(d) : T(0);
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(n * cols + c);
+      out[i] = d > 0 ? x[i] * inv : T(0);
+    }
+  }
+}
+
+template <typename T>
+SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
                             std::span<const uint8_t> mask, int64_t rows, int64_t cols) {
+  constexpr std::string_view op = "mse_loss";
+  expect_mask_and_rows(op, mask, rows, cols);
+  expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
+  expect_size(op, "target", target.size(), rows * cols, "rows*cols");
   SquaredSum r;
   for (int64_t n = 0; n < rows; ++n) {
     if (!mask[static_cast<size_t>(n)]) continue;
     for (int64_t c = 0; c < cols; ++c) {
       const double d = static_cast<double>(pred[static_cast<size_t>(n * cols + c)]) -
-                       target[static_cast<size_t>(n * cols + c)];
+                       static_cast<double>(target[static_cast<size_t>(n * cols + c)]);
       r.sum += d * d;
     }
     r.count += cols;
@@ -130,33 +236,78 @@ SquaredSum mse_loss_forward(std::span<const float> pred, std::span<const float> 
   return r;
 }
 
-void mse_loss_backward(std::span<const float> pred, std::span<const float> target,
-                       std::span<const uint8_t> mask, int64_t rows, int64_t cols, float scale,
-                       std::span<float> grad_pred) {
+template <typename T>
+void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
+                       std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
+                       std::span<T> grad_pred) {
+  constexpr std::string_view op = "mse_loss_backward";
+  expect_mask_and_rows(op, mask, rows, cols);
+  expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
+  expect_size(op, "target", target.size(), rows * cols, "rows*cols");
+  expect_size(op, "grad_pred", grad_pred.size(), rows * cols, "rows*cols");
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
   for (int64_t n = 0; n < rows; ++n) {
     const bool used = mask[static_cast<size_t>(n)] != 0;
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(n * cols + c);
-      grad_pred[i] = used ? 2.0f * scale * (pred[i] - target[i]) : 0.0f;
+      grad_pred[i] = used ? T(2) * scale * (pred[i] - target[i]) : T(0);
     }
   }
 }
 
-CorrectCount count_correct(std::span<const float> log_prob, std::span<const int64_t> labels,
+template <typename T>
+CorrectCount count_correct(std::span<const T> log_prob, std::span<const int64_t> labels,
                            std::span<const uint8_t> mask, int64_t rows, int64_t classes) {
+  constexpr std::string_view op = "count_correct";
+  expect_mask_and_rows(op, mask, rows, classes);
+  expect_size(op, "log_prob", log_prob.size(), rows * classes, "rows*classes");
+  expect_size(op, "labels", labels.size(), rows, "rows");
   CorrectCount r;
   for (int64_t n = 0; n < rows; ++n) {
     if (!mask[static_cast<size_t>(n)]) continue;
-    const float* row = &log_prob[static_cast<size_t>(n * classes)];
-    int64_t best = 0;
-    for (int64_t c = 1; c < classes; ++c) {
-      if (row[c] > row[best]) best = c;
+    const int64_t label = labels[static_cast<size_t>(n)];
+    if (label < 0 || label >= classes) {
+      throw OpError(op, "labels[" + std::to_string(n) + "] = " + std::to_string(label) +
+                            " is outside [0, " + std::to_string(classes) + ")");
     }
-    r.correct += best == labels[static_cast<size_t>(n)] ? 1 : 0;
+    const T* row = &log_prob[static_cast<size_t>(n * classes)];
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes && !std::isnan(row[best]); ++c) {
+      if (std::isnan(row[c]) || row[c] > row[best]) best = c;
+    }
+    r.correct += best == label ? 1 : 0;
     ++r.total;
   }
   return r;
 }
+
+#define GNNRT_INSTANTIATE(T)                                                                     \
+  template void add<T>(std::span<const T>, std::span<const T>, std::span<T>);                  \
+  template void mul<T>(std::span<const T>, std::span<const T>, std::span<T>);                  \
+  template void scale<T>(std::span<const T>, T, std::span<T>);                                 \
+  template void head_dot_forward<T>(std::span<const T>, std::span<const T>, int64_t, int64_t,  \
+                                    int64_t, std::span<T>);                                    \
+  template void head_dot_backward_x<T>(std::span<const T>, std::span<const T>, int64_t,        \
+                                       int64_t, int64_t, std::span<T>);                        \
+  template void head_dot_backward_att<T>(std::span<const T>, std::span<const T>, int64_t,      \
+                                         int64_t, int64_t, std::span<T>);                      \
+  template void head_mean_forward<T>(std::span<const T>, int64_t, int64_t, int64_t,            \
+                                     std::span<T>);                                            \
+  template void head_mean_backward<T>(std::span<const T>, int64_t, int64_t, int64_t,           \
+                                      std::span<T>);                                           \
+  template void edge_scale<T>(std::span<const T>, std::span<const T>, int64_t, int64_t,        \
+                              int64_t, std::span<T>);                                          \
+  template void edge_dot<T>(std::span<const T>, std::span<const T>, int64_t, int64_t, int64_t, \
+                            std::span<T>);                                                     \
+  template void divide_rows<T>(std::span<const T>, std::span<const int64_t>, int64_t,          \
+                               std::span<T>);                                                  \
+  template SquaredSum mse_loss_forward<T>(std::span<const T>, std::span<const T>,              \
+                                          std::span<const uint8_t>, int64_t, int64_t);         \
+  template void mse_loss_backward<T>(std::span<const T>, std::span<const T>,                   \
+                                     std::span<const uint8_t>, int64_t, int64_t, T,            \
+                                     std::span<T>);                                            \
+  template CorrectCount count_correct<T>(std::span<const T>, std::span<const int64_t>,         \
+                                         std::span<const uint8_t>, int64_t, int64_t);
+GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -1,10 +1,18 @@
 // Small node-wise and edge-wise ops the layers need next to the big kernels:
-// sums and scalings, per-head attention dot products (GAT), per-edge
-// scaling of messages, head means, the masked MSE loss and the correct-count
-// metric. float32, row-major; every output is overwritten (no aliasing with
-// inputs); OpenMP over rows; reductions over rows run in row order, so the
-// results are bitwise identical for any thread count. Sizes are checked by
-// the caller (the runtime's Builder); these functions trust their spans.
+// sums, products and scalings, per-head attention dot products (GAT),
+// per-edge scaling of messages, head means, rows divided by a degree, the
+// masked MSE loss and the correct-count metric.
+//
+// Layout: row-major; x [N, H*C] holds head h's channel c at column h*C + c;
+// per-edge weights [E, H] (or [E] for H = 1). T is float (training) or
+// double (finite-difference checks).
+// Contract: every output is overwritten and must not alias an input (add,
+// mul and scale allow out == an input). Each function checks every span
+// against the sizes it is given and throws OpError naming the op, the
+// argument and the expected size before writing anything; labels are
+// checked too (OpError names the first bad row). OpenMP over rows;
+// reductions over rows run in row order, so results are bitwise identical
+// for any thread count. Blocking.
 #pragma once
 
 #include <cstdint>
@@ -12,51 +20,77 @@
 
 namespace gnnrt::ops {
 
-void add(std::span<const float> a, std::span<const float> b, std::span<float> out);
-void scale(std::span<const float> x, float alpha, std::span<float> out);
+// out = a + b, out = a * b, out = x * alpha (same sizes).
+template <typename T>
+void add(std::span<const T> a, std::span<const T> b, std::span<T> out);
+template <typename T>
+void mul(std::span<const T> a, std::span<const T> b, std::span<T> out);
+template <typename T>
+void scale(std::span<const T> x, T alpha, std::span<T> out);
 
 // x [N, H*C], att [H*C] -> out [N, H]: out[n, h] = sum_c x[n, h, c] * att[h, c].
-void head_dot_forward(std::span<const float> x, std::span<const float> att, int64_t rows,
-                      int64_t heads, int64_t channels, std::span<float> out);
+template <typename T>
+void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows, int64_t heads,
+                      int64_t channels, std::span<T> out);
 // grad_x [N, H*C] = g[n, h] * att[h, c].
-void head_dot_backward_x(std::span<const float> att, std::span<const float> g, int64_t rows,
-                         int64_t heads, int64_t channels, std::span<float> grad_x);
-// grad_att [H*C] = sum_n g[n, h] * x[n, h, c].
-void head_dot_backward_att(std::span<const float> x, std::span<const float> g, int64_t rows,
-                           int64_t heads, int64_t channels, std::span<float> grad_att);
+template <typename T>
+void head_dot_backward_x(std::span<const T> att, std::span<const T> g, int64_t rows,
+                         int64_t heads, int64_t channels, std::span<T> grad_x);
+// grad_att [H*C] = sum_n g[n, h] * x[n, h, c] (rows summed in order).
+template <typename T>
+void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t rows,
+                           int64_t heads, int64_t channels, std::span<T> grad_att);
 
 // x [N, H*C] -> out [N, C], the mean over heads; backward spreads g / H.
-void head_mean_forward(std::span<const float> x, int64_t rows, int64_t heads, int64_t channels,
-                       std::span<float> out);
-void head_mean_backward(std::span<const float> g, int64_t rows, int64_t heads, int64_t channels,
-                        std::span<float> grad_x);
+template <typename T>
+void head_mean_forward(std::span<const T> x, int64_t rows, int64_t heads, int64_t channels,
+                       std::span<T> out);
+template <typename T>
+void head_mean_backward(std::span<const T> g, int64_t rows, int64_t heads, int64_t channels,
+                        std::span<T> grad_x);
 
 // messages [E, H*C] * weight [E, H] -> out [E, H*C] (weight [E] is H = 1).
-void edge_scale(std::span<const float> messages, std::span<const float> weight, int64_t edges,
-                int64_t heads, int64_t channels, std::span<float> out);
+template <typename T>
+void edge_scale(std::span<const T> messages, std::span<const T> weight, int64_t edges,
+                int64_t heads, int64_t channels, std::span<T> out);
 // out [E, H] = per-head dot of g and messages (the weight's gradient).
-void edge_dot(std::span<const float> g, std::span<const float> messages, int64_t edges,
-              int64_t heads, int64_t channels, std::span<float> out);
+template <typename T>
+void edge_dot(std::span<const T> g, std::span<const T> messages, int64_t edges, int64_t heads,
+              int64_t channels, std::span<T> out);
 
-// Mean squared error over the rows with mask = 1: returns the sum of
-// squared differences and the element count (rows used * cols).
+// out [N, F] = x[n] / degree[n], and 0 where degree[n] = 0 (a mean over a
+// row's degree contributions; the sum of an empty row is 0 anyway).
+// degree [N] must not be negative. Its own backward (linear).
+template <typename T>
+void divide_rows(std::span<const T> x, std::span<const int64_t> degree, int64_t cols,
+                 std::span<T> out);
+
+// Squared error over the rows with mask = 1: returns the sum of squared
+// differences and the element count (rows used * cols). The loss is
+// sum / count, where the count may be another (a global one across ranks).
 struct SquaredSum {
   double sum = 0;
   int64_t count = 0;
 };
-SquaredSum mse_loss_forward(std::span<const float> pred, std::span<const float> target,
+template <typename T>
+SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
                             std::span<const uint8_t> mask, int64_t rows, int64_t cols);
-// grad_pred = scale * 2 (pred - target) on masked rows, 0 elsewhere.
-void mse_loss_backward(std::span<const float> pred, std::span<const float> target,
-                       std::span<const uint8_t> mask, int64_t rows, int64_t cols, float scale,
-                       std::span<float> grad_pred);
+// grad_pred = scale * 2 (pred - target) on masked rows, 0 elsewhere
+// (scale: the upstream gradient over the count).
+template <typename T>
+void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
+                       std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
+                       std::span<T> grad_pred);
 
-// Rows with mask = 1 whose first largest log-probability is at the label.
+// Rows with mask = 1 whose first largest value is at the label (torch.argmax's
+// rule: the first of equal maxima; NaN counts as largest). Labels of masked
+// rows must lie in [0, classes).
 struct CorrectCount {
   int64_t correct = 0;
   int64_t total = 0;
 };
-CorrectCount count_correct(std::span<const float> log_prob, std::span<const int64_t> labels,
+template <typename T>
+CorrectCount count_correct(std::span<const T> log_prob, std::span<const int64_t> labels,
                            std::span<const uint8_t> mask, int64_t rows, int64_t classes);
 
 }  // namespace gnnrt::ops

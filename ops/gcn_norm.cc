@@ -1,21 +1,33 @@
 #include "ops/gcn_norm.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "ops/error.h"
+#include "ops/instantiate.h"
 
 namespace gnnrt::ops {
 
-template <typename I>
-void gcn_norm(const Adjacency<I>& adj, std::span<float> weight) {
-  expect_size("gcn_norm", "weight", weight.size(), adj.num_edges(), "E");
-  // Source and destination sides of a message-passing graph are one node set.
-  const int64_t n = std::max(adj.num_src_nodes(), adj.num_dst_nodes());
-  std::vector<float> inv_sqrt(static_cast<size_t>(n), 0.0f);
-  for (int64_t v = 0; v < adj.num_dst_nodes(); ++v) {
-    const auto deg = static_cast<float>(adj.by_dst.degree(v));
-    inv_sqrt[static_cast<size_t>(v)] = deg > 0 ? 1.0f / std::sqrt(deg) : 0.0f;
+template <typename T, typename I>
+void gcn_norm(const Adjacency<I>& adj, std::span<const int64_t> degree, std::span<T> weight) {
+  constexpr std::string_view op = "gcn_norm";
+  expect_size(op, "weight", weight.size(), adj.num_edges(), "E");
+  const int64_t n = adj.num_dst_nodes();
+  if (adj.num_src_nodes() != n) {
+    throw OpError(op, "the graph has " + std::to_string(adj.num_src_nodes()) + " source and " +
+                          std::to_string(n) + " destination nodes; GCN needs one node set");
+  }
+  if (!degree.empty()) expect_size(op, "degree", degree.size(), n, "N");
+  std::vector<T> inv_sqrt(static_cast<size_t>(n), T(0));
+  for (int64_t v = 0; v < n; ++v) {
+    const int64_t d = degree.empty() ? adj.by_dst.degree(v) : degree[static_cast<size_t>(v)];
+    if (d < 0) {
+      throw OpError(op, "degree[" + std::to_string(v) + "] = " + std::to_string(d) + " is negative");
+    }
+    // As float: 1 / sqrt in the value type, the arithmetic PyG runs.
+    const auto deg = static_cast<T>(d);
+    inv_sqrt[static_cast<size_t>(v)] = d > 0 ? T(1) / std::sqrt(deg) : T(0);
   }
   const auto src = adj.by_src.row_of_edge();
   const auto dst = adj.by_dst.row_of_edge();
@@ -27,7 +39,8 @@ void gcn_norm(const Adjacency<I>& adj, std::span<float> weight) {
   }
 }
 
-template void gcn_norm<int32_t>(const Adjacency<int32_t>&, std::span<float>);
-template void gcn_norm<int64_t>(const Adjacency<int64_t>&, std::span<float>);
+#define GNNRT_INSTANTIATE(T, I) \
+  template void gcn_norm<T, I>(const Adjacency<I>&, std::span<const int64_t>, std::span<T>);
+GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

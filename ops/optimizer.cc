@@ -1,26 +1,40 @@
 #include "ops/optimizer.h"
 
 #include <cmath>
+#include <string>
+
+#include "ops/error.h"
+#include "ops/instantiate.h"
 
 namespace gnnrt::ops {
 namespace {
 
 constexpr int64_t kParallelElements = 1 << 15;
 
+void expect_step(std::string_view op, int64_t step) {
+  if (step < 1) throw OpError(op, "step must be >= 1, got " + std::to_string(step));
+}
+
 }  // namespace
 
-void adam_update(const AdamHyper& h, std::span<const float> grad, std::span<float> param,
-                 std::span<float> exp_avg, std::span<float> exp_avg_sq) {
+template <typename T>
+void adam_update(const AdamHyper& h, std::span<const T> grad, std::span<T> param,
+                 std::span<T> exp_avg, std::span<T> exp_avg_sq) {
+  constexpr std::string_view op = "adam_update";
   const auto n = static_cast<int64_t>(param.size());
+  expect_size(op, "grad", grad.size(), n, "len(param)");
+  expect_size(op, "exp_avg", exp_avg.size(), n, "len(param)");
+  expect_size(op, "exp_avg_sq", exp_avg_sq.size(), n, "len(param)");
+  expect_step(op, h.step);
   const double t = static_cast<double>(h.step);
-  const float step_size = static_cast<float>(h.lr / (1 - std::pow(h.beta1, t)));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(h.beta2, t)));
-  const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
-  const float wd = static_cast<float>(h.weight_decay), eps = static_cast<float>(h.eps);
-  const float decay = static_cast<float>(1 - h.lr * h.weight_decay);
+  const T step_size = static_cast<T>(h.lr / (1 - std::pow(h.beta1, t)));
+  const T bias2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(h.beta2, t)));
+  const T b1 = static_cast<T>(h.beta1), b2 = static_cast<T>(h.beta2);
+  const T wd = static_cast<T>(h.weight_decay), eps = static_cast<T>(h.eps);
+  const T decay = static_cast<T>(1 - h.lr * h.weight_decay);
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
+    T g = grad[i];
     if (h.decoupled) {
       param[i] *= decay;
     } else if (wd != 0) {
@@ -28,19 +42,24 @@ void adam_update(const AdamHyper& h, std::span<const float> grad, std::span<floa
     }
     exp_avg[i] = exp_avg[i] * b1 + g * (1 - b1);
     exp_avg_sq[i] = exp_avg_sq[i] * b2 + g * g * (1 - b2);
-    const float denom = std::sqrt(exp_avg_sq[i]) / bias2_sqrt + eps;
+    const T denom = std::sqrt(exp_avg_sq[i]) / bias2_sqrt + eps;
     param[i] -= step_size * (exp_avg[i] / denom);
   }
 }
 
-void sgd_update(const SgdHyper& h, std::span<const float> grad, std::span<float> param,
-                std::span<float> momentum_buffer) {
+template <typename T>
+void sgd_update(const SgdHyper& h, std::span<const T> grad, std::span<T> param,
+                std::span<T> momentum_buffer) {
+  constexpr std::string_view op = "sgd_update";
   const auto n = static_cast<int64_t>(param.size());
-  const float lr = static_cast<float>(h.lr), wd = static_cast<float>(h.weight_decay);
-  const float mu = static_cast<float>(h.momentum);
+  expect_size(op, "grad", grad.size(), n, "len(param)");
+  if (h.momentum != 0) expect_size(op, "momentum_buffer", momentum_buffer.size(), n, "len(param)");
+  expect_step(op, h.step);
+  const T lr = static_cast<T>(h.lr), wd = static_cast<T>(h.weight_decay);
+  const T mu = static_cast<T>(h.momentum);
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] + wd * param[i];
+    T g = grad[i] + wd * param[i];
     if (mu != 0) {
       momentum_buffer[i] = h.step == 1 ? g : mu * momentum_buffer[i] + g;
       g = h.nesterov ? g + mu * momentum_buffer[i] : momentum_buffer[i];
@@ -48,5 +67,11 @@ void sgd_update(const SgdHyper& h, std::span<const float> grad, std::span<float>
     param[i] -= lr * g;
   }
 }
+
+#define GNNRT_INSTANTIATE(T)                                                                  \
+  template void adam_update<T>(const AdamHyper&, std::span<const T>, std::span<T>,            \
+                               std::span<T>, std::span<T>);                                   \
+  template void sgd_update<T>(const SgdHyper&, std::span<const T>, std::span<T>, std::span<T>);
+GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -5,8 +5,11 @@
 //          p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 //   SGD:   g' = g + wd * p;  buf = momentum * buf + g' (buf = g' at t = 1);
 //          p -= lr * (nesterov ? g' + momentum * buf : buf)
-// step t counts from 1. All spans have the parameter's size; updated in
-// place. OpenMP over elements (element-wise, so deterministic).
+// step t counts from 1. T is float (training) or double. grad, param and
+// the state spans must all have the parameter's size (OpError naming the
+// span otherwise, before anything is written); param and state are updated
+// in place. step must be >= 1. OpenMP over elements (element-wise, so
+// deterministic for any thread count). Blocking.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +22,18 @@ struct AdamHyper {
   bool decoupled = false;  // AdamW
   int64_t step = 1;
 };
-void adam_update(const AdamHyper& h, std::span<const float> grad, std::span<float> param,
-                 std::span<float> exp_avg, std::span<float> exp_avg_sq);
+template <typename T>
+void adam_update(const AdamHyper& h, std::span<const T> grad, std::span<T> param,
+                 std::span<T> exp_avg, std::span<T> exp_avg_sq);
 
 struct SgdHyper {
   double lr = 1e-2, momentum = 0, weight_decay = 0;
   bool nesterov = false;
   int64_t step = 1;
 };
-void sgd_update(const SgdHyper& h, std::span<const float> grad, std::span<float> param,
-                std::span<float> momentum_buffer);
+// momentum_buffer is unused (and may be empty) when momentum = 0.
+template <typename T>
+void sgd_update(const SgdHyper& h, std::span<const T> grad, std::span<T> param,
+                std::span<T> momentum_buffer);
 
 }  // namespace gnnrt::ops

@@ -1,6 +1,9 @@
 #include "ops/segment_softmax.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 #include <limits>
 #include <string>
 #include <vector>
@@ -118,11 +121,132 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
   });
 }
 
+namespace {
+
+// Sizes of the pieces: per-edge [E, H] and per-destination [N, H] spans.
+template <typename I>
+void expect_pieces(std::string_view op, const Csr<I>& seg, int64_t heads,
+                   std::initializer_list<std::pair<std::string_view, std::size_t>> edge_spans,
+                   std::initializer_list<std::pair<std::string_view, std::size_t>> node_spans) {
+  check_heads(op, heads);
+  for (const auto& [name, size] : edge_spans) expect_size(op, name, size, seg.num_edges() * heads, "E*H");
+  for (const auto& [name, size] : node_spans) expect_size(op, name, size, seg.num_rows() * heads, "N*H");
+}
+
+}  // namespace
+
+template <typename T, typename I>
+void segment_max(const Csr<I>& seg, int64_t H, std::span<const T> score, std::span<T> m) {
+  expect_pieces("segment_max", seg, H, {{"score", score.size()}}, {{"m", m.size()}});
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    T* mv = m.data() + v * H;
+    std::fill(mv, mv + H, -std::numeric_limits<T>::infinity());
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const T* sc = score.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) mv[h] = detail::improves<Reduce::kMax>(sc[h], mv[h]) ? sc[h] : mv[h];
+    }
+  });
+}
+
+template <typename T, typename I>
+void segment_exp_sum(const Csr<I>& seg, int64_t H, std::span<const T> score, std::span<const T> m,
+                     std::span<T> s) {
+  expect_pieces("segment_exp_sum", seg, H, {{"score", score.size()}}, {{"m", m.size()}, {"s", s.size()}});
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    T* sv = s.data() + v * H;
+    const T* mv = m.data() + v * H;
+    std::fill(sv, sv + H, T(0));
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const T* sc = score.data() + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) sv[h] += mv[h] == kNegInf ? T(0) : std::exp(sc[h] - mv[h]);
+    }
+  });
+}
+
+template <typename T, typename I>
+void segment_exp_sum_grad(const Csr<I>& seg, int64_t H, std::span<const T> score,
+                          std::span<const T> m, std::span<const T> grad_s,
+                          std::span<T> grad_score) {
+  expect_pieces("segment_exp_sum_grad", seg, H, {{"score", score.size()}, {"grad_score", grad_score.size()}},
+                {{"m", m.size()}, {"grad_s", grad_s.size()}});
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    const T* mv = m.data() + v * H;
+    const T* gv = grad_s.data() + v * H;
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) {
+        grad_score[i + h] = mv[h] == kNegInf ? T(0) : gv[h] * std::exp(score[i + h] - mv[h]);
+      }
+    }
+  });
+}
+
+template <typename T, typename I>
+void segment_softmax_apply(const Csr<I>& seg, int64_t H, std::span<const T> score,
+                           std::span<const T> m, std::span<const T> s, std::span<T> alpha) {
+  expect_pieces("segment_softmax_apply", seg, H, {{"score", score.size()}, {"alpha", alpha.size()}},
+                {{"m", m.size()}, {"s", s.size()}});
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    const T* mv = m.data() + v * H;
+    const T* sv = s.data() + v * H;
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) {
+        alpha[i + h] = mv[h] == kNegInf ? T(0) : std::exp(score[i + h] - mv[h]) / sv[h];
+      }
+    }
+  });
+}
+
+template <typename T, typename I>
+void segment_softmax_apply_grad_s(const Csr<I>& seg, int64_t H, std::span<const T> alpha,
+                                  std::span<const T> grad_alpha, std::span<const T> s,
+                                  std::span<T> grad_s) {
+  expect_pieces("segment_softmax_apply_grad_s", seg, H,
+                {{"alpha", alpha.size()}, {"grad_alpha", grad_alpha.size()}},
+                {{"s", s.size()}, {"grad_s", grad_s.size()}});
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  detail::parallel_rows(seg, H, [&](int64_t v) {
+    T* gv = grad_s.data() + v * H;
+    const T* sv = s.data() + v * H;
+    std::fill(gv, gv + H, T(0));
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) gv[h] += grad_alpha[i + h] * alpha[i + h];
+    }
+    for (int64_t h = 0; h < H; ++h) gv[h] = sv[h] != T(0) ? -gv[h] / sv[h] : T(0);
+  });
+}
+
 #define GNNRT_INSTANTIATE(T, I)                                                               \
   template void segment_softmax_forward<T, I>(const Csr<I>&, int64_t, std::span<const T>,    \
                                               std::span<T>);                                  \
   template void segment_softmax_backward<T, I>(const Csr<I>&, int64_t, std::span<const T>,   \
-                                               std::span<const T>, std::span<T>);
+                                               std::span<const T>, std::span<T>);             \
+  template void segment_max<T, I>(const Csr<I>&, int64_t, std::span<const T>, std::span<T>);  \
+  template void segment_exp_sum<T, I>(const Csr<I>&, int64_t, std::span<const T>,            \
+                                      std::span<const T>, std::span<T>);                      \
+  template void segment_exp_sum_grad<T, I>(const Csr<I>&, int64_t, std::span<const T>,       \
+                                           std::span<const T>, std::span<const T>,            \
+                                           std::span<T>);                                     \
+  template void segment_softmax_apply<T, I>(const Csr<I>&, int64_t, std::span<const T>,      \
+                                            std::span<const T>, std::span<const T>,           \
+                                            std::span<T>);                                    \
+  template void segment_softmax_apply_grad_s<T, I>(const Csr<I>&, int64_t, std::span<const T>, \
+                                                   std::span<const T>, std::span<const T>,    \
+                                                   std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

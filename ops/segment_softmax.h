@@ -27,4 +27,35 @@ template <typename T, typename I>
 void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const T> alpha,
                               std::span<const T> grad_alpha, std::span<T> grad_score);
 
+// The same softmax in pieces, for a destination whose edges several ranks
+// hold (vertex-cut): each rank reduces its own edges and the halo exchange
+// combines the per-destination results between the pieces,
+//   m = max over ranks of segment_max(score)          (a shift: no gradient)
+//   s = sum over ranks of segment_exp_sum(score, m)
+//   alpha = segment_softmax_apply(score, m, s)
+// which is segment_softmax_forward's result up to rounding. Layout: m, s
+// [N_dst, heads]; an empty segment has m = -inf, s = 0. The gradient of
+// alpha is apply's (score: g * alpha, direct; s: apply_grad_s) followed by
+// exp_sum's (exp_sum_grad), with the gradient of s summed over ranks in
+// between.
+template <typename T, typename I>
+void segment_max(const Csr<I>& seg, int64_t heads, std::span<const T> score, std::span<T> m);
+template <typename T, typename I>
+void segment_exp_sum(const Csr<I>& seg, int64_t heads, std::span<const T> score,
+                     std::span<const T> m, std::span<T> s);
+// grad_score[e] = grad_s[dst(e)] * exp(score[e] - m[dst(e)]) (0 where m = -inf).
+template <typename T, typename I>
+void segment_exp_sum_grad(const Csr<I>& seg, int64_t heads, std::span<const T> score,
+                          std::span<const T> m, std::span<const T> grad_s,
+                          std::span<T> grad_score);
+// alpha[e] = exp(score[e] - m[dst(e)]) / s[dst(e)] (0 where m = -inf).
+template <typename T, typename I>
+void segment_softmax_apply(const Csr<I>& seg, int64_t heads, std::span<const T> score,
+                           std::span<const T> m, std::span<const T> s, std::span<T> alpha);
+// grad_s[v] = -sum_{e -> v} grad_alpha[e] * alpha[e] / s[v] (0 where s = 0).
+template <typename T, typename I>
+void segment_softmax_apply_grad_s(const Csr<I>& seg, int64_t heads, std::span<const T> alpha,
+                                  std::span<const T> grad_alpha, std::span<const T> s,
+                                  std::span<T> grad_s);
+
 }  // namespace gnnrt::ops

@@ -8,6 +8,25 @@
 namespace gnnrt::runtime {
 namespace {
 
+// Ops whose outputs carry no gradient: constants, integer results and
+// shifts that cancel out of what uses them.
+bool stops_gradient(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kFill:
+    case OpKind::kGcnNorm:
+    case OpKind::kSegmentMax:
+    case OpKind::kLayerNormMoments:
+      return true;
+    case OpKind::kHaloMax:
+      return op.inputs.size() == 1;  // values only: a softmax's shift
+    default:
+      return false;
+  }
+}
+
+// An optional input: kNoValue when absent.
+ValueId optional(const Op& op, size_t k) { return k < op.inputs.size() ? op.inputs[k] : kNoValue; }
+
 class Backward {
  public:
   Backward(Builder& b, const std::vector<bool>& needs) : b_(b), needs_(needs) {}
@@ -28,18 +47,21 @@ class Backward {
     const auto& in = op.inputs;
     const OpAttrs& a = op.attrs;
     const ValueId out = op.outputs.at(0);
+    const bool partitioned = b_.program().partitioned;
     switch (op.kind) {
       case OpKind::kFill:
       case OpKind::kGcnNorm:
+      case OpKind::kSegmentMax:
+      case OpKind::kLayerNormMoments:
         return;
       case OpKind::kMatMul: {
         const ValueId A = in[0], B = in[1];
         // C = op(A) op(B); see builder.h for the stored layouts.
         if (needs(A)) {
-          add(A, a.trans_a ? b_.matmul(B, g, a.trans_b, true) : b_.matmul(g, B, false, !a.trans_b));
+          add(A, a.trans_a() ? b_.matmul(B, g, a.trans_b(), true) : b_.matmul(g, B, false, !a.trans_b()));
         }
         if (needs(B)) {
-          add(B, a.trans_b ? b_.matmul(g, A, true, a.trans_a) : b_.matmul(A, g, !a.trans_a, false));
+          add(B, a.trans_b() ? b_.matmul(g, A, true, a.trans_a()) : b_.matmul(A, g, !a.trans_a(), false));
         }
         return;
       }
@@ -47,8 +69,12 @@ class Backward {
         add(in[0], g);
         add(in[1], g);
         return;
+      case OpKind::kMul:
+        if (needs(in[0])) add(in[0], b_.mul(g, in[1]));
+        if (needs(in[1])) add(in[1], b_.mul(g, in[0]));
+        return;
       case OpKind::kScale:
-        if (needs(in[0])) add(in[0], b_.scale(g, a.alpha));
+        if (needs(in[0])) add(in[0], b_.scale(g, a.alpha()));
         return;
       case OpKind::kBiasAdd:
         add(in[0], g);
@@ -58,38 +84,54 @@ class Backward {
         if (needs(in[0])) add(in[0], b_.relu_grad(in[0], g));
         return;
       case OpKind::kLeakyRelu:
-        if (needs(in[0])) add(in[0], b_.leaky_relu_grad(in[0], g, a.alpha));
+        if (needs(in[0])) add(in[0], b_.leaky_relu_grad(in[0], g, a.alpha()));
         return;
       case OpKind::kElu:
-        if (needs(in[0])) add(in[0], b_.elu_grad(in[0], g, a.alpha));
+        if (needs(in[0])) add(in[0], b_.elu_grad(in[0], g, a.alpha()));
         return;
       case OpKind::kDropout:
-        if (needs(in[0])) add(in[0], b_.dropout_grad(g, a.alpha, a.key));
+        if (needs(in[0])) add(in[0], b_.dropout_grad(g, a.alpha(), a.key(), optional(op, 1)));
         return;
       case OpKind::kLogSoftmax:
         if (needs(in[0])) add(in[0], b_.log_softmax_grad(out, g));
         return;
       case OpKind::kNllLoss:
-        if (needs(in[0])) add(in[0], b_.nll_loss_grad(in[0], in[1], in[2], g));
+        if (needs(in[0])) add(in[0], b_.nll_loss_grad(in[0], in[1], in[2], g, optional(op, 3)));
         return;
       case OpKind::kMseLoss:
-        if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g));
-        if (needs(in[1])) add(in[1], b_.scale(b_.mse_loss_grad(in[0], in[1], in[2], g), -1.0));
+        if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3)));
+        if (needs(in[1])) {
+          add(in[1], b_.scale(b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3)), -1.0));
+        }
         return;
       case OpKind::kHeadDot:
-        if (needs(in[0])) add(in[0], b_.head_dot_grad_x(in[1], g, a.heads));
-        if (needs(in[1])) add(in[1], b_.head_dot_grad_att(in[0], g, in[1], a.heads));
+        if (needs(in[0])) add(in[0], b_.head_dot_grad_x(in[1], g, a.heads()));
+        if (needs(in[1])) add(in[1], b_.head_dot_grad_att(in[0], g, in[1], a.heads()));
         return;
       case OpKind::kHeadMean:
-        if (needs(in[0])) add(in[0], b_.head_mean_grad(g, a.heads));
+        if (needs(in[0])) add(in[0], b_.head_mean_grad(g, a.heads()));
         return;
-      case OpKind::kLayerNorm:
-        if (needs(in[0])) add(in[0], b_.layer_norm_grad_x(in[0], in[1], g, a));
-        if (needs(in[1])) add(in[1], b_.layer_norm_grad_gamma(in[0], g, in[1], a));
+      case OpKind::kLayerNorm: {
+        // Graph mode: the statistics' gradient terms need sums over every
+        // row that used them, on all ranks of a partitioned program.
+        const ValueId moments = optional(op, 3), mask = optional(op, 4);
+        if (needs(in[0])) {
+          ValueId sums = kNoValue;
+          if (moments != kNoValue) {
+            sums = b_.layer_norm_grad_sums(in[0], in[1], g, moments);
+            if (partitioned) sums = b_.allreduce(sums);
+          }
+          add(in[0], b_.layer_norm_grad_x(in[0], in[1], g, moments, sums, mask, a));
+        }
+        if (needs(in[1])) add(in[1], b_.layer_norm_grad_gamma(in[0], g, in[1], moments, a));
         if (needs(in[2])) add(in[2], b_.bias_grad(g));
         return;
+      }
+      case OpKind::kDivideRows:
+        if (needs(in[0])) add(in[0], b_.divide_rows(g, in[1]));
+        return;
       case OpKind::kGather:
-        if (needs(in[0])) add(in[0], b_.gather_grad(a.graph, g));
+        if (needs(in[0])) add(in[0], b_.gather_grad(a.graph(), g));
         return;
       case OpKind::kEdgeScale:
         if (needs(in[0])) add(in[0], b_.edge_scale(g, in[1]));
@@ -97,33 +139,51 @@ class Backward {
         return;
       case OpKind::kScatter: {
         const ValueId arg = op.outputs.size() > 1 ? op.outputs[1] : kNoValue;
-        if (needs(in[0])) add(in[0], b_.scatter_grad(a.reduce, a.graph, g, arg));
+        if (needs(in[0])) add(in[0], b_.scatter_grad(reduce_of(a), a.graph(), g, arg));
         return;
       }
       case OpKind::kSpmm: {
-        const ValueId w = in.size() > 1 ? in[1] : kNoValue;
+        const ValueId w = optional(op, 1);
         const ValueId arg = op.outputs.size() > 1 ? op.outputs[1] : kNoValue;
-        if (needs(in[0])) add(in[0], b_.spmm_grad_x(a.reduce, a.graph, in[0], w, g, arg));
+        if (needs(in[0])) add(in[0], b_.spmm_grad_x(reduce_of(a), a.graph(), in[0], w, g, arg));
         if (needs(w)) {
-          if (a.reduce != ops::Reduce::kSum) {
+          if (reduce_of(a) != ops::Reduce::kSum) {
             throw ShapeError(fmt::format(
                 "program '{}': spmm ({}): a trainable edge weight needs reduce sum, not {}",
-                b_.program().name, op.scope, ops::to_string(a.reduce)));
+                b_.program().name, op.scope, ops::to_string(reduce_of(a))));
           }
-          add(w, b_.spmm_grad_w(a.graph, in[0], g, w));
+          add(w, b_.spmm_grad_w(a.graph(), in[0], g, w));
         }
         return;
       }
       case OpKind::kSddmmAdd:
-        if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph, g));
-        if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph, g));
+        if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph(), g));
+        if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph(), g));
+        return;
+      case OpKind::kSegmentSoftmax:
+        if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph(), out, g));
+        return;
+      case OpKind::kSegmentExpSum:
+        // m (in[1]) is a shift: no gradient.
+        if (needs(in[0])) add(in[0], b_.segment_exp_sum_grad(a.graph(), in[0], in[1], g));
+        return;
+      case OpKind::kSegmentSoftmaxApply:
+        if (needs(in[0])) add(in[0], b_.mul(g, out));
+        if (needs(in[2])) add(in[2], b_.segment_softmax_apply_grad_s(a.graph(), out, g, in[2]));
         return;
       case OpKind::kAllReduce:
         // d(sum_r L_r)/dx_r = sum_r' dL_r'/dy: the all-reduced gradient.
         if (needs(in[0])) add(in[0], b_.allreduce(g));
         return;
-      case OpKind::kSegmentSoftmax:
-        if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph, out, g));
+      case OpKind::kHaloSum:
+        // The same for the replicas of each vertex.
+        if (needs(in[0])) add(in[0], b_.halo_sum(g));
+        return;
+      case OpKind::kHaloMax:
+        if (in.size() == 1) return;  // a shift
+        // The whole gradient of the element goes to the global winner: the
+        // replicas' shares are summed, then kept on the winning rank only.
+        if (needs(in[0])) add(in[0], b_.keep_winners(a.graph(), b_.halo_sum(g), op.outputs[1]));
         return;
       default:
         throw ShapeError(fmt::format("program '{}': {} ({}) has no backward rule",
@@ -139,32 +199,27 @@ class Backward {
 
 }  // namespace
 
-std::vector<ValueId> append_backward(Builder& b, ValueId loss, std::span<const ValueId> wrt) {
+std::vector<ValueId> append_backward(Builder& b, std::span<const ValueId> outputs,
+                                     std::span<const ValueId> seeds, std::span<const ValueId> wrt) {
   const Program& p = b.program();
-  if (p.value(loss).shape != std::vector<int64_t>{1}) {
-    throw ShapeError(fmt::format("program '{}': the loss '{}' must be a scalar [1], not {}",
-                                 p.name, p.value(loss).name, shape_string(p.value(loss).shape)));
-  }
-  // A value needs a gradient when it is in wrt or computed from one that is.
+  // A value needs a gradient when it is in wrt or computed (by an op that
+  // passes gradients) from one that is.
   std::vector<bool> needs(p.values.size(), false);
   for (ValueId v : wrt) needs[static_cast<size_t>(v)] = true;
   const size_t forward_ops = p.ops.size();
   for (size_t i = 0; i < forward_ops; ++i) {
     const Op& op = p.ops[i];
+    if (stops_gradient(op)) continue;
     bool any = false;
     for (ValueId v : op.inputs) any = any || (v != kNoValue && needs[static_cast<size_t>(v)]);
     if (!any) continue;
     for (ValueId v : op.outputs) {
-      if (p.value(v).dtype == DType::kF32) needs[static_cast<size_t>(v)] = true;
+      if (is_floating(p.value(v).dtype)) needs[static_cast<size_t>(v)] = true;
     }
   }
   Backward backward(b, needs);
-  if (!needs[static_cast<size_t>(loss)]) {
-    return std::vector<ValueId>(wrt.size(), kNoValue);
-  }
-  {
-    Builder::Scope scope(b, "loss");
-    backward.add(loss, b.fill({1}, 1.0));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (needs[static_cast<size_t>(outputs[k])]) backward.add(outputs[k], seeds[k]);
   }
   for (size_t i = forward_ops; i-- > 0;) {
     const Op op = b.program().ops[i];  // a copy: apply() appends to ops
@@ -178,6 +233,22 @@ std::vector<ValueId> append_backward(Builder& b, ValueId loss, std::span<const V
   grads.reserve(wrt.size());
   for (ValueId v : wrt) grads.push_back(backward.grad(v));
   return grads;
+}
+
+std::vector<ValueId> append_backward(Builder& b, ValueId loss, std::span<const ValueId> wrt) {
+  const Program& p = b.program();
+  if (p.value(loss).shape != std::vector<int64_t>{1}) {
+    throw ShapeError(fmt::format("program '{}': the loss '{}' must be a scalar [1], not {}",
+                                 p.name, p.value(loss).name, shape_string(p.value(loss).shape)));
+  }
+  ValueId seed;
+  {
+    Builder::Scope scope(b, "loss");
+    seed = b.fill({1}, 1.0);
+  }
+  const ValueId outputs[] = {loss};
+  const ValueId seeds[] = {seed};
+  return append_backward(b, outputs, seeds, wrt);
 }
 
 }  // namespace gnnrt::runtime

@@ -12,10 +12,40 @@ bool is_edge_weight_shape(const Shape& w, int64_t edges) {
   return (w.size() == 1 && w[0] == edges) || (w.size() == 2 && w[0] == edges && w[1] >= 1);
 }
 
+OpAttrs with_heads(int64_t heads) {
+  OpAttrs a;
+  a.set_heads(heads);
+  return a;
+}
+
 }  // namespace
 
-Builder::Builder(std::string program_name) { program_.name = std::move(program_name); }
-Builder::Builder(Program program) : program_(std::move(program)) {}
+std::string in_degree_name(const std::string& graph) { return graph + ".in_degree"; }
+std::string edge_id_name(const std::string& graph) { return graph + ".edge_id"; }
+std::string count_name(const std::string& mask) { return mask + ".count"; }
+
+Builder::Builder(std::string program_name, DType float_type) {
+  if (!is_floating(float_type)) {
+    throw ShapeError(fmt::format("program '{}': float type {} is not float32 or float64",
+                                 program_name, to_string(float_type)));
+  }
+  program_.name = std::move(program_name);
+  program_.float_type = float_type;
+}
+
+Builder::Builder(Program program) : program_(std::move(program)) {
+  if (const ValueId ids = program_.find(kNodeGlobalId); ids != kNoValue) {
+    local_nodes_ = program_.value(ids).shape.at(0);
+  }
+}
+
+void Builder::partition(int64_t local_nodes) {
+  if (local_nodes < 0) {
+    throw ShapeError(fmt::format("program '{}': {} local nodes", program_.name, local_nodes));
+  }
+  program_.partitioned = true;
+  local_nodes_ = local_nodes;
+}
 
 int64_t Builder::cols(ValueId v) const {
   const Shape& s = shape(v);
@@ -43,10 +73,22 @@ ValueId Builder::input(std::string name, DType dtype, Shape shape) {
   return new_value(std::move(name), dtype, std::move(shape), Role::kInput);
 }
 ValueId Builder::parameter(std::string name, Shape shape) {
-  return new_value(std::move(name), DType::kF32, std::move(shape), Role::kParameter);
+  return new_value(std::move(name), float_type(), std::move(shape), Role::kParameter);
 }
 ValueId Builder::state(std::string name, DType dtype, Shape shape) {
   return new_value(std::move(name), dtype, std::move(shape), Role::kState);
+}
+
+ValueId Builder::input_once(const std::string& name, DType dtype, Shape shape) {
+  const ValueId v = program_.find(name);
+  if (v == kNoValue) return input(name, dtype, std::move(shape));
+  const ValueInfo& info = program_.value(v);
+  if (info.role != Role::kInput || info.dtype != dtype || info.shape != shape) {
+    throw ShapeError(fmt::format("program '{}': '{}' is declared as {} {} {}, needed as input {} {}",
+                                 program_.name, name, to_string(info.role), to_string(info.dtype),
+                                 shape_string(info.shape), to_string(dtype), shape_string(shape)));
+  }
+  return v;
 }
 
 int32_t Builder::graph(std::string name, int64_t num_src, int64_t num_dst, int64_t num_edges) {
@@ -87,11 +129,22 @@ void Builder::expect_rank(OpKind kind, ValueId v, std::size_t rank, const char* 
   }
 }
 
+void Builder::expect_partitioned(OpKind kind) const {
+  if (!partitioned()) fail(kind, "only a partitioned program exchanges halo rows");
+}
+
 const GraphInfo& Builder::graph_info(OpKind kind, int32_t graph) const {
   if (graph < 0 || static_cast<size_t>(graph) >= program_.graphs.size()) {
     fail(kind, fmt::format("no graph #{}", graph));
   }
   return program_.graphs[static_cast<size_t>(graph)];
+}
+
+OpAttrs Builder::graph_attrs(OpKind kind, int32_t graph) const {
+  graph_info(kind, graph);
+  OpAttrs a;
+  a.set_graph(graph);
+  return a;
 }
 
 // Heads of a per-edge weight for features F: 1 for [E], H for [E, H] (F % H == 0).
@@ -117,7 +170,7 @@ ValueId Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, D
   std::string name = scope_.empty() ? std::string(to_string(kind))
                                     : fmt::format("{}/{}", scope_, to_string(kind));
   const ValueId out = new_value(std::move(name), dtype, std::move(shape), Role::kTemp);
-  program_.ops.push_back(Op{kind, std::move(inputs), {out}, attrs, scope_});
+  program_.ops.push_back(Op{kind, std::move(inputs), {out}, std::move(attrs), scope_});
   return out;
 }
 
@@ -132,23 +185,39 @@ ValueId Builder::arg_output(ops::Reduce reduce, ValueId out) {
 }
 
 void Builder::emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs) {
-  program_.ops.push_back(Op{kind, std::move(inputs), {}, attrs, scope_});
+  program_.ops.push_back(Op{kind, std::move(inputs), {}, std::move(attrs), scope_});
+}
+
+// ---- a partitioned program's inputs ----
+
+ValueId Builder::node_input(const char* name, DType dtype) {
+  return input_once(name, dtype, {local_nodes_});
+}
+
+ValueId Builder::graph_input(int32_t graph, bool edges) {
+  const GraphInfo& g = graph_info(OpKind::kGather, graph);
+  return edges ? input_once(edge_id_name(g.name), DType::kI64, {g.num_edges})
+               : input_once(in_degree_name(g.name), DType::kI64, {g.num_dst});
+}
+
+ValueId Builder::mask_count(ValueId mask) {
+  return input_once(count_name(program_.value(mask).name), DType::kI64, {1});
 }
 
 // ---- dense forward ----
 
 ValueId Builder::fill(Shape s, double value) {
   OpAttrs a;
-  a.alpha = value;
-  return emit(OpKind::kFill, {}, a, DType::kF32, std::move(s));
+  a.set_alpha(value);
+  return emit_float(OpKind::kFill, {}, a, std::move(s));
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, bool trans_a, bool trans_b) {
   constexpr OpKind k = OpKind::kMatMul;
   expect_rank(k, a, 2, "a");
   expect_rank(k, b, 2, "b");
-  expect_dtype(k, a, DType::kF32, "a");
-  expect_dtype(k, b, DType::kF32, "b");
+  expect_float(k, a, "a");
+  expect_float(k, b, "b");
   const Shape& sa = shape(a);
   const Shape& sb = shape(b);
   const int64_t m = trans_a ? sa[1] : sa[0], ka = trans_a ? sa[0] : sa[1];
@@ -158,63 +227,94 @@ ValueId Builder::matmul(ValueId a, ValueId b, bool trans_a, bool trans_b) {
                         trans_a ? "ᵀ" : "", shape_string(sb), trans_b ? "ᵀ" : ""));
   }
   OpAttrs attrs;
-  attrs.trans_a = trans_a;
-  attrs.trans_b = trans_b;
-  return emit(k, {a, b}, attrs, DType::kF32, {m, n});
+  attrs.set_trans_a(trans_a);
+  attrs.set_trans_b(trans_b);
+  return emit_float(k, {a, b}, attrs, {m, n});
 }
 
 ValueId Builder::add(ValueId a, ValueId b) {
   expect_same_shape(OpKind::kAdd, a, b, "a", "b");
-  return emit(OpKind::kAdd, {a, b}, {}, DType::kF32, shape(a));
+  expect_float(OpKind::kAdd, a, "a");
+  expect_float(OpKind::kAdd, b, "b");
+  return emit_float(OpKind::kAdd, {a, b}, {}, shape(a));
+}
+
+ValueId Builder::mul(ValueId a, ValueId b) {
+  expect_same_shape(OpKind::kMul, a, b, "a", "b");
+  expect_float(OpKind::kMul, a, "a");
+  expect_float(OpKind::kMul, b, "b");
+  return emit_float(OpKind::kMul, {a, b}, {}, shape(a));
 }
 
 ValueId Builder::scale(ValueId x, double alpha) {
+  expect_float(OpKind::kScale, x, "x");
   OpAttrs a;
-  a.alpha = alpha;
-  return emit(OpKind::kScale, {x}, a, DType::kF32, shape(x));
+  a.set_alpha(alpha);
+  return emit_float(OpKind::kScale, {x}, a, shape(x));
 }
 
 ValueId Builder::bias_add(ValueId x, ValueId bias) {
   constexpr OpKind k = OpKind::kBiasAdd;
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  expect_float(k, bias, "bias");
   if (shape(bias) != Shape{shape(x)[1]}) {
     fail(k, fmt::format("bias {} does not match x {}", shape_string(shape(bias)),
                         shape_string(shape(x))));
   }
-  return emit(k, {x, bias}, {}, DType::kF32, shape(x));
+  return emit_float(k, {x, bias}, {}, shape(x));
 }
 
-ValueId Builder::relu(ValueId x) { return emit(OpKind::kRelu, {x}, {}, DType::kF32, shape(x)); }
+ValueId Builder::relu(ValueId x) {
+  expect_float(OpKind::kRelu, x, "x");
+  return emit_float(OpKind::kRelu, {x}, {}, shape(x));
+}
 
 ValueId Builder::leaky_relu(ValueId x, double slope) {
+  expect_float(OpKind::kLeakyRelu, x, "x");
   OpAttrs a;
-  a.alpha = slope;
-  return emit(OpKind::kLeakyRelu, {x}, a, DType::kF32, shape(x));
+  a.set_alpha(slope);
+  return emit_float(OpKind::kLeakyRelu, {x}, a, shape(x));
 }
 
 ValueId Builder::elu(ValueId x, double alpha) {
+  expect_float(OpKind::kElu, x, "x");
   OpAttrs a;
-  a.alpha = alpha;
-  return emit(OpKind::kElu, {x}, a, DType::kF32, shape(x));
+  a.set_alpha(alpha);
+  return emit_float(OpKind::kElu, {x}, a, shape(x));
 }
 
-ValueId Builder::dropout(ValueId x, double p, uint64_t key) {
-  if (!(p >= 0 && p <= 1)) fail(OpKind::kDropout, fmt::format("p = {} is not in [0, 1]", p));
+ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph) {
+  constexpr OpKind k = OpKind::kDropout;
+  if (!(p >= 0 && p <= 1)) fail(k, fmt::format("p = {} is not in [0, 1]", p));
+  expect_float(k, x, "x");
   if (p == 0) return x;
   OpAttrs a;
-  a.alpha = p;
-  a.key = key;
-  return emit(OpKind::kDropout, {x}, a, DType::kF32, shape(x));
+  a.set_alpha(p);
+  a.set_key(key);
+  std::vector<ValueId> inputs{x};
+  if (partitioned()) {
+    const ValueId rows = edges_of_graph >= 0 ? graph_input(edges_of_graph, true)
+                                             : node_input(kNodeGlobalId, DType::kI64);
+    if (shape(rows)[0] != this->rows(x)) {
+      fail(k, fmt::format("x {} has another row count than its global ids {}",
+                          shape_string(shape(x)), shape_string(shape(rows))));
+    }
+    inputs.push_back(rows);
+  }
+  return emit_float(k, std::move(inputs), a, shape(x));
 }
 
 ValueId Builder::log_softmax(ValueId x) {
   expect_rank(OpKind::kLogSoftmax, x, 2, "x");
-  return emit(OpKind::kLogSoftmax, {x}, {}, DType::kF32, shape(x));
+  expect_float(OpKind::kLogSoftmax, x, "x");
+  return emit_float(OpKind::kLogSoftmax, {x}, {}, shape(x));
 }
 
 ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
   constexpr OpKind k = OpKind::kNllLoss;
   expect_rank(k, log_prob, 2, "log_prob");
+  expect_float(k, log_prob, "log_prob");
   expect_dtype(k, labels, DType::kI64, "labels");
   expect_dtype(k, mask, DType::kBool, "mask");
   const Shape row_shape{rows(log_prob)};
@@ -223,84 +323,193 @@ ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
                         shape_string(shape(labels)), shape_string(shape(mask)), row_shape[0],
                         shape_string(shape(log_prob))));
   }
-  return emit(k, {log_prob, labels, mask}, {}, DType::kF32, {1});
+  std::vector<ValueId> inputs{log_prob, labels, mask};
+  if (partitioned()) inputs.push_back(mask_count(mask));
+  return emit_float(k, std::move(inputs), {}, {1});
 }
 
 ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {
   constexpr OpKind k = OpKind::kMseLoss;
   expect_rank(k, pred, 2, "pred");
   expect_same_shape(k, pred, target, "pred", "target");
+  expect_float(k, pred, "pred");
+  expect_float(k, target, "target");
   expect_dtype(k, mask, DType::kBool, "mask");
   if (shape(mask) != Shape{rows(pred)}) {
     fail(k, fmt::format("mask {} must be [{}]", shape_string(shape(mask)), rows(pred)));
   }
-  return emit(k, {pred, target, mask}, {}, DType::kF32, {1});
+  std::vector<ValueId> inputs{pred, target, mask};
+  if (partitioned()) inputs.push_back(mask_count(mask));
+  return emit_float(k, std::move(inputs), {}, {1});
 }
 
 ValueId Builder::head_dot(ValueId x, ValueId att, int64_t heads) {
   constexpr OpKind k = OpKind::kHeadDot;
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  expect_float(k, att, "att");
   const int64_t f = shape(x)[1];
   if (heads < 1 || f % heads != 0 || program_.value(att).elements() != f) {
     fail(k, fmt::format("x {} and att {} do not split into {} heads", shape_string(shape(x)),
                         shape_string(shape(att)), heads));
   }
-  OpAttrs a;
-  a.heads = heads;
-  return emit(k, {x, att}, a, DType::kF32, {rows(x), heads});
+  return emit_float(k, {x, att}, with_heads(heads), {rows(x), heads});
 }
 
 ValueId Builder::head_mean(ValueId x, int64_t heads) {
   constexpr OpKind k = OpKind::kHeadMean;
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
   if (heads < 1 || shape(x)[1] % heads != 0) {
     fail(k, fmt::format("x {} does not split into {} heads", shape_string(shape(x)), heads));
   }
-  OpAttrs a;
-  a.heads = heads;
-  return emit(k, {x}, a, DType::kF32, {rows(x), shape(x)[1] / heads});
+  return emit_float(k, {x}, with_heads(heads), {rows(x), shape(x)[1] / heads});
+}
+
+ValueId Builder::layer_norm_moments(ValueId x, ValueId mask) {
+  constexpr OpKind k = OpKind::kLayerNormMoments;
+  expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  std::vector<ValueId> inputs{x};
+  if (mask != kNoValue) {
+    expect_dtype(k, mask, DType::kBool, "mask");
+    if (shape(mask) != Shape{rows(x)}) {
+      fail(k, fmt::format("mask {} must be [{}]", shape_string(shape(mask)), rows(x)));
+    }
+    inputs.push_back(mask);
+  }
+  return emit(k, std::move(inputs), {}, DType::kF64, {3});
 }
 
 ValueId Builder::layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps) {
   constexpr OpKind k = OpKind::kLayerNorm;
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
   const Shape cols{shape(x)[1]};
   if (shape(gamma) != cols || shape(beta) != cols) {
     fail(k, fmt::format("weight {} and bias {} must be [{}] for x {}", shape_string(shape(gamma)),
                         shape_string(shape(beta)), cols[0], shape_string(shape(x))));
   }
+  if (!(eps > 0)) fail(k, fmt::format("eps = {} must be > 0", eps));
   OpAttrs a;
-  a.alpha = eps;
-  a.key = per_node ? 1 : 0;
-  return emit(k, {x, gamma, beta}, a, DType::kF32, shape(x));
+  a.set_alpha(eps);
+  a.set_per_node(per_node);
+  std::vector<ValueId> inputs{x, gamma, beta};
+  if (!per_node) {
+    // Graph mode: statistics over every vertex once (its master's row) and
+    // all-reduced on several ranks; the mask goes along for the backward.
+    const ValueId mask = partitioned() ? node_input(kNodeIsMaster, DType::kBool) : kNoValue;
+    ValueId moments = layer_norm_moments(x, mask);
+    if (partitioned()) moments = allreduce(moments);
+    inputs.push_back(moments);
+    if (mask != kNoValue) inputs.push_back(mask);
+  }
+  return emit_float(k, std::move(inputs), a, shape(x));
+}
+
+ValueId Builder::divide_rows(ValueId x, ValueId degree) {
+  constexpr OpKind k = OpKind::kDivideRows;
+  expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  expect_dtype(k, degree, DType::kI64, "degree");
+  if (shape(degree) != Shape{rows(x)}) {
+    fail(k, fmt::format("degree {} must be [{}] for x {}", shape_string(shape(degree)), rows(x),
+                        shape_string(shape(x))));
+  }
+  return emit_float(k, {x, degree}, {}, shape(x));
 }
 
 // ---- graph ops ----
 
 ValueId Builder::gcn_norm(int32_t graph) {
-  OpAttrs a;
-  a.graph = graph;
-  return emit(OpKind::kGcnNorm, {}, a, DType::kF32, {graph_info(OpKind::kGcnNorm, graph).num_edges});
+  constexpr OpKind k = OpKind::kGcnNorm;
+  const GraphInfo& g = graph_info(k, graph);
+  if (g.num_src != g.num_dst) {
+    fail(k, fmt::format("graph '{}' joins {} source and {} destination nodes; GCN needs one node set",
+                        g.name, g.num_src, g.num_dst));
+  }
+  std::vector<ValueId> inputs;
+  if (partitioned()) inputs.push_back(graph_input(graph, false));
+  return emit_float(k, std::move(inputs), graph_attrs(k, graph), {g.num_edges});
 }
 
 ValueId Builder::aggregate(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight) {
   ValueId messages = gather(graph, x);
   if (edge_weight != kNoValue) messages = edge_scale(messages, edge_weight);
-  return scatter(reduce, graph, messages).first;
+  if (!partitioned()) return scatter(reduce, graph, messages).first;
+  // On a rank of a partitioned graph: this rank's edges, then the halo.
+  if (reduce == Reduce::kSum) return halo_sum(scatter(Reduce::kSum, graph, messages).first);
+  if (reduce == Reduce::kMean) {
+    const ValueId sum = halo_sum(scatter(Reduce::kSum, graph, messages).first);
+    return divide_rows(sum, graph_input(graph, false));
+  }
+  const auto [local, arg] = scatter(reduce, graph, messages);
+  return halo_max(reduce, local, arg, graph).first;
 }
 
 ValueId Builder::softmax(int32_t graph, ValueId score) {
+  if (!partitioned()) return segment_softmax(graph, score);
+  // Max, then the sum of exponentials, each combined over the replicas of
+  // the destination; the max is a shift only (no gradient flows through it).
+  const ValueId m = halo_max(Reduce::kMax, segment_max(graph, score)).first;
+  const ValueId s = halo_sum(segment_exp_sum(graph, score, m));
+  return segment_softmax_apply(graph, score, m, s);
+}
+
+ValueId Builder::segment_softmax(int32_t graph, ValueId score) {
   constexpr OpKind k = OpKind::kSegmentSoftmax;
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, score, 2, "score");
+  expect_float(k, score, "score");
   if (rows(score) != g.num_edges) {
     fail(k, fmt::format("score {} must have E = {} rows (graph '{}')", shape_string(shape(score)),
                         g.num_edges, g.name));
   }
-  OpAttrs a;
-  a.graph = graph;
-  a.heads = shape(score)[1];
-  return emit(k, {score}, a, DType::kF32, shape(score));
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(score)[1]);
+  return emit_float(k, {score}, a, shape(score));
+}
+
+ValueId Builder::segment_max(int32_t graph, ValueId score) {
+  constexpr OpKind k = OpKind::kSegmentMax;
+  const GraphInfo& g = graph_info(k, graph);
+  expect_rank(k, score, 2, "score");
+  expect_float(k, score, "score");
+  if (rows(score) != g.num_edges) {
+    fail(k, fmt::format("score {} must have E = {} rows", shape_string(shape(score)), g.num_edges));
+  }
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(score)[1]);
+  return emit_float(k, {score}, a, {g.num_dst, shape(score)[1]});
+}
+
+ValueId Builder::segment_exp_sum(int32_t graph, ValueId score, ValueId m) {
+  constexpr OpKind k = OpKind::kSegmentExpSum;
+  const GraphInfo& g = graph_info(k, graph);
+  expect_rank(k, score, 2, "score");
+  const int64_t h = shape(score)[1];
+  if (rows(score) != g.num_edges || shape(m) != Shape{g.num_dst, h}) {
+    fail(k, fmt::format("score {} must be [{}, H] and m {} [{}, H]", shape_string(shape(score)),
+                        g.num_edges, shape_string(shape(m)), g.num_dst));
+  }
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(h);
+  return emit_float(k, {score, m}, a, {g.num_dst, h});
+}
+
+ValueId Builder::segment_softmax_apply(int32_t graph, ValueId score, ValueId m, ValueId s) {
+  constexpr OpKind k = OpKind::kSegmentSoftmaxApply;
+  const GraphInfo& g = graph_info(k, graph);
+  expect_rank(k, score, 2, "score");
+  const int64_t h = shape(score)[1];
+  if (rows(score) != g.num_edges || shape(m) != Shape{g.num_dst, h} || shape(s) != shape(m)) {
+    fail(k, fmt::format("score {} must be [{}, H], m {} and s {} [{}, H]",
+                        shape_string(shape(score)), g.num_edges, shape_string(shape(m)),
+                        shape_string(shape(s)), g.num_dst));
+  }
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(h);
+  return emit_float(k, {score, m, s}, a, shape(score));
 }
 
 ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
@@ -308,60 +517,108 @@ ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, a, 2, "a");
   expect_rank(k, b, 2, "b");
+  expect_float(k, a, "a");
+  expect_float(k, b, "b");
   if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1]) {
     fail(k, fmt::format("a {} must be [{}, H] and b {} [{}, H] (graph '{}')",
                         shape_string(shape(a)), g.num_src, shape_string(shape(b)), g.num_dst,
                         g.name));
   }
-  OpAttrs attrs;
-  attrs.graph = graph;
-  attrs.heads = shape(a)[1];
-  return emit(k, {a, b}, attrs, DType::kF32, {g.num_edges, shape(a)[1]});
+  OpAttrs attrs = graph_attrs(k, graph);
+  attrs.set_heads(shape(a)[1]);
+  return emit_float(k, {a, b}, attrs, {g.num_edges, shape(a)[1]});
 }
 
+// ---- collectives ----
+
 ValueId Builder::allreduce(ValueId x) {
-  expect_dtype(OpKind::kAllReduce, x, DType::kF32, "x");
-  return emit(OpKind::kAllReduce, {x}, {}, DType::kF32, shape(x));
+  constexpr OpKind k = OpKind::kAllReduce;
+  if (!is_floating(program_.value(x).dtype)) {
+    fail(k, fmt::format("x must be float32 or float64, not {}", to_string(program_.value(x).dtype)));
+  }
+  return emit(k, {x}, {}, program_.value(x).dtype, shape(x));
+}
+
+ValueId Builder::halo_sum(ValueId x) {
+  constexpr OpKind k = OpKind::kHaloSum;
+  expect_partitioned(k);
+  expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  if (rows(x) != local_nodes_) {
+    fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
+                        local_nodes_));
+  }
+  return emit_float(k, {x}, {}, shape(x));
+}
+
+std::pair<ValueId, ValueId> Builder::halo_max(Reduce reduce, ValueId x, ValueId arg,
+                                              int32_t graph) {
+  constexpr OpKind k = OpKind::kHaloMax;
+  expect_partitioned(k);
+  expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  if (!ops::has_arg(reduce)) fail(k, fmt::format("reduce {} is not max or min", ops::to_string(reduce)));
+  if (rows(x) != local_nodes_) {
+    fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
+                        local_nodes_));
+  }
+  OpAttrs a;
+  a.set_reduce(to_proto(reduce));
+  std::vector<ValueId> inputs{x};
+  if (arg != kNoValue) {
+    expect_dtype(k, arg, DType::kI32, "arg");
+    expect_same_shape(k, x, arg, "x", "arg");
+    a.set_graph(graph);
+    inputs.push_back(arg);
+    inputs.push_back(graph_input(graph, true));
+  }
+  const ValueId out = emit_float(k, std::move(inputs), a, shape(x));
+  ValueId new_arg = kNoValue;
+  if (arg != kNoValue) {
+    new_arg = new_value(program_.value(out).name + ".arg", DType::kI32, shape(x), Role::kTemp);
+    program_.ops.back().outputs.push_back(new_arg);
+  }
+  return {out, new_arg};
 }
 
 ValueId Builder::gather(int32_t graph, ValueId x) {
   constexpr OpKind k = OpKind::kGather;
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
   if (rows(x) != g.num_src) {
     fail(k, fmt::format("x {} must have {} rows, the source nodes of graph '{}'",
                         shape_string(shape(x)), g.num_src, g.name));
   }
-  OpAttrs a;
-  a.graph = graph;
-  return emit(k, {x}, a, DType::kF32, {g.num_edges, shape(x)[1]});
+  return emit_float(k, {x}, graph_attrs(k, graph), {g.num_edges, shape(x)[1]});
 }
 
 ValueId Builder::edge_scale(ValueId messages, ValueId edge_weight) {
   constexpr OpKind k = OpKind::kEdgeScale;
   expect_rank(k, messages, 2, "messages");
+  expect_float(k, messages, "messages");
+  expect_float(k, edge_weight, "edge weight");
   const Shape& w = shape(edge_weight);
   if (!is_edge_weight_shape(w, rows(messages)) || shape(messages)[1] % (w.size() == 2 ? w[1] : 1)) {
     fail(k, fmt::format("edge weight {} does not fit messages {}", shape_string(w),
                         shape_string(shape(messages))));
   }
-  OpAttrs a;
-  a.heads = w.size() == 2 ? w[1] : 1;
-  return emit(k, {messages, edge_weight}, a, DType::kF32, shape(messages));
+  return emit_float(k, {messages, edge_weight}, with_heads(w.size() == 2 ? w[1] : 1),
+                    shape(messages));
 }
 
 std::pair<ValueId, ValueId> Builder::scatter(Reduce reduce, int32_t graph, ValueId messages) {
   constexpr OpKind k = OpKind::kScatter;
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, messages, 2, "messages");
+  expect_float(k, messages, "messages");
   if (rows(messages) != g.num_edges) {
     fail(k, fmt::format("messages {} must have E = {} rows (graph '{}')",
                         shape_string(shape(messages)), g.num_edges, g.name));
   }
-  OpAttrs a;
-  a.graph = graph;
-  a.reduce = reduce;
-  const ValueId out = emit(k, {messages}, a, DType::kF32, {g.num_dst, shape(messages)[1]});
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_reduce(to_proto(reduce));
+  const ValueId out = emit_float(k, {messages}, a, {g.num_dst, shape(messages)[1]});
   return {out, arg_output(reduce, out)};
 }
 
@@ -370,17 +627,20 @@ std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId 
   constexpr OpKind k = OpKind::kSpmm;
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
   if (rows(x) != g.num_src) {
     fail(k, fmt::format("x {} must have {} rows, the source nodes of graph '{}'",
                         shape_string(shape(x)), g.num_src, g.name));
   }
-  OpAttrs a;
-  a.graph = graph;
-  a.reduce = reduce;
-  a.heads = edge_heads(k, graph, edge_weight, shape(x)[1]);
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_reduce(to_proto(reduce));
+  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
   std::vector<ValueId> inputs{x};
-  if (edge_weight != kNoValue) inputs.push_back(edge_weight);
-  const ValueId out = emit(k, std::move(inputs), a, DType::kF32, {g.num_dst, shape(x)[1]});
+  if (edge_weight != kNoValue) {
+    expect_float(k, edge_weight, "edge weight");
+    inputs.push_back(edge_weight);
+  }
+  const ValueId out = emit_float(k, std::move(inputs), a, {g.num_dst, shape(x)[1]});
   return {out, arg_output(reduce, out)};
 }
 
@@ -388,138 +648,195 @@ std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId 
 
 ValueId Builder::bias_grad(ValueId g) {
   expect_rank(OpKind::kBiasGrad, g, 2, "g");
-  return emit(OpKind::kBiasGrad, {g}, {}, DType::kF32, {shape(g)[1]});
+  return emit_float(OpKind::kBiasGrad, {g}, {}, {shape(g)[1]});
 }
 
 ValueId Builder::relu_grad(ValueId x, ValueId g) {
   expect_same_shape(OpKind::kReluGrad, x, g, "x", "g");
-  return emit(OpKind::kReluGrad, {x, g}, {}, DType::kF32, shape(x));
+  return emit_float(OpKind::kReluGrad, {x, g}, {}, shape(x));
 }
 
 ValueId Builder::leaky_relu_grad(ValueId x, ValueId g, double slope) {
   expect_same_shape(OpKind::kLeakyReluGrad, x, g, "x", "g");
   OpAttrs a;
-  a.alpha = slope;
-  return emit(OpKind::kLeakyReluGrad, {x, g}, a, DType::kF32, shape(x));
+  a.set_alpha(slope);
+  return emit_float(OpKind::kLeakyReluGrad, {x, g}, a, shape(x));
 }
 
 ValueId Builder::elu_grad(ValueId x, ValueId g, double alpha) {
   expect_same_shape(OpKind::kEluGrad, x, g, "x", "g");
   OpAttrs a;
-  a.alpha = alpha;
-  return emit(OpKind::kEluGrad, {x, g}, a, DType::kF32, shape(x));
+  a.set_alpha(alpha);
+  return emit_float(OpKind::kEluGrad, {x, g}, a, shape(x));
 }
 
-ValueId Builder::dropout_grad(ValueId g, double p, uint64_t key) {
+ValueId Builder::dropout_grad(ValueId g, double p, uint64_t key, ValueId global_rows) {
   OpAttrs a;
-  a.alpha = p;
-  a.key = key;
-  return emit(OpKind::kDropoutGrad, {g}, a, DType::kF32, shape(g));
+  a.set_alpha(p);
+  a.set_key(key);
+  std::vector<ValueId> inputs{g};
+  if (global_rows != kNoValue) inputs.push_back(global_rows);
+  return emit_float(OpKind::kDropoutGrad, std::move(inputs), a, shape(g));
 }
 
 ValueId Builder::log_softmax_grad(ValueId out, ValueId g) {
   expect_same_shape(OpKind::kLogSoftmaxGrad, out, g, "out", "g");
-  return emit(OpKind::kLogSoftmaxGrad, {out, g}, {}, DType::kF32, shape(out));
+  return emit_float(OpKind::kLogSoftmaxGrad, {out, g}, {}, shape(out));
 }
 
-ValueId Builder::nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g) {
-  return emit(OpKind::kNllLossGrad, {log_prob, labels, mask, g}, {}, DType::kF32, shape(log_prob));
+ValueId Builder::nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g,
+                               ValueId count) {
+  std::vector<ValueId> inputs{log_prob, labels, mask, g};
+  if (count != kNoValue) inputs.push_back(count);
+  return emit_float(OpKind::kNllLossGrad, std::move(inputs), {}, shape(log_prob));
 }
 
-ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g) {
-  return emit(OpKind::kMseLossGrad, {pred, target, mask, g}, {}, DType::kF32, shape(pred));
+ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,
+                               ValueId count) {
+  std::vector<ValueId> inputs{pred, target, mask, g};
+  if (count != kNoValue) inputs.push_back(count);
+  return emit_float(OpKind::kMseLossGrad, std::move(inputs), {}, shape(pred));
 }
 
 ValueId Builder::head_dot_grad_x(ValueId att, ValueId g, int64_t heads) {
-  OpAttrs a;
-  a.heads = heads;
-  return emit(OpKind::kHeadDotGradX, {att, g}, a, DType::kF32,
-              {rows(g), program_.value(att).elements()});
+  return emit_float(OpKind::kHeadDotGradX, {att, g}, with_heads(heads),
+                    {rows(g), program_.value(att).elements()});
 }
 
 ValueId Builder::head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads) {
-  OpAttrs a;
-  a.heads = heads;
-  return emit(OpKind::kHeadDotGradAtt, {x, g, att}, a, DType::kF32, shape(att));
+  return emit_float(OpKind::kHeadDotGradAtt, {x, g}, with_heads(heads), shape(att));
 }
 
 ValueId Builder::head_mean_grad(ValueId g, int64_t heads) {
-  OpAttrs a;
-  a.heads = heads;
-  return emit(OpKind::kHeadMeanGrad, {g}, a, DType::kF32, {rows(g), shape(g)[1] * heads});
+  return emit_float(OpKind::kHeadMeanGrad, {g}, with_heads(heads), {rows(g), shape(g)[1] * heads});
 }
 
-ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, const OpAttrs& forward) {
-  return emit(OpKind::kLayerNormGradX, {x, gamma, g}, forward, DType::kF32, shape(x));
+ValueId Builder::layer_norm_grad_sums(ValueId x, ValueId gamma, ValueId g, ValueId moments) {
+  return emit(OpKind::kLayerNormGradSums, {x, gamma, g, moments}, {}, DType::kF64, {2});
 }
 
-ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, const OpAttrs& forward) {
-  return emit(OpKind::kLayerNormGradGamma, {x, g}, forward, DType::kF32, shape(gamma));
+ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, ValueId moments,
+                                   ValueId sums, ValueId mask, const OpAttrs& forward) {
+  std::vector<ValueId> inputs{x, gamma, g};
+  if (moments != kNoValue) {
+    inputs.push_back(moments);
+    inputs.push_back(sums);
+    if (mask != kNoValue) inputs.push_back(mask);
+  }
+  return emit_float(OpKind::kLayerNormGradX, std::move(inputs), forward, shape(x));
+}
+
+ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, ValueId moments,
+                                       const OpAttrs& forward) {
+  std::vector<ValueId> inputs{x, g};
+  if (moments != kNoValue) inputs.push_back(moments);
+  return emit_float(OpKind::kLayerNormGradGamma, std::move(inputs), forward, shape(gamma));
 }
 
 ValueId Builder::gather_grad(int32_t graph, ValueId g) {
-  OpAttrs a;
-  a.graph = graph;
-  return emit(OpKind::kGatherGrad, {g}, a, DType::kF32,
-              {graph_info(OpKind::kGatherGrad, graph).num_src, shape(g)[1]});
+  constexpr OpKind k = OpKind::kGatherGrad;
+  return emit_float(k, {g}, graph_attrs(k, graph), {graph_info(k, graph).num_src, shape(g)[1]});
 }
 
 ValueId Builder::edge_dot(ValueId g, ValueId messages, ValueId edge_weight) {
   expect_same_shape(OpKind::kEdgeDot, g, messages, "g", "messages");
-  OpAttrs a;
-  a.heads = shape(edge_weight).size() == 2 ? shape(edge_weight)[1] : 1;
-  return emit(OpKind::kEdgeDot, {g, messages}, a, DType::kF32, shape(edge_weight));
+  return emit_float(OpKind::kEdgeDot, {g, messages},
+                    with_heads(shape(edge_weight).size() == 2 ? shape(edge_weight)[1] : 1),
+                    shape(edge_weight));
 }
 
 ValueId Builder::scatter_grad(Reduce reduce, int32_t graph, ValueId g, ValueId arg) {
-  OpAttrs a;
-  a.graph = graph;
-  a.reduce = reduce;
+  constexpr OpKind k = OpKind::kScatterGrad;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_reduce(to_proto(reduce));
   std::vector<ValueId> inputs{g};
   if (arg != kNoValue) inputs.push_back(arg);
-  return emit(OpKind::kScatterGrad, std::move(inputs), a, DType::kF32,
-              {graph_info(OpKind::kScatterGrad, graph).num_edges, shape(g)[1]});
+  return emit_float(k, std::move(inputs), a, {graph_info(k, graph).num_edges, shape(g)[1]});
 }
 
 ValueId Builder::spmm_grad_x(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight,
                              ValueId g, ValueId arg) {
-  OpAttrs a;
-  a.graph = graph;
-  a.reduce = reduce;
-  a.heads = edge_heads(OpKind::kSpmmGradX, graph, edge_weight, shape(x)[1]);
+  constexpr OpKind k = OpKind::kSpmmGradX;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_reduce(to_proto(reduce));
+  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
   // Inputs: x, g, then the edge weight and the arg when present.
-  std::vector<ValueId> inputs{x, g, edge_weight, arg};
-  return emit(OpKind::kSpmmGradX, std::move(inputs), a, DType::kF32, shape(x));
+  return emit_float(k, {x, g, edge_weight, arg}, a, shape(x));
 }
 
 ValueId Builder::spmm_grad_w(int32_t graph, ValueId x, ValueId g, ValueId edge_weight) {
-  OpAttrs a;
-  a.graph = graph;
-  a.heads = edge_heads(OpKind::kSpmmGradW, graph, edge_weight, shape(x)[1]);
-  return emit(OpKind::kSpmmGradW, {x, g}, a, DType::kF32, shape(edge_weight));
+  constexpr OpKind k = OpKind::kSpmmGradW;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
+  return emit_float(k, {x, g}, a, shape(edge_weight));
 }
 
 ValueId Builder::sddmm_add_grad_a(int32_t graph, ValueId g) {
-  OpAttrs a;
-  a.graph = graph;
-  a.heads = shape(g)[1];
-  return emit(OpKind::kSddmmAddGradA, {g}, a, DType::kF32,
-              {graph_info(OpKind::kSddmmAddGradA, graph).num_src, shape(g)[1]});
+  constexpr OpKind k = OpKind::kSddmmAddGradA;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(g)[1]);
+  return emit_float(k, {g}, a, {graph_info(k, graph).num_src, shape(g)[1]});
 }
 
 ValueId Builder::sddmm_add_grad_b(int32_t graph, ValueId g) {
-  OpAttrs a;
-  a.graph = graph;
-  a.heads = shape(g)[1];
-  return emit(OpKind::kSddmmAddGradB, {g}, a, DType::kF32,
-              {graph_info(OpKind::kSddmmAddGradB, graph).num_dst, shape(g)[1]});
+  constexpr OpKind k = OpKind::kSddmmAddGradB;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(g)[1]);
+  return emit_float(k, {g}, a, {graph_info(k, graph).num_dst, shape(g)[1]});
 }
 
 ValueId Builder::segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g) {
+  constexpr OpKind k = OpKind::kSegmentSoftmaxGrad;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(alpha)[1]);
+  return emit_float(k, {alpha, g}, a, shape(alpha));
+}
+
+ValueId Builder::segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g) {
+  constexpr OpKind k = OpKind::kSegmentExpSumGrad;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(score)[1]);
+  return emit_float(k, {score, m, g}, a, shape(score));
+}
+
+ValueId Builder::segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s) {
+  constexpr OpKind k = OpKind::kSegmentSoftmaxApplyGradS;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(shape(alpha)[1]);
+  return emit_float(k, {alpha, g, s}, a, shape(s));
+}
+
+ValueId Builder::keep_winners(int32_t graph, ValueId g, ValueId arg) {
+  constexpr OpKind k = OpKind::kKeepWinners;
+  expect_same_shape(k, g, arg, "g", "arg");
+  return emit_float(k, {g, arg}, graph_attrs(k, graph), shape(g));
+}
+
+// ---- gradient buckets ----
+
+ValueId Builder::bucket_start(const std::vector<ValueId>& grads, uint64_t bucket) {
+  constexpr OpKind k = OpKind::kBucketStart;
+  int64_t elements = 0;
+  for (ValueId g : grads) {
+    expect_float(k, g, "gradient");
+    elements += program_.value(g).elements();
+  }
   OpAttrs a;
-  a.graph = graph;
-  a.heads = shape(alpha)[1];
-  return emit(OpKind::kSegmentSoftmaxGrad, {alpha, g}, a, DType::kF32, shape(alpha));
+  a.set_key(bucket);
+  return emit_float(k, grads, a, {elements});
+}
+
+std::vector<ValueId> Builder::bucket_wait(ValueId bucket_value, const std::vector<ValueId>& grads,
+                                          uint64_t bucket) {
+  OpAttrs a;
+  a.set_key(bucket);
+  std::vector<ValueId> outputs;
+  for (ValueId g : grads) {
+    outputs.push_back(new_value(program_.value(g).name + ".allreduced", float_type(), shape(g),
+                                Role::kTemp));
+  }
+  program_.ops.push_back(Op{OpKind::kBucketWait, {bucket_value}, outputs, a, scope_});
+  return outputs;
 }
 
 // ---- state updates ----
@@ -544,7 +861,7 @@ void Builder::accumulate(ValueId metrics, ValueId scalar, uint64_t slot) {
                                           shape_string(shape(metrics))));
   }
   OpAttrs a;
-  a.key = slot;
+  a.set_key(slot);
   emit_effect(OpKind::kAccumulate, {metrics, scalar}, a);
 }
 
@@ -552,6 +869,7 @@ void Builder::count_correct(ValueId metrics, ValueId log_prob, ValueId labels, V
                             uint64_t slot) {
   constexpr OpKind k = OpKind::kCountCorrect;
   expect_dtype(k, metrics, DType::kF64, "metrics");
+  expect_float(k, log_prob, "log_prob");
   expect_dtype(k, labels, DType::kI64, "labels");
   expect_dtype(k, mask, DType::kBool, "mask");
   if (static_cast<int64_t>(slot) + 1 >= program_.value(metrics).elements()) {
@@ -559,7 +877,7 @@ void Builder::count_correct(ValueId metrics, ValueId log_prob, ValueId labels, V
                         shape_string(shape(metrics))));
   }
   OpAttrs a;
-  a.key = slot;
+  a.set_key(slot);
   emit_effect(k, {metrics, log_prob, labels, mask}, a);
 }
 

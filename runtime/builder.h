@@ -5,13 +5,18 @@
 //
 // Layers ask for aggregations (aggregate(), softmax()), never for kernels:
 // aggregate() writes the naive gather -> edge_scale -> scatter form, which
-// the compiler fuses into one spmm (and leaves unfused in debug mode), and
-// the multi-core runtime can insert its halo all-reduce right after it.
+// the compiler fuses into one spmm (and leaves unfused in debug mode). In a
+// partitioned program (one rank's share of a vertex-cut graph, see
+// partition()) the same calls also emit the halo ops that combine the
+// partial results of shared vertices across ranks, and read the inputs that
+// carry global ids, degrees and counts (names below): the layer code is the
+// same on one core and on many.
 //
 // Layout conventions: node features [N, F] row-major; per-edge values
 // [E, H] by edge id (edge order of the graph given at bind time); a linear
 // layer's weight is [out, in] like torch.nn.Linear. Scalars are shape [1].
-// Not thread-safe.
+// Every float value has the program's float type (float32, or float64 for
+// finite-difference checks). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +34,32 @@ class ShapeError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// The inputs a partitioned program reads (bound by the trainer on each rank):
+//   "node.global_id"    i64 [N]      global id of each local vertex (dropout masks)
+//   "node.is_master"    bool [N]     the vertices this rank masters (graph statistics)
+//   "<graph>.in_degree" i64 [N_dst]  global in-degree (gcn_norm, mean)
+//   "<graph>.edge_id"   i64 [E]      global id of each local edge (max ties, edge dropout)
+//   "<mask>.count"      i64 [1]      rows with mask = 1 on all ranks (loss means)
+inline constexpr const char* kNodeGlobalId = "node.global_id";
+inline constexpr const char* kNodeIsMaster = "node.is_master";
+std::string in_degree_name(const std::string& graph);
+std::string edge_id_name(const std::string& graph);
+std::string count_name(const std::string& mask);
+
 class Builder {
  public:
-  explicit Builder(std::string program_name);
+  explicit Builder(std::string program_name, DType float_type = DType::kF32);
   explicit Builder(Program program);  // append to an existing program
 
   Program& program() { return program_; }
   const Program& program() const { return program_; }
   Program take() { return std::move(program_); }
+  DType float_type() const { return program_.float_type; }
+
+  // Marks the program as one rank's share of a vertex-cut graph whose node
+  // tensors have `local_nodes` rows (see the file comment).
+  void partition(int64_t local_nodes);
+  bool partitioned() const { return program_.partitioned; }
 
   // Ops emitted while a Scope lives carry its name ("conv1") in messages.
   class Scope {
@@ -54,10 +77,12 @@ class Builder {
 
   // ---- declarations ----
   ValueId input(std::string name, DType dtype, std::vector<int64_t> shape);
-  ValueId parameter(std::string name, std::vector<int64_t> shape);  // f32
+  ValueId parameter(std::string name, std::vector<int64_t> shape);  // float type
   ValueId state(std::string name, DType dtype, std::vector<int64_t> shape);
   int32_t graph(std::string name, int64_t num_src, int64_t num_dst, int64_t num_edges);
   void output(ValueId v);
+  // The input named `name` if declared, else a new input.
+  ValueId input_once(const std::string& name, DType dtype, std::vector<int64_t> shape);
 
   const std::vector<int64_t>& shape(ValueId v) const { return program_.value(v).shape; }
   int64_t rows(ValueId v) const { return shape(v).at(0); }
@@ -69,44 +94,66 @@ class Builder {
   ValueId matmul(ValueId a, ValueId b, bool trans_a = false, bool trans_b = false);
   ValueId linear(ValueId x, ValueId weight) { return matmul(x, weight, false, true); }
   ValueId add(ValueId a, ValueId b);
+  ValueId mul(ValueId a, ValueId b);  // elementwise
   ValueId scale(ValueId x, double alpha);
   ValueId bias_add(ValueId x, ValueId bias);
   ValueId relu(ValueId x);
   ValueId leaky_relu(ValueId x, double slope);
   ValueId elu(ValueId x, double alpha = 1.0);
-  // Drops with probability p, keyed by (run seed, run step, key, row, col);
-  // p = 0 returns x itself.
-  ValueId dropout(ValueId x, double p, uint64_t key);
+  // Drops with probability p, keyed by (run seed, run step, key, global row,
+  // col); p = 0 returns x itself. Rows are nodes, or the edges of `graph`
+  // when given; in a partitioned program their global ids key the mask, so
+  // every replica and every partition draws the single-core mask.
+  ValueId dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph = -1);
   ValueId log_softmax(ValueId x);
-  // Mean negative log-likelihood over the rows with mask = 1: [1].
+  // Mean negative log-likelihood over the rows with mask = 1: [1]. In a
+  // partitioned program: this rank's rows over the count of all ranks (the
+  // ranks' losses add up to the global mean).
   ValueId nll_loss(ValueId log_prob, ValueId labels, ValueId mask);
   ValueId mse_loss(ValueId pred, ValueId target, ValueId mask);
   // Per-head dot product: x [N, H*C] . att [H*C] -> [N, H].
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
   // Mean over heads: x [N, H*C] -> [N, C].
   ValueId head_mean(ValueId x, int64_t heads);
-  // PyG's LayerNorm: x [N, C] normalised over the whole graph (node = false)
-  // or per node, then * gamma [C] + beta [C].
+  // PyG's LayerNorm: x [N, C] normalised over the whole graph (per_node =
+  // false; statistics over every vertex once: master rows, all-reduced, in
+  // a partitioned program) or per node, then * gamma [C] + beta [C].
   ValueId layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps);
+  // x [N, F] / degree [N] (i64) per row; 0 where the degree is 0.
+  ValueId divide_rows(ValueId x, ValueId degree);
 
   // ---- graph ops ----
   // GCN's symmetric normalisation deg^-1/2[src] * deg^-1/2[dst] per edge
-  // (deg = in-degree of the graph as given, self loops included): [E].
+  // (deg = in-degree of the graph as given, self loops included; global
+  // degrees in a partitioned program): [E].
   ValueId gcn_norm(int32_t graph);
   // out[v] = reduce_{e: dst(e) = v} w_e * x[src(e)], w [E] or [E, H] or none.
-  // Returns the aggregate [N_dst, F].
+  // Returns the aggregate [N_dst, F]; in a partitioned program the global
+  // aggregate on every replica of v (halo sum, halo max/min with the
+  // single-core tie rule, mean = halo sum / global degree).
   ValueId aggregate(ops::Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight = kNoValue);
-  // Softmax of per-edge scores [E, H] over the edges of each destination.
+  // Softmax of per-edge scores [E, H] over the edges of each destination (in
+  // a partitioned program: a global max, then a global sum of exponentials).
   ValueId softmax(int32_t graph, ValueId score);
   // out[e, h] = a[src(e), h] + b[dst(e), h].
   ValueId sddmm_add(int32_t graph, ValueId a, ValueId b);
 
   // ---- collectives ----
-  // The sum of x over the ranks of the core's communicator; every rank gets
-  // the same bits; on one rank (or without a communicator) a copy. Its
-  // backward is the all-reduce of the gradient. The multi-core runtime
-  // inserts these (and halo all-reduces) into the same programs.
+  // The sum of x (float or f64) over the ranks of the core's communicator;
+  // every rank gets the same bits; on one rank a copy. Its backward is the
+  // all-reduce of the gradient (each rank's gradient is its share of the
+  // global objective's).
   ValueId allreduce(ValueId x);
+  // Vertex-cut halo exchange over the vertex rows x [N, F]: every replica of
+  // a vertex gets the sum over replicas. Backward: halo_sum of the gradient.
+  ValueId halo_sum(ValueId x);
+  // Every replica gets the max (min) over replicas. With arg (the local
+  // winning edge of a max/min aggregation of `graph`) the winner is global:
+  // the largest value, NaN first, ties to the lowest global edge id, and the
+  // returned arg keeps the local edge only on the winning rank (E elsewhere).
+  // Without arg: values only, no gradient (a softmax shift).
+  std::pair<ValueId, ValueId> halo_max(ops::Reduce reduce, ValueId x, ValueId arg = kNoValue,
+                                       int32_t graph = -1);
 
   // The pieces aggregate() is made of, and what fusion makes of them.
   ValueId gather(int32_t graph, ValueId x);                     // [E, F] = x[src(e)]
@@ -115,21 +162,30 @@ class Builder {
   std::pair<ValueId, ValueId> scatter(ops::Reduce reduce, int32_t graph, ValueId messages);
   std::pair<ValueId, ValueId> spmm(ops::Reduce reduce, int32_t graph, ValueId x,
                                    ValueId edge_weight = kNoValue);
+  // The pieces of a partitioned softmax (ops/segment_softmax.h).
+  ValueId segment_softmax(int32_t graph, ValueId score);
+  ValueId segment_max(int32_t graph, ValueId score);
+  ValueId segment_exp_sum(int32_t graph, ValueId score, ValueId m);
+  ValueId segment_softmax_apply(int32_t graph, ValueId score, ValueId m, ValueId s);
+  ValueId layer_norm_moments(ValueId x, ValueId mask);
 
   // ---- backward ops (emitted by the autodiff) ----
   ValueId bias_grad(ValueId g);
   ValueId relu_grad(ValueId x, ValueId g);
   ValueId leaky_relu_grad(ValueId x, ValueId g, double slope);
   ValueId elu_grad(ValueId x, ValueId g, double alpha);
-  ValueId dropout_grad(ValueId g, double p, uint64_t key);
+  ValueId dropout_grad(ValueId g, double p, uint64_t key, ValueId global_rows);
   ValueId log_softmax_grad(ValueId out, ValueId g);
-  ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g);
-  ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g);
+  ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
+  ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count);
   ValueId head_dot_grad_x(ValueId att, ValueId g, int64_t heads);
   ValueId head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads);  // att's shape
   ValueId head_mean_grad(ValueId g, int64_t heads);
-  ValueId layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, const OpAttrs& forward);
-  ValueId layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, const OpAttrs& forward);
+  ValueId layer_norm_grad_sums(ValueId x, ValueId gamma, ValueId g, ValueId moments);
+  ValueId layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, ValueId moments, ValueId sums,
+                            ValueId mask, const OpAttrs& forward);
+  ValueId layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, ValueId moments,
+                                const OpAttrs& forward);
   ValueId gather_grad(int32_t graph, ValueId g);
   ValueId edge_dot(ValueId g, ValueId messages, ValueId edge_weight);  // edge_weight's shape
   ValueId scatter_grad(ops::Reduce reduce, int32_t graph, ValueId g, ValueId arg);
@@ -139,6 +195,16 @@ class Builder {
   ValueId sddmm_add_grad_a(int32_t graph, ValueId g);
   ValueId sddmm_add_grad_b(int32_t graph, ValueId g);
   ValueId segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g);
+  ValueId segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g);
+  ValueId segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s);
+  ValueId keep_winners(int32_t graph, ValueId g, ValueId arg);
+
+  // ---- gradient buckets (emitted by the compiler in partitioned train steps) ----
+  // Copies the gradients into one buffer and starts its all-reduce.
+  ValueId bucket_start(const std::vector<ValueId>& grads, uint64_t bucket);
+  // Waits for it and returns the all-reduced gradients, shaped like `grads`.
+  std::vector<ValueId> bucket_wait(ValueId bucket_value, const std::vector<ValueId>& grads,
+                                   uint64_t bucket);
 
   // ---- ops that update persistent state in place ----
   void adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const OpAttrs& hyper);
@@ -157,18 +223,32 @@ class Builder {
   ValueId new_value(std::string name, DType dtype, std::vector<int64_t> shape, Role role);
   ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
                std::vector<int64_t> shape);
+  ValueId emit_float(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
+                     std::vector<int64_t> shape) {
+    return emit(kind, std::move(inputs), std::move(attrs), float_type(), std::move(shape));
+  }
   void emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs);
   ValueId arg_output(ops::Reduce reduce, ValueId out);
   [[noreturn]] void fail(OpKind kind, const std::string& what) const;
   void expect_same_shape(OpKind kind, ValueId a, ValueId b, const char* a_name,
                          const char* b_name) const;
   void expect_dtype(OpKind kind, ValueId v, DType dtype, const char* what) const;
+  void expect_float(OpKind kind, ValueId v, const char* what) const {
+    expect_dtype(kind, v, float_type(), what);
+  }
   void expect_rank(OpKind kind, ValueId v, std::size_t rank, const char* what) const;
+  void expect_partitioned(OpKind kind) const;
   const GraphInfo& graph_info(OpKind kind, int32_t graph) const;
   int64_t edge_heads(OpKind kind, int32_t graph, ValueId edge_weight, int64_t features) const;
+  OpAttrs graph_attrs(OpKind kind, int32_t graph) const;
+  // The partitioned program's inputs (file comment).
+  ValueId node_input(const char* name, DType dtype);
+  ValueId graph_input(int32_t graph, bool edges);
+  ValueId mask_count(ValueId mask);
 
   Program program_;
   std::string scope_;
+  int64_t local_nodes_ = 0;
 };
 
 }  // namespace gnnrt::runtime

@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 
+#include "collectives/communicator.h"
 #include "runtime/atomic_file.h"
 #include "runtime/autodiff.h"
 #include "runtime/passes.h"
@@ -17,13 +19,13 @@ namespace gnnrt::runtime {
 
 std::string_view compiler_version() { return "gnnrt-compiler-1+" GNNRT_COMPILER_ID; }
 
-NpyArray& DeviceMemory::at(const std::string& name) {
+Tensor& DeviceMemory::at(const std::string& name) {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw RunError(fmt::format("no tensor '{}' on the core", name));
   return it->second;
 }
 
-const NpyArray& DeviceMemory::at(const std::string& name) const {
+const Tensor& DeviceMemory::at(const std::string& name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw RunError(fmt::format("no tensor '{}' on the core", name));
   return it->second;
@@ -33,6 +35,53 @@ Core::Core(DeviceProfile profile, CoreOptions options)
     : profile_(std::move(profile)), options_(std::move(options)) {}
 
 Core::~Core() = default;
+
+int Core::communicator_size() const { return options_.communicator ? options_.communicator->size() : 1; }
+int Core::communicator_rank() const { return options_.communicator ? options_.communicator->rank() : 0; }
+
+double Core::all_reduce_op(DType dtype, const std::byte* in, std::byte* out, std::size_t count) {
+  const std::size_t bytes = count * item_size(dtype);
+  if (communicator_size() <= 1) {
+    if (bytes > 0) std::memcpy(out, in, bytes);
+    return 0;
+  }
+  auto& comm = *options_.communicator;
+  if (dtype == DType::kF32) {
+    comm.allreduce<float>(std::span(reinterpret_cast<const float*>(in), count),
+                          std::span(reinterpret_cast<float*>(out), count));
+  } else {
+    comm.allreduce<double>(std::span(reinterpret_cast<const double*>(in), count),
+                           std::span(reinterpret_cast<double*>(out), count));
+  }
+  return static_cast<double>(bytes);
+}
+
+void Core::start_bucket(uint64_t bucket, void* data, std::size_t count, bool f64) {
+  if (communicator_size() <= 1) return;  // nothing to combine
+  auto& comm = *options_.communicator;
+  collectives::Work work =
+      f64 ? comm.allreduce_async<double>(std::span(static_cast<const double*>(data), count),
+                                         std::span(static_cast<double*>(data), count))
+          : comm.allreduce_async<float>(std::span(static_cast<const float*>(data), count),
+                                        std::span(static_cast<float*>(data), count));
+  buckets_.emplace_back(bucket, std::make_unique<collectives::Work>(std::move(work)));
+}
+
+void Core::wait_bucket(uint64_t bucket) {
+  for (auto it = buckets_.begin(); it != buckets_.end(); ++it) {
+    if (it->first != bucket) continue;
+    it->second->wait();
+    buckets_.erase(it);
+    return;
+  }
+  if (communicator_size() > 1) {
+    throw RunError(fmt::format("gradient bucket {} was never started", bucket));
+  }
+}
+
+void Core::poll_buckets() {
+  for (auto& [id, work] : buckets_) work->test();
+}
 
 void Core::bind_graph(const std::string& name, std::shared_ptr<const Adjacency> adjacency) {
   graphs_[name] = std::move(adjacency);
@@ -64,7 +113,14 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
         if (g != kNoValue) b.output(g);
       }
     }
-    append_optimizer(b, t.params, c.grads, t.optimizer);
+    std::vector<ValueId> reduced = c.grads;
+    if (b.program().partitioned) {
+      // Every rank applies the same step: the all-reduced gradients.
+      Program with_buckets = b.take();
+      reduced = bucket_gradients(with_buckets, c.grads, options.bucket_bytes, &c.passes.buckets);
+      b = Builder(std::move(with_buckets));
+    }
+    append_optimizer(b, t.params, reduced, t.optimizer);
     c.passes.backward_ops = static_cast<int>(b.program().ops.size() - forward_ops);
     c.params = t.params;
     c.loss = t.loss;
@@ -83,7 +139,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
   return std::make_shared<const CompiledProgram>(std::move(c));
 }
 
-NpyArray Core::read(const CompiledProgram& compiled, const std::string& name) {
+Tensor Core::read(const CompiledProgram& compiled, const std::string& name) {
   const ValueId v = compiled.program.find(name);
   if (v == kNoValue) {
     throw RunError(fmt::format("program '{}' has no value '{}'", compiled.program.name, name));
@@ -91,7 +147,7 @@ NpyArray Core::read(const CompiledProgram& compiled, const std::string& name) {
   return read(compiled, v);
 }
 
-NpyArray Core::read(const CompiledProgram& compiled, ValueId v) {
+Tensor Core::read(const CompiledProgram& compiled, ValueId v) {
   const ValueInfo& info = compiled.program.value(v);
   if (info.role != Role::kTemp) return read(info.name);
   const bool is_output = std::find(compiled.program.outputs.begin(), compiled.program.outputs.end(),
@@ -104,13 +160,13 @@ NpyArray Core::read(const CompiledProgram& compiled, ValueId v) {
     throw RunError(fmt::format("'{}' of program '{}' is gone: another program ran since",
                                info.name, compiled.program.name));
   }
-  NpyArray out(info.dtype, info.shape);
+  Tensor out(info.dtype, info.shape);
   std::copy_n(arena_.data() + info.offset, out.bytes().size(), out.bytes().data());
   ++counters_.host_syncs;
   return out;
 }
 
-NpyArray Core::read(const std::string& name) {
+Tensor Core::read(const std::string& name) {
   ++counters_.host_syncs;
   return memory_.at(name);
 }

@@ -8,7 +8,7 @@
 //   core.memory().put("x", features);            // host -> device
 //   auto step = core.compile(builder.take(), {.train = TrainStep{...}});
 //   core.run(*step, {.step = 1, .lr = 0.01});
-//   NpyArray logits = core.read(*infer, "logits"); // device -> host, counted
+//   Tensor logits = core.read(*infer, "logits"); // device -> host, counted
 //
 // Compiling: verify -> fuse aggregations -> reorder aggregation and matmul
 // -> autodiff + optimizer (train steps) -> dead-value elimination -> memory
@@ -32,20 +32,26 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/communicator.h"
 #include "ops/csr.h"
 #include "runtime/device.h"
 #include "runtime/host_memory.h"
 #include "runtime/memory_plan.h"
-#include "runtime/npy.h"
+#include "runtime/tensor.h"
 #include "runtime/optimizer.h"
 #include "runtime/program.h"
+
+namespace gnnrt::collectives {
+class Communicator;  // collectives/communicator.h; kept out of this header (and <mpi.h> with it)
+class Work;
+}
 
 namespace gnnrt::runtime {
 
 // "gnnrt-compiler-1+<hash of runtime/ and ops/ sources>": part of every
 // program-cache key, so a changed compiler never loads a stale program.
 std::string_view compiler_version();
+
+class Halo;  // runtime/halo.h
 
 class RunError : public std::runtime_error {
  public:
@@ -62,10 +68,14 @@ struct TrainStep {
 
 struct CompileOptions {
   std::optional<TrainStep> train;  // append backward + optimizer
+  // Partitioned train steps all-reduce gradients in buckets of about this
+  // many bytes (PyTorch DDP's default 25 MB), each started as soon as its
+  // gradients are final.
+  int64_t bucket_bytes = 25 << 20;
 };
 
 struct PassStats {
-  int fused = 0, reordered = 0, dead_ops = 0, backward_ops = 0;
+  int fused = 0, reordered = 0, dead_ops = 0, backward_ops = 0, buckets = 0;
 };
 
 struct CompiledProgram {
@@ -87,9 +97,13 @@ struct RunContext {
 
 struct Counters {
   int64_t compiles = 0, cache_hits = 0, ops_run = 0, host_syncs = 0;
-  int64_t collective_calls = 0;
-  double bytes_moved = 0, collective_bytes = 0;
+  int64_t collective_calls = 0, halo_calls = 0;
+  double bytes_moved = 0;
+  double collective_bytes = 0, halo_bytes = 0;  // sent by this rank (halo_bytes: halo ops only)
   double simulated_seconds = 0;
+  // Wall time inside ops: communication (collective and halo ops, waits on
+  // gradient all-reduces) and the rest.
+  double comm_seconds = 0, compute_seconds = 0;
 };
 
 struct CoreOptions {
@@ -98,20 +112,22 @@ struct CoreOptions {
   bool trace = false;               // record op times for write_trace()
   // The ranks allreduce ops sum over; none: a single core.
   std::shared_ptr<collectives::Communicator> communicator;
+  // The exchange behind a partitioned program's halo ops (runtime/halo.h).
+  std::shared_ptr<Halo> halo;
 };
 
 // The tensors resident on the core, by name.
 class DeviceMemory {
  public:
-  void put(const std::string& name, NpyArray array) { tensors_[name] = std::move(array); }
+  void put(const std::string& name, Tensor array) { tensors_[name] = std::move(array); }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  NpyArray& at(const std::string& name);
-  const NpyArray& at(const std::string& name) const;
-  const std::map<std::string, NpyArray>& tensors() const { return tensors_; }
+  Tensor& at(const std::string& name);
+  const Tensor& at(const std::string& name) const;
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   void erase(const std::string& name) { tensors_.erase(name); }
 
  private:
-  std::map<std::string, NpyArray> tensors_;
+  std::map<std::string, Tensor> tensors_;
 };
 
 class Core {
@@ -139,9 +155,9 @@ class Core {
 
   // Copies an output of the last run of `compiled` (or any bound tensor) to
   // the host; counts one host synchronisation.
-  NpyArray read(const CompiledProgram& compiled, const std::string& name);
-  NpyArray read(const CompiledProgram& compiled, ValueId value);
-  NpyArray read(const std::string& name);  // a resident tensor
+  Tensor read(const CompiledProgram& compiled, const std::string& name);
+  Tensor read(const CompiledProgram& compiled, ValueId value);
+  Tensor read(const std::string& name);  // a resident tensor
 
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;
@@ -153,8 +169,17 @@ class Core {
   };
   struct Bound;
   Bound bind(const CompiledProgram& compiled);
-  void execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
-               const RunContext& context);
+  template <typename T>
+  double execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
+                 const RunContext& context);
+  int communicator_size() const;
+  int communicator_rank() const;
+  // An allreduce op on `count` elements of `dtype`; returns the bytes sent.
+  double all_reduce_op(DType dtype, const std::byte* in, std::byte* out, std::size_t count);
+  // Gradient buckets in flight, by bucket id.
+  void start_bucket(uint64_t bucket, void* data, std::size_t count, bool f64);
+  void wait_bucket(uint64_t bucket);
+  void poll_buckets();
   void check_finite(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound) const;
 
   DeviceProfile profile_;
@@ -165,6 +190,7 @@ class Core {
   HostVector<std::byte> arena_;
   const CompiledProgram* last_run_ = nullptr;
   std::vector<TraceEvent> trace_;
+  std::vector<std::pair<uint64_t, std::unique_ptr<collectives::Work>>> buckets_;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 };
 

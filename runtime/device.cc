@@ -37,8 +37,8 @@ OpCost op_cost(const Program& p, const Op& op) {
   for (ValueId v : op.outputs) c.bytes += static_cast<double>(p.value(v).bytes());
   const double out = op.outputs.empty() ? 0 : static_cast<double>(p.value(op.outputs[0]).elements());
   c.flops = out;
-  if (op.attrs.graph >= 0) {
-    const GraphInfo& g = p.graphs[static_cast<size_t>(op.attrs.graph)];
+  if (op.attrs.has_graph()) {
+    const GraphInfo& g = p.graphs[static_cast<size_t>(op.attrs.graph())];
     const double edges = static_cast<double>(g.num_edges);
     // Index arrays (4 bytes per edge and endpoint) are read by every graph op.
     c.bytes += 8 * edges;
@@ -72,7 +72,7 @@ OpCost op_cost(const Program& p, const Op& op) {
   if (op.kind == OpKind::kMatMul) {
     const auto& a = p.value(op.inputs[0]).shape;
     const auto& o = p.value(op.outputs[0]).shape;
-    const double k = static_cast<double>(op.attrs.trans_a ? a[0] : a[1]);
+    const double k = static_cast<double>(op.attrs.trans_a() ? a[0] : a[1]);
     c.flops = 2 * static_cast<double>(o[0]) * static_cast<double>(o[1]) * k;
   }
   return c;
@@ -82,6 +82,11 @@ double allreduce_seconds(const DeviceProfile& profile, double bytes, int ranks) 
   if (ranks <= 1) return 0;
   const double p = ranks;
   return 2 * (p - 1) * profile.link_seconds + 2 * (p - 1) / p * bytes / profile.link_bandwidth;
+}
+
+double halo_seconds(const DeviceProfile& profile, double bytes, int peers) {
+  if (peers <= 0) return 0;
+  return profile.link_seconds + bytes / profile.link_bandwidth;
 }
 
 double op_seconds(const DeviceProfile& profile, const OpCost& cost) {

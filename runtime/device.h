@@ -38,5 +38,8 @@ double op_seconds(const DeviceProfile& profile, const OpCost& cost);
 // A ring all-reduce of `bytes` over `ranks` cores: 2 (p - 1) steps of
 // link latency plus 2 (p - 1) / p of the bytes over the link; 0 on one core.
 double allreduce_seconds(const DeviceProfile& profile, double bytes, int ranks);
+// A halo exchange sending `bytes` in all to `peers` cores at once: one step
+// of link latency plus the bytes over the core's link; 0 without peers.
+double halo_seconds(const DeviceProfile& profile, double bytes, int peers);
 
 }  // namespace gnnrt::runtime

@@ -1,10 +1,13 @@
 // Core::run: binds a compiled program's values to memory and executes its
-// ops one after another, each through its kernel in ops/.
+// ops one after another, each through its kernel in ops/ (or a collective),
+// in the program's float type.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "collectives/communicator.h"
 #include "ops/dense.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -17,6 +20,7 @@
 #include "ops/segment_softmax.h"
 #include "ops/spmm.h"
 #include "runtime/core.h"
+#include "runtime/halo.h"
 
 namespace gnnrt::runtime {
 
@@ -43,9 +47,9 @@ Core::Bound Core::bind(const CompiledProgram& compiled) {
         throw RunError(fmt::format("program '{}': {} '{}' {} is not bound on the core",
                                    p.name, to_string(v.role), v.name, shape_string(v.shape)));
       }
-      memory_.put(v.name, NpyArray(v.dtype, v.shape));  // fresh state starts at zero
+      memory_.put(v.name, Tensor(v.dtype, v.shape));  // fresh state starts at zero
     }
-    NpyArray& t = memory_.at(v.name);
+    Tensor& t = memory_.at(v.name);
     if (t.dtype() != v.dtype || t.shape() != v.shape) {
       throw RunError(fmt::format("program '{}': {} '{}' is bound as {} {}, the program needs {} {}",
                                  p.name, to_string(v.role), v.name, to_string(t.dtype()),
@@ -70,6 +74,10 @@ Core::Bound Core::bind(const CompiledProgram& compiled) {
     }
     b.graphs.push_back(&a);
   }
+  if (p.partitioned && !options_.halo) {
+    throw RunError(fmt::format("program '{}' is partitioned, but the core has no halo bound",
+                               p.name));
+  }
   return b;
 }
 
@@ -79,34 +87,55 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Program& p = compiled.program;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
+    const Op& op = p.ops[i];
+    double comm_bytes = 0;
     try {
-      execute(compiled, i, bound, context);
+      comm_bytes = p.float_type == DType::kF64 ? execute<double>(compiled, i, bound, context)
+                                               : execute<float>(compiled, i, bound, context);
     } catch (const RunError&) {
       throw;
     } catch (const std::exception& e) {
       throw RunError(fmt::format("program '{}': {}: {}", p.name, p.describe(i), e.what()));
     }
-    const OpCost cost = op_cost(p, p.ops[i]);
+    // Gradient all-reduces in flight progress between ops (no MPI thread).
+    poll_buckets();
+    const OpCost cost = op_cost(p, op);
     double simulated = op_seconds(profile_, cost);
-    if (p.ops[i].kind == OpKind::kAllReduce) {
-      const int ranks = options_.communicator ? options_.communicator->size() : 1;
-      const double bytes = static_cast<double>(p.value(p.ops[i].outputs[0]).bytes());
-      simulated += allreduce_seconds(profile_, bytes, ranks);
+    if (is_collective(op.kind)) {
+      const int ranks = options_.communicator ? communicator_size() : 1;
+      if (op.kind == OpKind::kHaloSum || op.kind == OpKind::kHaloMax) {
+        simulated += options_.halo && options_.halo->mode() == HaloMode::sparse
+                         ? halo_seconds(profile_, comm_bytes, options_.halo->peers())
+                         : allreduce_seconds(profile_, comm_bytes, ranks);
+      } else {
+        simulated += allreduce_seconds(profile_, comm_bytes, ranks);
+      }
       ++counters_.collective_calls;
-      counters_.collective_bytes += bytes;
+      counters_.collective_bytes += comm_bytes;
+      if (op.kind == OpKind::kHaloSum || op.kind == OpKind::kHaloMax) {
+        ++counters_.halo_calls;
+        counters_.halo_bytes += comm_bytes;
+      }
     }
     ++counters_.ops_run;
     counters_.bytes_moved += cost.bytes;
     counters_.simulated_seconds += simulated;
     if (options_.debug) check_finite(compiled, i, bound);
+    const auto end = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(end - start).count();
+    (is_collective(op.kind) || op.kind == OpKind::kBucketWait ? counters_.comm_seconds
+                                                               : counters_.compute_seconds) += seconds;
     if (options_.trace) {
-      const auto end = std::chrono::steady_clock::now();
       const auto us = [&](auto t) {
         return std::chrono::duration<double, std::micro>(t - epoch_).count();
       };
-      trace_.push_back({std::string(to_string(p.ops[i].kind)), p.ops[i].scope, p.name, us(start),
+      trace_.push_back({std::string(to_string(op.kind)), op.scope, p.name, us(start),
                         us(end) - us(start), simulated * 1e6});
     }
+  }
+  if (!buckets_.empty()) {
+    throw RunError(fmt::format("program '{}' ended with {} gradient all-reduce(s) not waited for",
+                               p.name, buckets_.size()));
   }
 }
 
@@ -117,275 +146,366 @@ void Core::check_finite(const CompiledProgram& compiled, std::size_t op_index,
   // Optimizer updates write their parameter in place: check that instead.
   std::vector<ValueId> written = op.outputs;
   if (op.kind == OpKind::kAdamUpdate || op.kind == OpKind::kSgdUpdate) written = {op.inputs[0]};
+  const std::string rank =
+      options_.communicator ? fmt::format("rank {}: ", communicator_rank()) : std::string();
   for (ValueId v : written) {
     const ValueInfo& info = p.value(v);
-    if (info.dtype != DType::kF32) continue;
-    const auto* data = reinterpret_cast<const float*>(bound.data[static_cast<size_t>(v)]);
+    if (!is_floating(info.dtype)) continue;
     const int64_t n = info.elements();
+    const std::byte* data = bound.data[static_cast<size_t>(v)];
     for (int64_t k = 0; k < n; ++k) {
-      if (std::isfinite(data[k])) continue;
+      const double x = info.dtype == DType::kF32 ? reinterpret_cast<const float*>(data)[k]
+                                                 : reinterpret_cast<const double*>(data)[k];
+      if (std::isfinite(x)) continue;
       const int64_t cols = info.shape.size() > 1 ? n / info.shape[0] : 1;
       throw RunError(fmt::format(
-          "program '{}': {} produced {} in '{}' {} at row {}, column {} (first non-finite value; "
+          "{}program '{}': {} produced {} in '{}' {} at row {}, column {} (first non-finite value; "
           "debug mode)",
-          p.name, p.describe(op_index), std::isnan(data[k]) ? "NaN" : "Inf", info.name,
+          rank, p.name, p.describe(op_index), std::isnan(x) ? "NaN" : "Inf", info.name,
           shape_string(info.shape), k / cols, k % cols));
     }
   }
 }
 
-void Core::execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
-                   const RunContext& context) {
+// One op in the value type T. Returns the bytes it sent to other ranks.
+template <typename T>
+double Core::execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
+                     const RunContext& context) {
   const Program& p = compiled.program;
   const Op& op = p.ops[op_index];
   const OpAttrs& a = op.attrs;
   const auto elements = [&](ValueId v) { return static_cast<size_t>(p.value(v).elements()); };
   const auto shape = [&](ValueId v) -> const std::vector<int64_t>& { return p.value(v).shape; };
-  const auto f32 = [&](ValueId v) {
-    return std::span<float>(reinterpret_cast<float*>(bound.data[static_cast<size_t>(v)]), elements(v));
+  const auto typed = [&]<typename U>(ValueId v) {
+    return std::span<U>(reinterpret_cast<U*>(bound.data[static_cast<size_t>(v)]), elements(v));
   };
-  const auto in = [&](size_t k) {
-    const ValueId v = op.inputs[k];
-    return std::span<const float>(reinterpret_cast<const float*>(bound.data[static_cast<size_t>(v)]),
-                                  elements(v));
+  // Spans of output k and input k, by type; optional inputs give empty spans.
+  const auto out_of = [&]<typename U = T>(size_t k = 0) { return typed.template operator()<U>(op.outputs[k]); };
+  const auto in = [&]<typename U = T>(size_t k) {
+    if (k >= op.inputs.size() || op.inputs[k] == kNoValue) return std::span<const U>();
+    return std::span<const U>(typed.template operator()<U>(op.inputs[k]));
   };
-  // Optional float input k: empty when absent.
-  const auto opt_in = [&](size_t k) {
-    return k < op.inputs.size() && op.inputs[k] != kNoValue ? in(k) : std::span<const float>();
-  };
-  const auto i64 = [&](size_t k) {
-    const ValueId v = op.inputs[k];
-    return std::span<const int64_t>(
-        reinterpret_cast<const int64_t*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  const auto mask = [&](size_t k) {
-    const ValueId v = op.inputs[k];
-    return std::span<const uint8_t>(
-        reinterpret_cast<const uint8_t*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  const auto arg_out = [&]() {
-    if (op.outputs.size() < 2) return std::span<int32_t>();
-    const ValueId v = op.outputs[1];
-    return std::span<int32_t>(reinterpret_cast<int32_t*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  const auto arg_in = [&](size_t k) {
-    if (k >= op.inputs.size() || op.inputs[k] == kNoValue) return std::span<const int32_t>();
-    const ValueId v = op.inputs[k];
-    return std::span<const int32_t>(
-        reinterpret_cast<const int32_t*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  const auto metrics = [&]() {
-    const ValueId v = op.inputs[0];
-    return std::span<double>(reinterpret_cast<double*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  const auto graph = [&]() -> const Adjacency& { return *bound.graphs.at(static_cast<size_t>(a.graph)); };
+  const auto mutable_in = [&]<typename U = T>(size_t k) { return typed.template operator()<U>(op.inputs[k]); };
+  const auto graph = [&]() -> const Adjacency& { return *bound.graphs.at(static_cast<size_t>(a.graph())); };
   const auto rows = [&](ValueId v) { return shape(v).at(0); };
-  const auto cols = [&](ValueId v) { return shape(v).size() > 1 ? shape(v)[1] : 1; };
-  const auto count_mask = [&](size_t k) {
+  const auto cols = [&](ValueId v) { return shape(v).size() > 1 ? shape(v)[1] : int64_t{1}; };
+  // A loss's count: the global one when given (partitioned), else this rank's.
+  const auto loss_count = [&](size_t mask_input, size_t count_input, int64_t per_row) {
+    if (count_input < op.inputs.size()) return in.template operator()<int64_t>(count_input)[0] * per_row;
     int64_t n = 0;
-    for (uint8_t m : mask(k)) n += m != 0;
-    return n;
+    for (uint8_t m : in.template operator()<uint8_t>(mask_input)) n += m != 0;
+    return n * per_row;
   };
   const ValueId out = op.outputs.empty() ? kNoValue : op.outputs[0];
-  const ops::DropoutKey dropout_key{context.seed, static_cast<uint64_t>(context.step), a.key};
-  const auto slope = static_cast<float>(a.alpha);
-  const auto norm_mode = a.key == 1 ? ops::LayerNormMode::kNode : ops::LayerNormMode::kGraph;
+  const ops::DropoutKey dropout_key{context.seed, static_cast<uint64_t>(context.step), a.key()};
+  const auto slope = static_cast<T>(a.alpha());
+  const auto norm_mode = a.per_node() ? ops::LayerNormMode::kNode : ops::LayerNormMode::kGraph;
+  const auto f = [&]() { return out_of(); };
 
   switch (op.kind) {
     case OpKind::kFill:
-      std::fill(f32(out).begin(), f32(out).end(), static_cast<float>(a.alpha));
-      return;
+      std::fill(f().begin(), f().end(), static_cast<T>(a.alpha()));
+      return 0;
     case OpKind::kMatMul: {
-      const int64_t k = a.trans_a ? rows(op.inputs[0]) : cols(op.inputs[0]);
-      ops::matmul<float>(in(0), in(1), f32(out), rows(out), k, cols(out), a.trans_a, a.trans_b);
-      return;
+      const int64_t k = a.trans_a() ? rows(op.inputs[0]) : cols(op.inputs[0]);
+      ops::matmul<T>(in(0), in(1), f(), rows(out), k, cols(out), a.trans_a(), a.trans_b());
+      return 0;
     }
     case OpKind::kAdd:
-      ops::add(in(0), in(1), f32(out));
-      return;
+      ops::add<T>(in(0), in(1), f());
+      return 0;
+    case OpKind::kMul:
+      ops::mul<T>(in(0), in(1), f());
+      return 0;
     case OpKind::kScale:
-      ops::scale(in(0), static_cast<float>(a.alpha), f32(out));
-      return;
+      ops::scale<T>(in(0), static_cast<T>(a.alpha()), f());
+      return 0;
     case OpKind::kBiasAdd:
-      ops::bias_add_forward<float>(in(0), in(1), f32(out), rows(out), cols(out));
-      return;
+      ops::bias_add_forward<T>(in(0), in(1), f(), rows(out), cols(out));
+      return 0;
     case OpKind::kRelu:
-      ops::relu_forward<float>(in(0), f32(out));
-      return;
+      ops::relu_forward<T>(in(0), f());
+      return 0;
     case OpKind::kLeakyRelu:
-      ops::leaky_relu_forward<float>(in(0), slope, f32(out));
-      return;
+      ops::leaky_relu_forward<T>(in(0), slope, f());
+      return 0;
     case OpKind::kElu:
-      ops::elu_forward<float>(in(0), slope, f32(out));
-      return;
+      ops::elu_forward<T>(in(0), slope, f());
+      return 0;
     case OpKind::kDropout:
-      ops::dropout_forward<float>(dropout_key, a.alpha, cols(out), {}, in(0), f32(out));
-      return;
+      ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
+                              in(0), f());
+      return 0;
     case OpKind::kLogSoftmax:
-      ops::log_softmax_forward<float>(in(0), rows(out), cols(out), f32(out));
-      return;
+      ops::log_softmax_forward<T>(in(0), rows(out), cols(out), f());
+      return 0;
     case OpKind::kNllLoss: {
       const ValueId lp = op.inputs[0];
-      const ops::LossSum s =
-          ops::nll_loss_forward<float, int64_t>(in(0), rows(lp), cols(lp), i64(1), mask(2));
-      f32(out)[0] = s.count > 0 ? static_cast<float>(s.sum / static_cast<double>(s.count)) : 0.0f;
-      return;
+      const ops::LossSum s = ops::nll_loss_forward<T, int64_t>(
+          in(0), rows(lp), cols(lp), in.template operator()<int64_t>(1), in.template operator()<uint8_t>(2));
+      const int64_t count = loss_count(2, 3, 1);
+      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+      return 0;
     }
     case OpKind::kMseLoss: {
       const ValueId pred = op.inputs[0];
-      const ops::SquaredSum s = ops::mse_loss_forward(in(0), in(1), mask(2), rows(pred), cols(pred));
-      f32(out)[0] = s.count > 0 ? static_cast<float>(s.sum / static_cast<double>(s.count)) : 0.0f;
-      return;
+      const ops::SquaredSum s = ops::mse_loss_forward<T>(in(0), in(1), in.template operator()<uint8_t>(2),
+                                                         rows(pred), cols(pred));
+      const int64_t count = loss_count(2, 3, cols(pred));
+      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+      return 0;
     }
     case OpKind::kHeadDot:
-      ops::head_dot_forward(in(0), in(1), rows(out), a.heads, cols(op.inputs[0]) / a.heads, f32(out));
-      return;
+      ops::head_dot_forward<T>(in(0), in(1), rows(out), a.heads(), cols(op.inputs[0]) / a.heads(), f());
+      return 0;
     case OpKind::kHeadMean:
-      ops::head_mean_forward(in(0), rows(out), a.heads, cols(out), f32(out));
-      return;
+      ops::head_mean_forward<T>(in(0), rows(out), a.heads(), cols(out), f());
+      return 0;
+    case OpKind::kLayerNormMoments: {
+      const ValueId x = op.inputs[0];
+      ops::layer_norm_moments<T>(in(0), in.template operator()<uint8_t>(1), rows(x), cols(x),
+                                 out_of.template operator()<double>());
+      return 0;
+    }
     case OpKind::kLayerNorm:
-      ops::layer_norm_forward(norm_mode, in(0), in(1), in(2), rows(out), cols(out), a.alpha, f32(out));
-      return;
+      ops::layer_norm_forward<T>(norm_mode, in(0), in(1), in(2), in.template operator()<double>(3),
+                                 rows(out), cols(out), a.alpha(), f());
+      return 0;
+    case OpKind::kLayerNormGradSums: {
+      const ValueId x = op.inputs[0];
+      ops::layer_norm_grad_sums<T>(in(0), in(1), in(2), in.template operator()<double>(3), rows(x),
+                                   cols(x), out_of.template operator()<double>());
+      return 0;
+    }
     case OpKind::kLayerNormGradX:
-      ops::layer_norm_backward_x(norm_mode, in(0), in(1), in(2), rows(out), cols(out), a.alpha, f32(out));
-      return;
+      ops::layer_norm_backward_x<T>(norm_mode, in(0), in(1), in(2), in.template operator()<double>(3),
+                                    in.template operator()<double>(4), in.template operator()<uint8_t>(5),
+                                    rows(out), cols(out), a.alpha(), f());
+      return 0;
     case OpKind::kLayerNormGradGamma: {
       const ValueId x = op.inputs[0];
-      ops::layer_norm_backward_gamma(norm_mode, in(0), in(1), rows(x), cols(x), a.alpha, f32(out));
-      return;
+      ops::layer_norm_backward_gamma<T>(norm_mode, in(0), in(1), in.template operator()<double>(2),
+                                        rows(x), cols(x), a.alpha(), f());
+      return 0;
     }
     case OpKind::kGcnNorm:
-      ops::gcn_norm<int32_t>(graph(), f32(out));
-      return;
+      ops::gcn_norm<T, int32_t>(graph(), in.template operator()<int64_t>(0), f());
+      return 0;
+    case OpKind::kDivideRows:
+      ops::divide_rows<T>(in(0), in.template operator()<int64_t>(1), cols(out), f());
+      return 0;
     case OpKind::kGather:
-      ops::gather_forward<float, int32_t>(graph().by_src, cols(out), in(0), f32(out));
-      return;
+      ops::gather_forward<T, int32_t>(graph().by_src, cols(out), in(0), f());
+      return 0;
     case OpKind::kEdgeScale:
-      ops::edge_scale(in(0), in(1), rows(out), a.heads, cols(out) / a.heads, f32(out));
-      return;
+      ops::edge_scale<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f());
+      return 0;
     case OpKind::kScatter:
-      ops::scatter_forward<float, int32_t>(a.reduce, graph().by_dst, cols(out), in(0), f32(out),
-                                           arg_out());
-      return;
+      ops::scatter_forward<T, int32_t>(reduce_of(a), graph().by_dst, cols(out), in(0), f(),
+                                       op.outputs.size() > 1 ? out_of.template operator()<int32_t>(1)
+                                                             : std::span<int32_t>());
+      return 0;
     case OpKind::kSpmm:
-      ops::spmm_forward<float, int32_t>(a.reduce, graph(), cols(out), in(0), opt_in(1), f32(out),
-                                        arg_out());
-      return;
+      ops::spmm_forward<T, int32_t>(reduce_of(a), graph(), cols(out), in(0), in(1), f(),
+                                    op.outputs.size() > 1 ? out_of.template operator()<int32_t>(1)
+                                                          : std::span<int32_t>());
+      return 0;
     case OpKind::kSddmmAdd:
-      ops::sddmm_add_forward<float, int32_t>(graph(), a.heads, in(0), in(1), f32(out));
-      return;
-    case OpKind::kAllReduce:
-      if (options_.communicator && options_.communicator->size() > 1) {
-        options_.communicator->allreduce_async<float>(in(0), f32(out)).wait();
-      } else {
-        std::copy(in(0).begin(), in(0).end(), f32(out).begin());
-      }
-      return;
+      ops::sddmm_add_forward<T, int32_t>(graph(), a.heads(), in(0), in(1), f());
+      return 0;
     case OpKind::kSegmentSoftmax:
-      ops::segment_softmax_forward<float, int32_t>(graph().by_dst, a.heads, in(0), f32(out));
-      return;
+      ops::segment_softmax_forward<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
+      return 0;
+    case OpKind::kSegmentMax:
+      ops::segment_max<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
+      return 0;
+    case OpKind::kSegmentExpSum:
+      ops::segment_exp_sum<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), f());
+      return 0;
+    case OpKind::kSegmentSoftmaxApply:
+      ops::segment_softmax_apply<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
+      return 0;
     case OpKind::kBiasGrad:
-      ops::bias_add_backward<float>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), f32(out));
-      return;
+      ops::bias_add_backward<T>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), f());
+      return 0;
     case OpKind::kReluGrad:
-      ops::relu_backward<float>(in(0), in(1), f32(out));
-      return;
+      ops::relu_backward<T>(in(0), in(1), f());
+      return 0;
     case OpKind::kLeakyReluGrad:
-      ops::leaky_relu_backward<float>(in(0), slope, in(1), f32(out));
-      return;
+      ops::leaky_relu_backward<T>(in(0), slope, in(1), f());
+      return 0;
     case OpKind::kEluGrad:
-      ops::elu_backward<float>(in(0), slope, in(1), f32(out));
-      return;
+      ops::elu_backward<T>(in(0), slope, in(1), f());
+      return 0;
     case OpKind::kDropoutGrad:
-      ops::dropout_backward<float>(dropout_key, a.alpha, cols(out), {}, in(0), f32(out));
-      return;
+      ops::dropout_backward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
+                               in(0), f());
+      return 0;
     case OpKind::kLogSoftmaxGrad:
-      ops::log_softmax_backward<float>(in(0), in(1), rows(out), cols(out), f32(out));
-      return;
+      ops::log_softmax_backward<T>(in(0), in(1), rows(out), cols(out), f());
+      return 0;
     case OpKind::kNllLossGrad: {
-      const int64_t used = count_mask(2);
-      const float scale = used > 0 ? in(3)[0] / static_cast<float>(used) : 0.0f;
-      ops::nll_loss_backward<float, int64_t>(rows(out), cols(out), i64(1), mask(2), scale, f32(out));
-      return;
+      const int64_t count = loss_count(2, 4, 1);
+      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
+      ops::nll_loss_backward<T, int64_t>(rows(out), cols(out), in.template operator()<int64_t>(1),
+                                         in.template operator()<uint8_t>(2), scale, f());
+      return 0;
     }
     case OpKind::kMseLossGrad: {
-      const int64_t used = count_mask(2) * cols(out);
-      const float scale = used > 0 ? in(3)[0] / static_cast<float>(used) : 0.0f;
-      ops::mse_loss_backward(in(0), in(1), mask(2), rows(out), cols(out), scale, f32(out));
-      return;
+      const int64_t count = loss_count(2, 4, cols(out));
+      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
+      ops::mse_loss_backward<T>(in(0), in(1), in.template operator()<uint8_t>(2), rows(out), cols(out),
+                                scale, f());
+      return 0;
     }
     case OpKind::kHeadDotGradX:
-      ops::head_dot_backward_x(in(0), in(1), rows(out), a.heads, cols(out) / a.heads, f32(out));
-      return;
+      ops::head_dot_backward_x<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f());
+      return 0;
     case OpKind::kHeadDotGradAtt: {
       const ValueId x = op.inputs[0];
-      ops::head_dot_backward_att(in(0), in(1), rows(x), a.heads, cols(x) / a.heads, f32(out));
-      return;
+      ops::head_dot_backward_att<T>(in(0), in(1), rows(x), a.heads(), cols(x) / a.heads(), f());
+      return 0;
     }
     case OpKind::kHeadMeanGrad:
-      ops::head_mean_backward(in(0), rows(out), a.heads, cols(op.inputs[0]), f32(out));
-      return;
+      ops::head_mean_backward<T>(in(0), rows(out), a.heads(), cols(op.inputs[0]), f());
+      return 0;
     case OpKind::kGatherGrad:
-      ops::gather_backward<float, int32_t>(graph().by_src, cols(out), in(0), f32(out));
-      return;
+      ops::gather_backward<T, int32_t>(graph().by_src, cols(out), in(0), f());
+      return 0;
     case OpKind::kEdgeDot: {
       const ValueId g = op.inputs[0];
-      ops::edge_dot(in(0), in(1), rows(g), a.heads, cols(g) / a.heads, f32(out));
-      return;
+      ops::edge_dot<T>(in(0), in(1), rows(g), a.heads(), cols(g) / a.heads(), f());
+      return 0;
     }
     case OpKind::kScatterGrad:
-      ops::scatter_backward<float, int32_t>(a.reduce, graph().by_dst, cols(out), in(0), arg_in(1),
-                                            f32(out));
-      return;
+      ops::scatter_backward<T, int32_t>(reduce_of(a), graph().by_dst, cols(out), in(0),
+                                        in.template operator()<int32_t>(1), f());
+      return 0;
     case OpKind::kSpmmGradX:
       // inputs: x, g, edge weight (or none), arg (or none)
-      ops::spmm_backward<float, int32_t>(a.reduce, graph(), cols(out), in(0), opt_in(2), in(1),
-                                         arg_in(3), f32(out), {});
-      return;
+      ops::spmm_backward<T, int32_t>(reduce_of(a), graph(), cols(out), in(0), in(2), in(1),
+                                     in.template operator()<int32_t>(3), f(), {});
+      return 0;
     case OpKind::kSpmmGradW:
       // d out[v] / d w_e = x[src(e)] . g[dst(e)] per head (sum aggregation).
-      ops::sddmm_dot_forward<float, int32_t>(graph(), cols(op.inputs[0]), a.heads, in(0), in(1),
-                                             f32(out));
-      return;
+      ops::sddmm_dot_forward<T, int32_t>(graph(), cols(op.inputs[0]), a.heads(), in(0), in(1), f());
+      return 0;
     case OpKind::kSddmmAddGradA:
-      ops::sddmm_add_backward<float, int32_t>(graph(), a.heads, in(0), f32(out), {});
-      return;
+      ops::sddmm_add_backward<T, int32_t>(graph(), a.heads(), in(0), f(), {});
+      return 0;
     case OpKind::kSddmmAddGradB:
-      ops::sddmm_add_backward<float, int32_t>(graph(), a.heads, in(0), {}, f32(out));
-      return;
+      ops::sddmm_add_backward<T, int32_t>(graph(), a.heads(), in(0), {}, f());
+      return 0;
     case OpKind::kSegmentSoftmaxGrad:
-      ops::segment_softmax_backward<float, int32_t>(graph().by_dst, a.heads, in(0), in(1), f32(out));
-      return;
+      ops::segment_softmax_backward<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), f());
+      return 0;
+    case OpKind::kSegmentExpSumGrad:
+      ops::segment_exp_sum_grad<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
+      return 0;
+    case OpKind::kSegmentSoftmaxApplyGradS:
+      ops::segment_softmax_apply_grad_s<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
+      return 0;
+    case OpKind::kKeepWinners: {
+      const auto g = in(0);
+      const auto arg = in.template operator()<int32_t>(1);
+      const auto edges = static_cast<int32_t>(graph().num_edges());
+      auto o = f();
+      for (size_t k = 0; k < o.size(); ++k) o[k] = arg[k] < edges ? g[k] : T(0);
+      return 0;
+    }
+    case OpKind::kAllReduce:
+      return all_reduce_op(p.value(op.inputs[0]).dtype, bound.data[static_cast<size_t>(op.inputs[0])],
+                           bound.data[static_cast<size_t>(out)], elements(out));
+    case OpKind::kHaloSum: {
+      auto o = f();
+      std::copy(in(0).begin(), in(0).end(), o.begin());
+      options_.halo->sum<T>(o, cols(out));
+      return options_.halo->bytes_sent(static_cast<double>(cols(out) * sizeof(T)));
+    }
+    case OpKind::kHaloMax: {
+      auto o = f();
+      std::copy(in(0).begin(), in(0).end(), o.begin());
+      const bool max = reduce_of(a) == ops::Reduce::kMax;
+      if (op.inputs.size() == 1) {
+        if (!max) throw RunError("halo_max without arg is a max");
+        options_.halo->max<T>(o, cols(out));
+        return options_.halo->bytes_sent(static_cast<double>(cols(out) * sizeof(T)));
+      }
+      // Keys: the global id of each element's local winning edge.
+      const auto arg = in.template operator()<int32_t>(1);
+      const auto edge_id = in.template operator()<int64_t>(2);
+      const auto edges = static_cast<int32_t>(edge_id.size());
+      std::vector<int64_t> keys(o.size());
+      for (size_t k = 0; k < o.size(); ++k) {
+        keys[k] = arg[k] < edges ? edge_id[static_cast<size_t>(arg[k])] : collectives::HaloExchange::kNoKey;
+      }
+      std::vector<int64_t> mine = keys;
+      options_.halo->keyed<T>(o, keys, cols(out), max);
+      auto new_arg = out_of.template operator()<int32_t>(1);
+      for (size_t k = 0; k < o.size(); ++k) {
+        const bool won = mine[k] != collectives::HaloExchange::kNoKey && keys[k] == mine[k];
+        new_arg[k] = won ? arg[k] : edges;
+        if (keys[k] == collectives::HaloExchange::kNoKey) o[k] = T(0);  // empty everywhere
+      }
+      return options_.halo->bytes_sent(static_cast<double>(cols(out) * (sizeof(T) + sizeof(int64_t))));
+    }
+    case OpKind::kBucketStart: {
+      auto bucket = f();
+      size_t at = 0;
+      for (size_t k = 0; k < op.inputs.size(); ++k) {
+        const auto g = in(k);
+        std::copy(g.begin(), g.end(), bucket.begin() + static_cast<std::ptrdiff_t>(at));
+        at += g.size();
+      }
+      start_bucket(a.key(), bucket.data(), bucket.size(), sizeof(T) == 8);
+      return static_cast<double>(bucket.size_bytes());
+    }
+    case OpKind::kBucketWait: {
+      wait_bucket(a.key());
+      const auto bucket = in(0);
+      size_t at = 0;
+      for (size_t k = 0; k < op.outputs.size(); ++k) {
+        auto g = out_of(k);
+        std::copy_n(bucket.begin() + static_cast<std::ptrdiff_t>(at), g.size(), g.begin());
+        at += g.size();
+      }
+      return 0;
+    }
     case OpKind::kAdamUpdate:
-      ops::adam_update({.lr = context.lr,
-                        .beta1 = a.beta1,
-                        .beta2 = a.beta2,
-                        .eps = a.eps,
-                        .weight_decay = a.weight_decay,
-                        .decoupled = a.decoupled,
-                        .step = context.step},
-                       in(1), f32(op.inputs[0]), f32(op.inputs[2]), f32(op.inputs[3]));
-      return;
+      ops::adam_update<T>({.lr = context.lr,
+                           .beta1 = a.beta1(),
+                           .beta2 = a.beta2(),
+                           .eps = a.eps(),
+                           .weight_decay = a.weight_decay(),
+                           .decoupled = a.decoupled(),
+                           .step = context.step},
+                          in(1), mutable_in(0), mutable_in(2), mutable_in(3));
+      return 0;
     case OpKind::kSgdUpdate:
-      ops::sgd_update({.lr = context.lr,
-                       .momentum = a.momentum,
-                       .weight_decay = a.weight_decay,
-                       .nesterov = a.nesterov,
-                       .step = context.step},
-                      in(1), f32(op.inputs[0]), f32(op.inputs[2]));
-      return;
+      ops::sgd_update<T>({.lr = context.lr,
+                          .momentum = a.momentum(),
+                          .weight_decay = a.weight_decay(),
+                          .nesterov = a.nesterov(),
+                          .step = context.step},
+                         in(1), mutable_in(0), mutable_in(2));
+      return 0;
     case OpKind::kAccumulate:
-      metrics()[a.key] += static_cast<double>(in(1)[0]);
-      return;
+      mutable_in.template operator()<double>(0)[a.key()] += static_cast<double>(in(1)[0]);
+      return 0;
     case OpKind::kCountCorrect: {
       const ValueId lp = op.inputs[1];
-      const ops::CorrectCount c = ops::count_correct(in(1), i64(2), mask(3), rows(lp), cols(lp));
-      metrics()[a.key] += static_cast<double>(c.correct);
-      metrics()[a.key + 1] += static_cast<double>(c.total);
-      return;
+      const ops::CorrectCount c = ops::count_correct<T>(in(1), in.template operator()<int64_t>(2),
+                                                        in.template operator()<uint8_t>(3), rows(lp), cols(lp));
+      auto metrics = mutable_in.template operator()<double>(0);
+      metrics[a.key()] += static_cast<double>(c.correct);
+      metrics[a.key() + 1] += static_cast<double>(c.total);
+      return 0;
     }
   }
   throw RunError(fmt::format("program '{}': {} has no kernel", p.name, p.describe(op_index)));
 }
+
+template double Core::execute<float>(const CompiledProgram&, std::size_t, const Bound&, const RunContext&);
+template double Core::execute<double>(const CompiledProgram&, std::size_t, const Bound&, const RunContext&);
 
 }  // namespace gnnrt::runtime

@@ -1,6 +1,5 @@
 #include "runtime/npy.h"
 
-#include <bit>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -11,8 +10,6 @@
 #include <fmt/ranges.h>
 
 namespace gnnrt {
-
-static_assert(std::endian::native == std::endian::little, "gnnrt assumes a little-endian host");
 
 namespace {
 
@@ -54,6 +51,15 @@ const DTypeInfo& info(DType dtype) {
   throw NpyError(fmt::format("{}: {}", source, what));
 }
 
+// The element count of a shape read from `source`.
+int64_t elements_of(const std::vector<int64_t>& shape, std::string_view source) {
+  try {
+    return element_count(shape, "");
+  } catch (const TensorError& e) {
+    fail(source, e.what());
+  }
+}
+
 // The value text after 'key': in the header dict, up to the next top-level ',' or '}'.
 std::string_view dict_value(std::string_view header, std::string_view key, std::string_view source) {
   const std::string quoted = fmt::format("'{}'", key);
@@ -84,6 +90,9 @@ std::vector<int64_t> parse_shape(std::string_view text, std::string_view source)
   while (!rest.empty()) {
     while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
     if (rest.empty()) break;
+    if (rest.front() == '-') {
+      fail(source, fmt::format("shape '{}' has a negative dimension", text));
+    }
     int64_t dim = 0;
     std::size_t digits = 0;
     while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') {
@@ -103,88 +112,9 @@ std::vector<int64_t> parse_shape(std::string_view text, std::string_view source)
   return shape;
 }
 
-int64_t element_count(const std::vector<int64_t>& shape, std::string_view source) {
-  int64_t n = 1;
-  for (const int64_t d : shape) {
-    if (d < 0) fail(source, "negative dimension");
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) fail(source, "shape overflows");
-    n *= d;
-  }
-  return n;
-}
-
 }  // namespace
 
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "float32";
-    case DType::kF64: return "float64";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kBool: return "bool";
-  }
-  return "?";
-}
-
-DType parse_dtype(std::string_view name) {
-  for (DType d : {DType::kF32, DType::kF64, DType::kI32, DType::kI64, DType::kBool}) {
-    if (to_string(d) == name) return d;
-  }
-  throw NpyError(fmt::format("unknown dtype '{}'", name));
-}
-
-std::size_t item_size(DType dtype) { return info(dtype).size; }
-
-NpyArray::NpyArray(DType dtype, std::vector<int64_t> shape)
-    : dtype_(dtype), shape_(std::move(shape)) {
-  data_.resize(static_cast<std::size_t>(element_count(shape_, "array")) * item_size(dtype_));
-}
-
-template <typename T>
-NpyArray NpyArray::from(std::span<const T> values, std::vector<int64_t> shape) {
-  NpyArray a(dtype_of<T>(), std::move(shape));
-  if (a.size() != static_cast<int64_t>(values.size())) {
-    throw NpyError(fmt::format("array of shape ({}) cannot hold {} values",
-                               fmt::join(a.shape_, ", "), values.size()));
-  }
-  if (!a.data_.empty()) std::memcpy(a.data_.data(), values.data(), a.data_.size());
-  return a;
-}
-
-int64_t NpyArray::size() const { return element_count(shape_, "array"); }
-
-template <typename T>
-std::span<const T> NpyArray::values() const {
-  if (dtype_ != dtype_of<T>()) {
-    throw NpyError(fmt::format("array is {}, not {}", to_string(dtype_), to_string(dtype_of<T>())));
-  }
-  return {reinterpret_cast<const T*>(data_.data()), static_cast<std::size_t>(size())};
-}
-
-template <typename T>
-std::span<T> NpyArray::values() {
-  const auto v = std::as_const(*this).values<T>();
-  return {const_cast<T*>(v.data()), v.size()};
-}
-
-template <typename T>
-std::vector<T> NpyArray::to_vector() const {
-  const auto convert = [&](auto tag) {
-    using S = decltype(tag);
-    const auto* p = reinterpret_cast<const S*>(data_.data());
-    return std::vector<T>(p, p + size());
-  };
-  switch (dtype_) {
-    case DType::kF32: return convert(float{});
-    case DType::kF64: return convert(double{});
-    case DType::kI32: return convert(int32_t{});
-    case DType::kI64: return convert(int64_t{});
-    case DType::kBool: return convert(uint8_t{});
-  }
-  return {};
-}
-
-NpyArray parse_npy(std::span<const std::byte> file, std::string_view source) {
+Tensor parse_npy(std::span<const std::byte> file, std::string_view source) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(file.data());
   if (file.size() < kMagicSize + 2 || std::memcmp(bytes, kMagic, kMagicSize) != 0) {
     fail(source, "not a .npy file (bad magic string)");
@@ -225,12 +155,12 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view source) {
   if (fortran != "False") fail(source, fmt::format("fortran_order '{}' is not a bool", fortran));
 
   std::vector<int64_t> shape = parse_shape(dict_value(header, "shape", source), source);
-  const int64_t count = element_count(shape, source);
+  const int64_t count = elements_of(shape, source);
   if (count > static_cast<int64_t>(file.size())) {  // checked before allocating
     fail(source, fmt::format("shape ({}) has {} elements, more than the file's {} bytes",
                              fmt::join(shape, ", "), count, file.size()));
   }
-  NpyArray array(found->dtype, std::move(shape));
+  Tensor array(found->dtype, std::move(shape));
   const std::size_t data_offset = offset + header_len;
   const std::size_t expected = static_cast<std::size_t>(array.size()) * found->size;
   const std::size_t actual = file.size() - data_offset;
@@ -242,14 +172,14 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view source) {
   return array;
 }
 
-NpyArray read_npy(const std::filesystem::path& path) {
+Tensor read_npy(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw NpyError(fmt::format("{}: cannot open for reading", path.string()));
   std::vector<char> content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return parse_npy(std::as_bytes(std::span(content)), path.string());
 }
 
-void write_npy(const std::filesystem::path& path, const NpyArray& array) {
+void write_npy(const std::filesystem::path& path, const Tensor& array) {
   std::string shape;
   for (const int64_t d : array.shape()) shape += fmt::format("{}, ", d);
   if (array.shape().size() > 1) shape.resize(shape.size() - 2);
@@ -288,16 +218,5 @@ void write_npy(const std::filesystem::path& path, const NpyArray& array) {
   }
   std::filesystem::rename(tmp, path);
 }
-
-#define GNNRT_INSTANTIATE(T)                                                         \
-  template NpyArray NpyArray::from<T>(std::span<const T>, std::vector<int64_t>);     \
-  template std::span<const T> NpyArray::values<T>() const;                           \
-  template std::span<T> NpyArray::values<T>();                                       \
-  template std::vector<T> NpyArray::to_vector<T>() const;
-GNNRT_INSTANTIATE(float)
-GNNRT_INSTANTIATE(double)
-GNNRT_INSTANTIATE(int32_t)
-GNNRT_INSTANTIATE(int64_t)
-GNNRT_INSTANTIATE(uint8_t)
 
 }  // namespace gnnrt

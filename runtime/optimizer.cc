@@ -23,13 +23,13 @@ std::string OptimizerConfig::to_text() const {
 void append_optimizer(Builder& b, std::span<const ValueId> params, std::span<const ValueId> grads,
                       const OptimizerConfig& config) {
   OpAttrs hyper;
-  hyper.weight_decay = config.weight_decay;
-  hyper.momentum = config.momentum;
-  hyper.nesterov = config.nesterov;
-  hyper.beta1 = config.beta1;
-  hyper.beta2 = config.beta2;
-  hyper.eps = config.eps;
-  hyper.decoupled = config.kind == OptimizerConfig::Kind::kAdamW;
+  hyper.set_weight_decay(config.weight_decay);
+  hyper.set_momentum(config.momentum);
+  hyper.set_nesterov(config.nesterov);
+  hyper.set_beta1(config.beta1);
+  hyper.set_beta2(config.beta2);
+  hyper.set_eps(config.eps);
+  hyper.set_decoupled(config.kind == OptimizerConfig::Kind::kAdamW);
   Builder::Scope scope(b, "optimizer");
   for (size_t i = 0; i < params.size(); ++i) {
     if (grads[i] == kNoValue) continue;

@@ -1,7 +1,10 @@
 #include "runtime/passes.h"
 
+#include "runtime/builder.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -41,12 +44,12 @@ ValueId add_temp(Program& p, std::string name, std::vector<int64_t> shape) {
 // An spmm whose result is linear in x with per-edge scalar weights.
 bool is_linear_aggregation(const Op& op) {
   return op.kind == OpKind::kSpmm &&
-         (op.attrs.reduce == ops::Reduce::kSum || op.attrs.reduce == ops::Reduce::kMean) &&
-         op.attrs.heads == 1 && op.outputs.size() == 1;
+         (reduce_of(op.attrs) == ops::Reduce::kSum || reduce_of(op.attrs) == ops::Reduce::kMean) &&
+         op.attrs.heads() == 1 && op.outputs.size() == 1;
 }
 
 // A matmul by a weight: X [N, Fin] times W (any layout), not transposing X.
-bool is_weight_matmul(const Op& op) { return op.kind == OpKind::kMatMul && !op.attrs.trans_a; }
+bool is_weight_matmul(const Op& op) { return op.kind == OpKind::kMatMul && !op.attrs.trans_a(); }
 
 }  // namespace
 
@@ -80,8 +83,9 @@ void verify(const Program& p) {
       }
       defined[static_cast<size_t>(v)] = true;
     }
-    if (op.attrs.graph >= 0 && static_cast<size_t>(op.attrs.graph) >= p.graphs.size()) {
-      fail(i, fmt::format("graph #{} does not exist", op.attrs.graph));
+    if (op.attrs.has_graph() &&
+        (op.attrs.graph() < 0 || static_cast<size_t>(op.attrs.graph()) >= p.graphs.size())) {
+      fail(i, fmt::format("graph #{} does not exist", op.attrs.graph()));
     }
   }
   for (ValueId v : p.outputs) {
@@ -103,51 +107,124 @@ int fuse_aggregations(Program& p) {
       const Op& s = p.ops[*scale];
       messages = s.inputs[0];
       weight = s.inputs[1];
-      heads = s.attrs.heads;
+      heads = s.attrs.heads();
     }
     const auto gather = ud.single_use_producer(p, messages, OpKind::kGather);
-    if (!gather || p.ops[*gather].attrs.graph != op.attrs.graph) continue;
+    if (!gather || p.ops[*gather].attrs.graph() != op.attrs.graph()) continue;
     // The spmm takes the scatter's place and outputs; the gather and the
     // edge_scale are left without readers for eliminate_dead_values.
     op.kind = OpKind::kSpmm;
     op.inputs = {p.ops[*gather].inputs[0]};
     if (weight != kNoValue) op.inputs.push_back(weight);
-    op.attrs.heads = heads;
+    op.attrs.set_heads(heads);
     ++fused;
   }
   if (fused > 0) eliminate_dead_values(p);
   return fused;
 }
 
+namespace {
+
+// Ops that act on each row of a vertex matrix linearly and keep its width:
+// what may follow an spmm in a linear aggregation (the halo sum of a
+// partitioned program, the division of a mean by global degrees).
+bool is_row_linear(const Op& op) {
+  return op.kind == OpKind::kHaloSum || op.kind == OpKind::kDivideRows;
+}
+
+// The ops of a linear aggregation, in program order: an spmm (sum or mean,
+// scalar weights) and the row-linear ops that alone consume it, one after
+// the other. Every intermediate value has exactly one use.
+using Chain = std::vector<size_t>;
+
+// The chain that ends by defining `v`, or empty.
+Chain chain_ending_at(const Program& p, const UseDef& ud, ValueId v) {
+  Chain chain;
+  for (;;) {
+    const int64_t d = ud.def[static_cast<size_t>(v)];
+    if (d < 0 || ud.uses[static_cast<size_t>(v)] != 1) return {};
+    const Op& op = p.ops[static_cast<size_t>(d)];
+    if (op.outputs.size() != 1 || op.outputs[0] != v) return {};
+    chain.insert(chain.begin(), static_cast<size_t>(d));
+    if (is_linear_aggregation(op)) return chain;
+    if (!is_row_linear(op)) return {};
+    v = op.inputs[0];
+  }
+}
+
+// The chain that starts at the spmm `first`: it and the row-linear ops that
+// alone consume its result, in order.
+Chain chain_starting_at(const Program& p, const UseDef& ud, size_t first) {
+  Chain chain{first};
+  for (;;) {
+    const ValueId v = p.ops[chain.back()].outputs[0];
+    if (ud.uses[static_cast<size_t>(v)] != 1) return chain;
+    size_t next = p.ops.size();
+    for (size_t j = chain.back() + 1; j < p.ops.size(); ++j) {
+      const auto& in = p.ops[j].inputs;
+      if (std::find(in.begin(), in.end(), v) != in.end()) {
+        next = j;
+        break;
+      }
+    }
+    if (next == p.ops.size() || !is_row_linear(p.ops[next]) || p.ops[next].inputs[0] != v) {
+      return chain;
+    }
+    chain.push_back(next);
+  }
+}
+
+// The chain's ops applied to `x` instead, `width` columns wide: new temps,
+// the last one `out`.
+std::vector<Op> rewire(Program& p, const Chain& chain, ValueId x, int64_t width, ValueId out) {
+  std::vector<Op> ops;
+  ValueId in = x;
+  for (size_t k = 0; k < chain.size(); ++k) {
+    Op op = p.ops[chain[k]];
+    op.inputs[0] = in;
+    if (k + 1 == chain.size()) {
+      op.outputs = {out};
+    } else {
+      const ValueInfo& old = p.value(op.outputs[0]);
+      op.outputs = {add_temp(p, old.name, {old.shape[0], width})};
+    }
+    in = op.outputs[0];
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+}  // namespace
+
 int reorder_aggregate_matmul(Program& p) {
   const UseDef ud(p);
   std::vector<bool> removed(p.ops.size(), false);
   std::vector<std::vector<Op>> replacement(p.ops.size());
+  const auto touched = [&](const Chain& chain) {
+    for (size_t i : chain) {
+      if (removed[i] || !replacement[i].empty()) return true;
+    }
+    return false;
+  };
   int reordered = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& later = p.ops[i];
     // Case 1: matmul(aggregate(X), W) with W narrowing.
     if (is_weight_matmul(later)) {
-      const auto agg = ud.single_use_producer(p, later.inputs[0], OpKind::kSpmm);
+      const Chain chain = chain_ending_at(p, ud, later.inputs[0]);
       // An op already rewritten (or removed) is not rewritten again.
-      if (!agg || removed[*agg] || !replacement[*agg].empty() ||
-          !is_linear_aggregation(p.ops[*agg])) {
-        continue;
-      }
-      const Op& a = p.ops[*agg];
-      const ValueId x = a.inputs[0];
+      if (chain.empty() || touched(chain)) continue;
+      const ValueId x = p.ops[chain.front()].inputs[0];
       const ValueId out = later.outputs[0];
       const int64_t f_in = p.value(x).shape[1], f_out = p.value(out).shape[1];
       if (f_out >= f_in) continue;
       const ValueId t = add_temp(p, later.scope + "/matmul", {p.value(x).shape[0], f_out});
-      Op mm = later;
+      Op mm = p.ops[i];
       mm.inputs[0] = x;
       mm.outputs = {t};
-      Op sp = a;
-      sp.inputs[0] = t;
-      sp.outputs = {out};
-      removed[*agg] = true;
-      replacement[i] = {std::move(mm), std::move(sp)};
+      replacement[i].push_back(std::move(mm));
+      for (Op& op : rewire(p, chain, t, f_out, out)) replacement[i].push_back(std::move(op));
+      for (size_t c : chain) removed[c] = true;
       ++reordered;
       continue;
     }
@@ -158,20 +235,22 @@ int reorder_aggregate_matmul(Program& p) {
           !is_weight_matmul(p.ops[*mm_index])) {
         continue;
       }
-      const Op& m = p.ops[*mm_index];
-      const ValueId x = m.inputs[0];
-      const ValueId out = later.outputs[0];
+      const Chain chain = chain_starting_at(p, ud, i);
+      if (touched(chain)) continue;
+      const ValueId x = p.ops[*mm_index].inputs[0];
+      const ValueId out = p.ops[chain.back()].outputs[0];
       const int64_t f_in = p.value(x).shape[1], f_out = p.value(out).shape[1];
       if (f_out <= f_in) continue;
-      const ValueId t = add_temp(p, later.scope + "/spmm", {p.value(out).shape[0], f_in});
-      Op sp = later;
-      sp.inputs[0] = x;
-      sp.outputs = {t};
-      Op mm = m;
+      const ValueId t = add_temp(p, p.ops[chain.back()].scope + "/aggregate", {p.value(out).shape[0], f_in});
+      Op mm = p.ops[*mm_index];
       mm.inputs[0] = t;
       mm.outputs = {out};
+      std::vector<Op> ops = rewire(p, chain, x, f_in, t);
+      ops.push_back(std::move(mm));
       removed[*mm_index] = true;
-      replacement[i] = {std::move(sp), std::move(mm)};
+      for (size_t c : chain) removed[c] = true;
+      removed[chain.back()] = false;
+      replacement[chain.back()] = std::move(ops);
       ++reordered;
     }
   }
@@ -179,15 +258,70 @@ int reorder_aggregate_matmul(Program& p) {
   std::vector<Op> ops;
   ops.reserve(p.ops.size());
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (removed[i]) continue;
-    if (replacement[i].empty()) {
-      ops.push_back(std::move(p.ops[i]));
-    } else {
+    if (!replacement[i].empty()) {
       for (Op& op : replacement[i]) ops.push_back(std::move(op));
+    } else if (!removed[i]) {
+      ops.push_back(std::move(p.ops[i]));
     }
   }
   p.ops = std::move(ops);
   return reordered;
+}
+
+std::vector<ValueId> bucket_gradients(Program& p, std::span<const ValueId> grads,
+                                      int64_t bucket_bytes, int* buckets) {
+  const UseDef ud(p);
+  // The gradients by the op that finishes them, in program order.
+  std::vector<std::pair<int64_t, size_t>> ready;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (grads[i] != kNoValue) ready.emplace_back(ud.def[static_cast<size_t>(grads[i])], i);
+  }
+  std::stable_sort(ready.begin(), ready.end());
+  std::vector<std::vector<size_t>> groups;
+  int64_t bytes = bucket_bytes;
+  for (const auto& [def, i] : ready) {
+    if (bytes >= bucket_bytes) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(i);
+    bytes += p.value(grads[i]).bytes();
+  }
+  Builder b(std::move(p));
+  Builder::Scope scope(b, "gradients");
+  // Each start goes right after the op that defines its bucket's last
+  // gradient (a gradient defined by no op, a bound value, starts first).
+  std::vector<std::vector<Op>> after(b.program().ops.size() + 1);
+  std::vector<ValueId> bucket_values;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    std::vector<ValueId> members;
+    int64_t last = -1;
+    for (size_t i : groups[k]) {
+      members.push_back(grads[i]);
+      last = std::max(last, ud.def[static_cast<size_t>(grads[i])]);
+    }
+    bucket_values.push_back(b.bucket_start(members, k));
+    after[static_cast<size_t>(last + 1)].push_back(std::move(b.program().ops.back()));
+    b.program().ops.pop_back();
+  }
+  Program& q = b.program();
+  std::vector<Op> ops;
+  ops.reserve(q.ops.size() + groups.size());
+  for (size_t i = 0; i <= q.ops.size(); ++i) {
+    for (Op& op : after[i]) ops.push_back(std::move(op));
+    if (i < q.ops.size()) ops.push_back(std::move(q.ops[i]));
+  }
+  q.ops = std::move(ops);
+  std::vector<ValueId> reduced(grads.begin(), grads.end());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    std::vector<ValueId> members;
+    for (size_t i : groups[k]) members.push_back(grads[i]);
+    const std::vector<ValueId> outs = b.bucket_wait(bucket_values[k], members, k);
+    for (size_t j = 0; j < groups[k].size(); ++j) reduced[groups[k][j]] = outs[j];
+  }
+  *buckets = static_cast<int>(groups.size());
+  p = b.take();
+  return reduced;
 }
 
 int eliminate_dead_values(Program& p) {

@@ -5,7 +5,10 @@
 // programs throw CompileError naming the op.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/program.h"
 
@@ -25,12 +28,24 @@ void verify(const Program& p);
 // used nowhere else, becomes one spmm (the E x F messages are never built).
 int fuse_aggregations(Program& p);
 
-// A linear aggregation (spmm sum or mean with at most one weight per edge)
-// next to a matmul by a weight runs on the narrower side:
+// A linear aggregation (spmm sum or mean with at most one weight per edge,
+// with the halo sum and the division by global degrees that follow it in a
+// partitioned program) next to a matmul by a weight runs on the narrower
+// side:
 //   matmul(aggregate(X), W) -> aggregate(matmul(X, W))   when W narrows
 //   aggregate(matmul(X, W)) -> matmul(aggregate(X), W)   when W widens
-// (aggregate(X)·W = aggregate(X·W) for per-edge scalar weights).
+// (aggregate(X)·W = aggregate(X·W) for per-edge scalar weights, and a halo
+// of the narrower side moves fewer bytes).
 int reorder_aggregate_matmul(Program& p);
+
+// Gradient all-reduce in buckets (a partitioned train step): groups the
+// gradients in the order they become final into buckets of about
+// `bucket_bytes`, starts each bucket's all-reduce right after the op that
+// finishes its last gradient (so it overlaps the rest of the backward pass),
+// and waits for all of them at the end. Returns the all-reduced gradients
+// (kNoValue stays kNoValue); the number of buckets in *buckets.
+std::vector<ValueId> bucket_gradients(Program& p, std::span<const ValueId> grads,
+                                      int64_t bucket_bytes, int* buckets);
 
 // Removes ops none of whose outputs is used or a program output, unless the
 // op writes persistent state. Repeats until nothing changes.

@@ -45,6 +45,11 @@ bool has_side_effects(OpKind kind) {
          kind == OpKind::kAccumulate || kind == OpKind::kCountCorrect;
 }
 
+bool is_collective(OpKind kind) {
+  return kind == OpKind::kAllReduce || kind == OpKind::kHaloSum || kind == OpKind::kHaloMax ||
+         kind == OpKind::kBucketStart;
+}
+
 int64_t ValueInfo::elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -71,7 +76,8 @@ std::string Program::describe(std::size_t op_index) const {
 }
 
 std::string Program::to_text() const {
-  std::string text = fmt::format("program {}\n", name);
+  std::string text = fmt::format("program {} float={} partitioned={}\n", name,
+                                 gnnrt::to_string(float_type), partitioned);
   for (const GraphInfo& g : graphs) {
     text += fmt::format("graph {} src={} dst={} edges={}\n", g.name, g.num_src, g.num_dst,
                         g.num_edges);
@@ -83,16 +89,12 @@ std::string Program::to_text() const {
   }
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
-    const OpAttrs& a = op.attrs;
-    // Every attribute is printed (with full precision), so two programs with
-    // the same text run the same computation.
-    text += fmt::format(
-        "{} {} in=({}) out=({}) graph={} reduce={} trans={}{} heads={} alpha={} key={} "
-        "beta1={} beta2={} eps={} wd={} momentum={} decoupled={} nesterov={} scope={}\n",
-        i, to_string(op.kind), fmt::join(op.inputs, ","), fmt::join(op.outputs, ","), a.graph,
-        ops::to_string(a.reduce), int{a.trans_a}, int{a.trans_b}, a.heads, a.alpha, a.key,
-        a.beta1, a.beta2, a.eps, a.weight_decay, a.momentum, int{a.decoupled}, int{a.nesterov},
-        op.scope);
+    // The attributes as Protobuf prints them: every field that is set, doubles
+    // with round-trip precision, so two programs with the same text run the
+    // same computation.
+    text += fmt::format("{} {} in=({}) out=({}) {{{}}} scope={}\n", i, to_string(op.kind),
+                        fmt::join(op.inputs, ","), fmt::join(op.outputs, ","),
+                        op.attrs.ShortDebugString(), op.scope);
   }
   text += fmt::format("outputs ({})\n", fmt::join(outputs, ","));
   return text;

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "ops/reduce.h"
-#include "runtime/npy.h"
+#include "runtime/op_attrs.pb.h"
+#include "runtime/tensor.h"
 
 namespace gnnrt::runtime {
 
@@ -47,57 +48,73 @@ struct GraphInfo {
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
 };
 
-// Every op the core runs. Forward ops first, then the backward-only ops the
-// autodiff emits, then ops with side effects on persistent state.
-#define GNNRT_FOR_EACH_OP(X)                                              \
-  X(kFill, "fill")                       /* () -> constant */             \
-  X(kMatMul, "matmul")                   /* (a, b) */                     \
-  X(kAdd, "add")                         /* (a, b) */                     \
-  X(kScale, "scale")                     /* (x) * alpha */                \
-  X(kBiasAdd, "bias_add")                /* (x, bias) */                  \
-  X(kRelu, "relu")                                                        \
-  X(kLeakyRelu, "leaky_relu")                                             \
-  X(kElu, "elu")                                                          \
-  X(kDropout, "dropout")                                                  \
-  X(kLogSoftmax, "log_softmax")                                           \
-  X(kNllLoss, "nll_loss")                /* (logp, labels, mask) */       \
-  X(kMseLoss, "mse_loss")                /* (pred, target, mask) */       \
-  X(kHeadDot, "head_dot")                /* (x [N,H*C], att [H*C]) */     \
-  X(kHeadMean, "head_mean")              /* (x [N,H*C]) -> [N,C] */       \
-  X(kLayerNorm, "layer_norm")            /* (x, gamma, beta) */           \
-  X(kGcnNorm, "gcn_norm")                /* () -> [E] */                  \
-  X(kGather, "gather")                   /* (x) -> [E,F] at src */        \
-  X(kEdgeScale, "edge_scale")            /* (msg [E,F], w [E,H]) */       \
-  X(kScatter, "scatter")                 /* (msg) -> [N_dst,F] (, arg) */ \
-  X(kSpmm, "spmm")                       /* (x[, w]) -> (out[, arg]) */   \
-  X(kSddmmAdd, "sddmm_add")              /* (a [Ns,H], b [Nd,H]) */       \
-  X(kSegmentSoftmax, "segment_softmax")  /* (score [E,H]) */              \
-  X(kAllReduce, "allreduce")             /* (x) summed over the ranks */  \
-  X(kBiasGrad, "bias_grad")                                               \
-  X(kReluGrad, "relu_grad")                                               \
-  X(kLeakyReluGrad, "leaky_relu_grad")                                    \
-  X(kEluGrad, "elu_grad")                                                 \
-  X(kDropoutGrad, "dropout_grad")                                         \
-  X(kLogSoftmaxGrad, "log_softmax_grad")                                  \
-  X(kNllLossGrad, "nll_loss_grad")       /* (labels, mask, g) */          \
-  X(kMseLossGrad, "mse_loss_grad")       /* (pred, target, mask, g) */    \
-  X(kHeadDotGradX, "head_dot_grad_x")    /* (att, g) */                   \
-  X(kHeadDotGradAtt, "head_dot_grad_att")/* (x, g) */                     \
-  X(kHeadMeanGrad, "head_mean_grad")                                      \
-  X(kLayerNormGradX, "layer_norm_grad_x")        /* (x, gamma, g) */      \
-  X(kLayerNormGradGamma, "layer_norm_grad_gamma")/* (x, g) */             \
-  X(kGatherGrad, "gather_grad")          /* (g [E,F]) -> [N_src,F] */     \
-  X(kEdgeDot, "edge_dot")                /* (g, msg) -> [E,H] */          \
-  X(kScatterGrad, "scatter_grad")        /* (g[, arg]) -> [E,F] */        \
-  X(kSpmmGradX, "spmm_grad_x")           /* (x, g[, w][, arg]) */         \
-  X(kSpmmGradW, "spmm_grad_w")           /* (x, g) -> [E,H] */            \
-  X(kSddmmAddGradA, "sddmm_add_grad_a")  /* (g) -> [N_src,H] */           \
-  X(kSddmmAddGradB, "sddmm_add_grad_b")  /* (g) -> [N_dst,H] */           \
-  X(kSegmentSoftmaxGrad, "segment_softmax_grad") /* (alpha, g) */         \
-  X(kAdamUpdate, "adam_update")          /* (param, grad, m, v) */        \
-  X(kSgdUpdate, "sgd_update")            /* (param, grad, buf) */         \
-  X(kAccumulate, "accumulate")           /* (metrics, scalar) */          \
-  X(kCountCorrect, "count_correct")      /* (metrics, logp, labels, mask) */
+// Every op the core runs: forward ops, then the backward-only ops the
+// autodiff emits, then collectives, then ops with side effects on persistent
+// state. Operands in brackets are optional (kNoValue when absent); the
+// Builder's method of the same name documents shapes and attributes.
+#define GNNRT_FOR_EACH_OP(X)                                                            \
+  X(kFill, "fill")                        /* () -> constant */                          \
+  X(kMatMul, "matmul")                    /* (a, b) */                                  \
+  X(kAdd, "add")                          /* (a, b) */                                  \
+  X(kMul, "mul")                          /* (a, b) elementwise */                      \
+  X(kScale, "scale")                      /* (x) * alpha */                             \
+  X(kBiasAdd, "bias_add")                 /* (x, bias) */                               \
+  X(kRelu, "relu")                                                                      \
+  X(kLeakyRelu, "leaky_relu")                                                           \
+  X(kElu, "elu")                                                                        \
+  X(kDropout, "dropout")                  /* (x[, global_rows]) */                      \
+  X(kLogSoftmax, "log_softmax")                                                         \
+  X(kNllLoss, "nll_loss")                 /* (logp, labels, mask[, count]) */           \
+  X(kMseLoss, "mse_loss")                 /* (pred, target, mask[, count]) */           \
+  X(kHeadDot, "head_dot")                 /* (x [N,H*C], att [H*C]) */                  \
+  X(kHeadMean, "head_mean")               /* (x [N,H*C]) -> [N,C] */                    \
+  X(kLayerNormMoments, "layer_norm_moments") /* (x[, mask]) -> [3] f64 */               \
+  X(kLayerNorm, "layer_norm")             /* (x, gamma, beta[, moments[, mask]]) */     \
+  X(kGcnNorm, "gcn_norm")                 /* ([degree]) -> [E] */                       \
+  X(kDivideRows, "divide_rows")           /* (x, degree) */                             \
+  X(kGather, "gather")                    /* (x) -> [E,F] at src */                     \
+  X(kEdgeScale, "edge_scale")             /* (msg [E,F], w [E,H]) */                    \
+  X(kScatter, "scatter")                  /* (msg) -> [N_dst,F] (, arg) */              \
+  X(kSpmm, "spmm")                        /* (x[, w]) -> (out[, arg]) */                \
+  X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
+  X(kSegmentSoftmax, "segment_softmax")   /* (score [E,H]) */                           \
+  X(kSegmentMax, "segment_max")           /* (score) -> m [N_dst,H] */                  \
+  X(kSegmentExpSum, "segment_exp_sum")    /* (score, m) -> s [N_dst,H] */               \
+  X(kSegmentSoftmaxApply, "segment_softmax_apply") /* (score, m, s) -> [E,H] */         \
+  X(kBiasGrad, "bias_grad")                                                             \
+  X(kReluGrad, "relu_grad")                                                             \
+  X(kLeakyReluGrad, "leaky_relu_grad")                                                  \
+  X(kEluGrad, "elu_grad")                                                               \
+  X(kDropoutGrad, "dropout_grad")         /* (g[, global_rows]) */                      \
+  X(kLogSoftmaxGrad, "log_softmax_grad")                                                \
+  X(kNllLossGrad, "nll_loss_grad")        /* (logp, labels, mask, g[, count]) */        \
+  X(kMseLossGrad, "mse_loss_grad")        /* (pred, target, mask, g[, count]) */        \
+  X(kHeadDotGradX, "head_dot_grad_x")     /* (att, g) */                                \
+  X(kHeadDotGradAtt, "head_dot_grad_att") /* (x, g) */                                  \
+  X(kHeadMeanGrad, "head_mean_grad")                                                    \
+  X(kLayerNormGradSums, "layer_norm_grad_sums") /* (x, gamma, g, moments) -> [2] f64 */ \
+  X(kLayerNormGradX, "layer_norm_grad_x") /* (x, gamma, g[, moments, sums[, mask]]) */  \
+  X(kLayerNormGradGamma, "layer_norm_grad_gamma") /* (x, g[, moments]) */               \
+  X(kGatherGrad, "gather_grad")           /* (g [E,F]) -> [N_src,F] */                  \
+  X(kEdgeDot, "edge_dot")                 /* (g, msg) -> [E,H] */                       \
+  X(kScatterGrad, "scatter_grad")         /* (g[, arg]) -> [E,F] */                     \
+  X(kSpmmGradX, "spmm_grad_x")            /* (x, g[, w][, arg]) */                      \
+  X(kSpmmGradW, "spmm_grad_w")            /* (x, g) -> [E,H] */                         \
+  X(kSddmmAddGradA, "sddmm_add_grad_a")   /* (g) -> [N_src,H] */                        \
+  X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
+  X(kSegmentSoftmaxGrad, "segment_softmax_grad") /* (alpha, g) */                       \
+  X(kSegmentExpSumGrad, "segment_exp_sum_grad") /* (score, m, g) -> [E,H] */            \
+  X(kSegmentSoftmaxApplyGradS, "segment_softmax_apply_grad_s") /* (alpha, g, s) */      \
+  X(kKeepWinners, "keep_winners")         /* (g, arg): g where arg < E, else 0 */       \
+  X(kAllReduce, "allreduce")              /* (x) summed over the ranks */               \
+  X(kHaloSum, "halo_sum")                 /* (x) summed over a vertex's replicas */     \
+  X(kHaloMax, "halo_max")                 /* (x[, arg, edge_id]) -> (y[, arg]) */       \
+  X(kBucketStart, "bucket_start")         /* (g...) -> bucket, all-reduce started */    \
+  X(kBucketWait, "bucket_wait")           /* (bucket) -> (g...) all-reduced */          \
+  X(kAdamUpdate, "adam_update")           /* (param, grad, m, v) */                     \
+  X(kSgdUpdate, "sgd_update")             /* (param, grad, buf) */                      \
+  X(kAccumulate, "accumulate")            /* (metrics, scalar) */                       \
+  X(kCountCorrect, "count_correct")       /* (metrics, logp, labels, mask) */
 
 enum class OpKind : int32_t {
 #define GNNRT_OP_ENUM(kind, name) kind,
@@ -109,20 +126,19 @@ OpKind parse_op_kind(std::string_view name);  // throws std::invalid_argument
 
 // Ops that write persistent state in place (kept by dead-value elimination).
 bool has_side_effects(OpKind kind);
+// Ops that communicate with other ranks: every rank runs them in the same
+// order (they are never removed or reordered against each other).
+bool is_collective(OpKind kind);
 
-// Attributes; each op reads the fields it documents in builder.h.
-struct OpAttrs {
-  int32_t graph = -1;
-  ops::Reduce reduce = ops::Reduce::kSum;
-  bool trans_a = false, trans_b = false;
-  int64_t heads = 1;
-  double alpha = 0;   // fill value, scale, leaky slope, elu alpha, dropout p, norm eps
-  uint64_t key = 0;   // dropout op id; metrics slot; layer-norm mode (0 graph, 1 node)
-  // optimizer hyper-parameters (the learning rate and step are run inputs)
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0, momentum = 0;
-  bool decoupled = false;  // AdamW
-  bool nesterov = false;
-};
+// Attributes: runtime/op_attrs.proto's message itself (each op reads the
+// fields builder.h documents for it), so serialising them is free.
+using OpAttrs = proto::OpAttrs;
+static_assert(static_cast<int>(ops::Reduce::kSum) == proto::SUM &&
+              static_cast<int>(ops::Reduce::kMean) == proto::MEAN &&
+              static_cast<int>(ops::Reduce::kMax) == proto::MAX &&
+              static_cast<int>(ops::Reduce::kMin) == proto::MIN);
+inline proto::Reduce to_proto(ops::Reduce r) { return static_cast<proto::Reduce>(r); }
+inline ops::Reduce reduce_of(const OpAttrs& a) { return static_cast<ops::Reduce>(a.reduce()); }
 
 // inputs may hold kNoValue for an absent optional operand (spmm_grad_x's
 // edge weight or arg).
@@ -136,6 +152,14 @@ struct Op {
 
 struct Program {
   std::string name;
+  // The dtype of every float value the ops compute: float32 to train,
+  // float64 for finite-difference checks. (Moments and sums of layer_norm
+  // are float64 in both.)
+  DType float_type = DType::kF32;
+  // One rank's share of a vertex-cut graph: aggregations, softmax, graph
+  // layer norm and losses combine their partial results across ranks (halo
+  // and all-reduce ops), and the train step all-reduces gradients.
+  bool partitioned = false;
   std::vector<ValueInfo> values;
   std::vector<GraphInfo> graphs;
   std::vector<Op> ops;

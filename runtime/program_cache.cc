@@ -29,6 +29,8 @@ proto::CompiledProgram to_proto(const CompiledProgram& c) {
   m.set_compiler_version(std::string(compiler_version()));
   m.set_key(c.key);
   m.set_name(c.program.name);
+  m.set_float_type(std::string(to_string(c.program.float_type)));
+  m.set_partitioned(c.program.partitioned);
   for (const ValueInfo& v : c.program.values) {
     auto* pv = m.add_values();
     pv->set_name(v.name);
@@ -50,21 +52,7 @@ proto::CompiledProgram to_proto(const CompiledProgram& c) {
     for (ValueId v : op.inputs) po->add_inputs(v);
     for (ValueId v : op.outputs) po->add_outputs(v);
     po->set_scope(op.scope);
-    auto* a = po->mutable_attrs();
-    a->set_graph(op.attrs.graph);
-    a->set_reduce(std::string(ops::to_string(op.attrs.reduce)));
-    a->set_trans_a(op.attrs.trans_a);
-    a->set_trans_b(op.attrs.trans_b);
-    a->set_heads(op.attrs.heads);
-    a->set_alpha(op.attrs.alpha);
-    a->set_key(op.attrs.key);
-    a->set_beta1(op.attrs.beta1);
-    a->set_beta2(op.attrs.beta2);
-    a->set_eps(op.attrs.eps);
-    a->set_weight_decay(op.attrs.weight_decay);
-    a->set_momentum(op.attrs.momentum);
-    a->set_decoupled(op.attrs.decoupled);
-    a->set_nesterov(op.attrs.nesterov);
+    *po->mutable_attrs() = op.attrs;
   }
   for (ValueId v : c.program.outputs) m.add_outputs(v);
   auto* plan = m.mutable_plan();
@@ -84,6 +72,8 @@ CompiledProgram from_proto(const proto::CompiledProgram& m) {
   CompiledProgram c;
   c.key = m.key();
   c.program.name = m.name();
+  c.program.float_type = parse_dtype(m.float_type());
+  c.program.partitioned = m.partitioned();
   for (const auto& pv : m.values()) {
     c.program.values.push_back(ValueInfo{pv.name(), parse_dtype(pv.dtype()),
                                          {pv.shape().begin(), pv.shape().end()},
@@ -98,21 +88,7 @@ CompiledProgram from_proto(const proto::CompiledProgram& m) {
     op.inputs.assign(po.inputs().begin(), po.inputs().end());
     op.outputs.assign(po.outputs().begin(), po.outputs().end());
     op.scope = po.scope();
-    const auto& a = po.attrs();
-    op.attrs.graph = a.graph();
-    op.attrs.reduce = ops::parse_reduce(a.reduce());
-    op.attrs.trans_a = a.trans_a();
-    op.attrs.trans_b = a.trans_b();
-    op.attrs.heads = a.heads();
-    op.attrs.alpha = a.alpha();
-    op.attrs.key = a.key();
-    op.attrs.beta1 = a.beta1();
-    op.attrs.beta2 = a.beta2();
-    op.attrs.eps = a.eps();
-    op.attrs.weight_decay = a.weight_decay();
-    op.attrs.momentum = a.momentum();
-    op.attrs.decoupled = a.decoupled();
-    op.attrs.nesterov = a.nesterov();
+    op.attrs = po.attrs();
     c.program.ops.push_back(std::move(op));
   }
   c.program.outputs.assign(m.outputs().begin(), m.outputs().end());
@@ -145,9 +121,10 @@ std::string cache_key(const Program& program, const CompileOptions& options,
   std::string text = fmt::format("{}\n{}\ndebug={}\n{}", compiler_version(), profile.to_text(),
                                  debug, program.to_text());
   if (options.train) {
-    text += fmt::format("train loss={} params=({}) optimizer={} keep_grads={}\n",
+    text += fmt::format("train loss={} params=({}) optimizer={} keep_grads={} bucket_bytes={}\n",
                         options.train->loss, fmt::join(options.train->params, ","),
-                        options.train->optimizer.to_text(), options.train->keep_grads);
+                        options.train->optimizer.to_text(), options.train->keep_grads,
+                        options.bucket_bytes);
   }
   return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
 }

@@ -5,7 +5,6 @@
 // order, everything else exactly) and all replicas of a row must hold the
 // same bits. Random mirror tables include a rank that shares nothing (when
 // p >= 3), rows every rank holds, and F = 1 and 130.
-#include <Random123/philox.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <xxhash.h>
@@ -18,13 +17,13 @@
 #include <vector>
 
 #include "collectives/halo_exchange.h"
+#include "ops/rng.h"
 
 namespace gnnrt::collectives {
 namespace {
 
 uint32_t draw(uint32_t a, uint32_t b, uint32_t c) {
-  r123::Philox2x32 rng;
-  return rng({{a, b}}, {{c * 2654435761u + 7u}})[0];
+  return static_cast<uint32_t>(ops::philox(c, 0, {a, b, 0, 0})[0]);
 }
 
 // Which ranks hold global row g: the last rank (if p >= 3) is a loner that

@@ -15,6 +15,7 @@
 #include "model/dataset.h"
 #include "model/network.h"
 #include "model/trainer.h"
+#include "runtime/npy.h"
 #include "runtime/core.h"
 
 namespace gnnrt::model {
@@ -87,7 +88,7 @@ proto::Job job_for(const json& c) {
   return job;
 }
 
-::testing::AssertionResult close(const NpyArray& actual, const NpyArray& expected,
+::testing::AssertionResult close(const Tensor& actual, const Tensor& expected,
                                  const std::string& what) {
   if (actual.shape() != expected.shape()) {
     return ::testing::AssertionFailure() << what << ": shape " << runtime::shape_string(actual.shape())
@@ -142,10 +143,10 @@ TEST_P(TrainGolden, MatchesTorch) {
   for (const auto& entry : fs::directory_iterator(dir / "params_init")) reference_params += entry.is_regular_file();
   EXPECT_EQ(reference_params, train_net.params.size()) << "parameter sets differ";
 
-  const NpyArray losses = read_npy(dir / "losses.npy");
+  const Tensor losses = read_npy(dir / "losses.npy");
   const int steps = config["steps"];
   for (int s = 1; s <= steps; ++s) {
-    core.memory().put(kMetrics, NpyArray(DType::kF64, {kMetricSlots}));
+    core.memory().put(kMetrics, Tensor(DType::kF64, {kMetricSlots}));
     core.run(*step, {.step = s, .lr = config["lr"].get<double>(), .seed = 0});
     const double loss = core.read(kMetrics).values<double>()[kLossSum];
     const double expected = losses.values<float>()[static_cast<size_t>(s - 1)];

@@ -142,7 +142,7 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   options_.params_out = dir_ / "params";
   options_.logits_out = dir_ / "logits.npy";
   train(job, options_);
-  const NpyArray w = read_npy(options_.params_out / "conv1.lin.weight.npy");
+  const Tensor w = read_npy(options_.params_out / "conv1.lin.weight.npy");
   EXPECT_EQ(w.shape(), (std::vector<int64_t>{8, 16}));
   EXPECT_EQ(read_npy(options_.logits_out).shape(), (std::vector<int64_t>{300, 3}));
 
@@ -151,22 +151,22 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   again.params_in = options_.params_out;
   again.logits_out = dir_ / "logits2.npy";
   train(job, again);
-  const NpyArray first = read_npy(options_.logits_out);
-  const NpyArray second = read_npy(again.logits_out);
+  const Tensor first = read_npy(options_.logits_out);
+  const Tensor second = read_npy(again.logits_out);
   const auto a = first.values<float>();
   const auto b = second.values<float>();
   EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
 
   // A changed parameter file changes the logits: --params-in is really read.
-  NpyArray scaled = read_npy(options_.params_out / "conv2.lin.weight.npy");
+  Tensor scaled = read_npy(options_.params_out / "conv2.lin.weight.npy");
   for (float& v : scaled.values<float>()) v *= 2;
   write_npy(options_.params_out / "conv2.lin.weight.npy", scaled);
   again.logits_out = dir_ / "logits3.npy";
   train(job, again);
-  const NpyArray third = read_npy(again.logits_out);
+  const Tensor third = read_npy(again.logits_out);
   EXPECT_FALSE(std::equal(a.begin(), a.end(), third.values<float>().begin()));
 
-  NpyArray wrong(DType::kF32, {8, 15});
+  Tensor wrong(DType::kF32, {8, 15});
   write_npy(options_.params_out / "conv1.lin.weight.npy", wrong);
   EXPECT_THAT([&] { train(job, again); },
               testing::ThrowsMessage<std::invalid_argument>(

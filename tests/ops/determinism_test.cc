@@ -33,21 +33,21 @@ class Builder {
     return *this;
   }
   Builder& floats(const std::string& k, std::vector<int64_t> shape) {
-    NpyArray a(DType::kF32, std::move(shape));
+    Tensor a(DType::kF32, std::move(shape));
     std::normal_distribution<float> normal;
     for (float& v : a.values<float>()) v = normal(rng_);
     c_.arrays[k] = std::move(a);
     return *this;
   }
   Builder& ints(const std::string& k, int64_t n, int64_t bound) {
-    NpyArray a(DType::kI32, {n});
+    Tensor a(DType::kI32, {n});
     std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(bound - 1));
     for (int32_t& v : a.values<int32_t>()) v = pick(rng_);
     c_.arrays[k] = std::move(a);
     return *this;
   }
   Builder& mask(const std::string& k, int64_t n) {
-    NpyArray a(DType::kBool, {n});
+    Tensor a(DType::kBool, {n});
     for (uint8_t& v : a.values<uint8_t>()) v = rng_() % 2;
     c_.arrays[k] = std::move(a);
     return *this;

@@ -27,7 +27,7 @@ TEST_P(GoldenTest, MatchesTorch) {
     SCOPED_TRACE(c.name + ": " + key);
     const auto it = got.find(key);
     ASSERT_NE(it, got.end()) << "gnnrt produced no " << key;
-    const NpyArray& want_array = c.array(key);
+    const Tensor& want_array = c.array(key);
     const auto want = want_array.to_vector<double>();
     const auto& have = it->second;
     ASSERT_EQ(have.size(), want.size());

@@ -34,7 +34,7 @@ Case Case::load(const fs::path& dir) {
   return c;
 }
 
-const NpyArray& Case::array(const std::string& key) const {
+const Tensor& Case::array(const std::string& key) const {
   const auto it = arrays.find(key);
   if (it == arrays.end()) throw std::runtime_error(name + ": no array " + key);
   return it->second;
@@ -58,7 +58,7 @@ namespace {
 bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
 
 template <typename T>
-std::vector<T> converted(const NpyArray& a) {
+std::vector<T> converted(const Tensor& a) {
   return a.to_vector<T>();
 }
 

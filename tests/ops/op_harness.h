@@ -25,10 +25,10 @@ struct Case {
   std::string op;
   std::string name;  // "<op>/<case>"
   nlohmann::json meta;
-  std::map<std::string, NpyArray> arrays;
+  std::map<std::string, Tensor> arrays;
 
   static Case load(const std::filesystem::path& dir);
-  const NpyArray& array(const std::string& key) const;
+  const Tensor& array(const std::string& key) const;
   bool has(const std::string& key) const { return arrays.count(key) != 0; }
   const nlohmann::json& param(const std::string& key) const;
 };

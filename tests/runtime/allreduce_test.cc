@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
+#include "runtime/npy.h"
 #include "runtime/builder.h"
 #include "runtime/core.h"
 
@@ -37,17 +38,17 @@ TEST(AllReduceOp, ForwardSumsAndBackwardAllReducesTheGradient) {
   CoreOptions options;
   options.communicator = comm;
   Core core(DeviceProfile::named("trn1"), options);
-  NpyArray xs(DType::kF32, {kRows, kIn});
+  Tensor xs(DType::kF32, {kRows, kIn});
   for (int64_t i = 0; i < kRows; ++i) {
     for (int64_t j = 0; j < kIn; ++j) xs.values<float>()[static_cast<size_t>(i * kIn + j)] = x_value(rank, i, j);
   }
-  NpyArray ws(DType::kF32, {kOut, kIn});
+  Tensor ws(DType::kF32, {kOut, kIn});
   for (size_t k = 0; k < ws.values<float>().size(); ++k) ws.values<float>()[k] = 0.1f * static_cast<float>(k) - 0.2f;
-  NpyArray mask(DType::kBool, {kRows});
+  Tensor mask(DType::kBool, {kRows});
   for (auto& m : mask.values<uint8_t>()) m = 1;
   core.memory().put("x", xs);
   core.memory().put("w", ws);
-  core.memory().put("target", NpyArray(DType::kF32, {kRows, kOut}));
+  core.memory().put("target", Tensor(DType::kF32, {kRows, kOut}));
   core.memory().put("mask", mask);
   CompileOptions compile;
   OptimizerConfig sgd;
@@ -67,9 +68,9 @@ TEST(AllReduceOp, ForwardSumsAndBackwardAllReducesTheGradient) {
       }
     }
   }
-  const NpyArray got_y = core.read(*step, "y");
+  const Tensor got_y = core.read(*step, "y");
   for (size_t k = 0; k < ysum.size(); ++k) EXPECT_NEAR(got_y.values<float>()[k], ysum[k], 1e-5) << k;
-  const NpyArray grad = core.read(*step, step->grads[0]);
+  const Tensor grad = core.read(*step, step->grads[0]);
   const double n = kRows * kOut;
   for (int64_t o = 0; o < kOut; ++o) {
     for (int64_t j = 0; j < kIn; ++j) {

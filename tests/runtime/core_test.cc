@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "runtime/npy.h"
 #include "runtime/builder.h"
 #include "runtime/core.h"
 #include "runtime/memory_plan.h"
@@ -44,8 +45,8 @@ Graph random_graph(int64_t edges, uint32_t seed) {
   return g;
 }
 
-NpyArray random_array(std::vector<int64_t> shape, uint32_t seed) {
-  NpyArray a(DType::kF32, std::move(shape));
+Tensor random_array(std::vector<int64_t> shape, uint32_t seed) {
+  Tensor a(DType::kF32, std::move(shape));
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
   for (float& v : a.values<float>()) v = normal(rng);
@@ -56,11 +57,11 @@ NpyArray random_array(std::vector<int64_t> shape, uint32_t seed) {
 // checked) with graph "g" and `arrays` bound; its value "out" and how many
 // aggregations the compiler reordered.
 struct OutRun {
-  NpyArray out;
+  Tensor out;
   int reordered = 0;
 };
 OutRun run_out(const Graph& g, bool debug, Program program,
-               std::vector<std::pair<std::string, NpyArray>> arrays) {
+               std::vector<std::pair<std::string, Tensor>> arrays) {
   CoreOptions options;
   options.debug = debug;
   Core core(DeviceProfile::named("trn1"), options);
@@ -120,12 +121,12 @@ TEST(Passes, FusionAndReorderKeepTheResult) {
   verify(fused);
 
   const auto arrays = [] {
-    return std::vector<std::pair<std::string, NpyArray>>{
+    return std::vector<std::pair<std::string, Tensor>>{
         {"x", random_array({kNodes, kFeatures}, 2)},
         {"w1", random_array({kHidden, kFeatures}, 3)},
         {"w2", random_array({3, kHidden}, 4)}};
   };
-  const NpyArray results[2] = {run_out(g, false, two_layers(300), arrays()).out,
+  const Tensor results[2] = {run_out(g, false, two_layers(300), arrays()).out,
                                run_out(g, true, plain, arrays()).out};
   const auto a = results[0].values<float>(), b = results[1].values<float>();
   double max_abs = 0;
@@ -150,13 +151,13 @@ TEST(Passes, ChainedReorderingsStayValid) {
     return b.take();
   };
   const auto arrays = [] {
-    return std::vector<std::pair<std::string, NpyArray>>{{"x", random_array({kNodes, 8}, 2)},
+    return std::vector<std::pair<std::string, Tensor>>{{"x", random_array({kNodes, 8}, 2)},
                                                          {"w1", random_array({64, 8}, 3)},
                                                          {"w2", random_array({3, 64}, 4)}};
   };
   const OutRun compiled = run_out(g, false, build(), arrays());
   EXPECT_GE(compiled.reordered, 1);
-  const NpyArray results[2] = {compiled.out, run_out(g, true, build(), arrays()).out};
+  const Tensor results[2] = {compiled.out, run_out(g, true, build(), arrays()).out};
   const auto a = results[0].values<float>(), b = results[1].values<float>();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
 }
@@ -257,7 +258,7 @@ TEST(Debug, NamesTheFirstOpThatMadeANaN) {
   options.debug = true;
   Core core(DeviceProfile::named("trn1"), options);
   core.bind_graph("g", g.adj);
-  NpyArray x = random_array({kNodes, kFeatures}, 2);
+  Tensor x = random_array({kNodes, kFeatures}, 2);
   x.values<float>()[static_cast<size_t>(g.src[0]) * kFeatures + 3] = std::nanf("");
   core.memory().put("x", x);
   core.memory().put("w1", random_array({kHidden, kFeatures}, 3));

@@ -24,7 +24,7 @@ template <typename T>
 void expect_round_trip(std::vector<T> values, std::vector<int64_t> shape) {
   const fs::path p = temp_path("rt.npy");
   write_npy<T>(p, values, shape);
-  const NpyArray a = read_npy(p);
+  const Tensor a = read_npy(p);
   fs::remove(p);
   EXPECT_EQ(a.dtype(), dtype_of<T>());
   EXPECT_EQ(a.shape(), shape);
@@ -58,12 +58,12 @@ TEST(Npy, LongHeaderUsesVersion2) {
 }
 
 TEST(Npy, ReadsFilesWrittenByNumpy) {
-  const NpyArray a = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "matmul" / "tall" / "a.npy");
+  const Tensor a = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "matmul" / "tall" / "a.npy");
   EXPECT_EQ(a.dtype(), DType::kF32);
   EXPECT_EQ(a.shape(), (std::vector<int64_t>{33, 5}));
-  const NpyArray m = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "nll_loss" / "small" / "mask.npy");
+  const Tensor m = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "nll_loss" / "small" / "mask.npy");
   EXPECT_EQ(m.dtype(), DType::kBool);
-  const NpyArray i = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "scatter" / "sum_duplicates" / "index.npy");
+  const Tensor i = read_npy(fs::path(GNNRT_GOLDEN_DIR) / "scatter" / "sum_duplicates" / "index.npy");
   EXPECT_EQ(i.dtype(), DType::kI32);
 }
 
@@ -113,13 +113,19 @@ TEST(Npy, MalformedFilesFailClearly) {
   expect_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': 2, }", eight),
                "is not a tuple");
   expect_error(npy_file("not a dict at all", eight), "header is not a dict");
+  expect_error(npy_file("{'fortran_order': False, 'shape': (2,), }", eight), "no 'descr' key");
+  expect_error(npy_file("{'descr': '<f4', 'shape': (2,), }", eight), "no 'fortran_order' key");
+  expect_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 1), }", eight),
+               "shape '(-2, 1)' has a negative dimension");
+  expect_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -1), }", eight),
+               "has a negative dimension");
   expect_error(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }", eight),
-               "shape overflows");
+               "shape (99999999999, 99999999999, 99999999999) overflows");
 }
 
 TEST(Npy, WrongTypedViewThrows) {
-  const NpyArray a(DType::kI32, {3});
-  EXPECT_THROW(a.values<float>(), NpyError);
+  const Tensor a(DType::kI32, {3});
+  EXPECT_THROW(a.values<float>(), TensorError);
   EXPECT_EQ(a.to_vector<double>().size(), 3u);
 }
 
