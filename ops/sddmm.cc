@@ -52,7 +52,10 @@ void sddmm_dot_backward(const Adjacency<I>& adj, int64_t features, int64_t heads
                         std::span<const T> a, std::span<const T> b, std::span<const T> grad_out,
                         std::span<T> grad_a, std::span<T> grad_b) {
   constexpr std::string_view op = "sddmm_dot_backward";
-  check_shapes(op, adj, features, heads, a.size(), b.size());
+  // a is read only for grad_b, b only for grad_a: the unread one may be empty.
+  check_shapes(op, adj, features, heads,
+               grad_b.empty() && a.empty() ? adj.num_src_nodes() * features : a.size(),
+               grad_a.empty() && b.empty() ? adj.num_dst_nodes() * features : b.size());
   expect_size(op, "grad_out", grad_out.size(), adj.num_edges() * heads, "E*H");
   if (!grad_a.empty()) {
     expect_size(op, "grad_a", grad_a.size(), adj.num_src_nodes() * features, "N_src*F");

@@ -5,8 +5,10 @@
 // Layout (row-major): a [N_src, F], b [N_dst, F] with F = heads * D (for
 // sddmm_add D = 1, F = heads), out [E, heads], indexed by edge id. Outputs
 // overwritten; backward gradients overwrite grad_a and grad_b (skip one by
-// passing it empty). Blocking; OpenMP inside; no atomics (grad_a walks
-// adj.by_src, grad_b adj.by_dst), deterministic. Bad sizes throw OpError.
+// passing it empty; grad_a reads only b and grad_b only a, so the input only
+// a skipped gradient would read may be empty too). Blocking; OpenMP inside;
+// no atomics (grad_a walks adj.by_src, grad_b adj.by_dst), deterministic.
+// Bad sizes throw OpError.
 #pragma once
 
 #include <cstdint>

@@ -63,7 +63,9 @@ void spmm_backward(Reduce reduce, const Adjacency<I>& adj, int64_t features,
   check_shapes(op, reduce, adj, features, x.size(), arg.size());
   const int64_t heads = weight_heads(op, adj, features, weight.size());
   expect_size(op, "grad_out", grad_out.size(), adj.num_dst_nodes() * features, "N_dst*F");
-  expect_size(op, "grad_x", grad_x.size(), adj.num_src_nodes() * features, "N_src*F");
+  if (!grad_x.empty() || adj.num_src_nodes() * features == 0) {
+    expect_size(op, "grad_x", grad_x.size(), adj.num_src_nodes() * features, "N_src*F");
+  }
   if (!grad_weight.empty()) {
     expect_size(op, "grad_weight", grad_weight.size(), static_cast<int64_t>(weight.size()),
                 "len(weight)");
@@ -73,7 +75,8 @@ void spmm_backward(Reduce reduce, const Adjacency<I>& adj, int64_t features,
 
   // grad_x[u] = sum over u's out-edges e -> v of w_e * grad_out[v] (/ deg v for
   // mean; only where e won, for max/min), reduced per source without atomics.
-  detail::segment_reduce<T, I>(Reduce::kSum,
+  if (!grad_x.empty()) {
+    detail::segment_reduce<T, I>(Reduce::kSum,
                                {.csr = &adj.by_src,
                                 .source = adj.by_src.col().data(),
                                 .x = grad_out.data(),
@@ -83,6 +86,7 @@ void spmm_backward(Reduce reduce, const Adjacency<I>& adj, int64_t features,
                                 .source_rowptr = mean ? adj.by_dst.rowptr().data() : nullptr,
                                 .winner = winner,
                                 .out = grad_x.data()});
+  }
   // grad_w[e, h] = <grad_out[v], x[u]> over head h's features (same scaling/mask).
   if (!grad_weight.empty()) {
     detail::edge_dot(adj.by_dst, features, heads, x.data(), grad_out.data(), mean, winner,

@@ -27,8 +27,8 @@ template <typename T, typename I>
 void spmm_forward(Reduce reduce, const Adjacency<I>& adj, int64_t features, std::span<const T> x,
                   std::span<const T> weight, std::span<T> out, std::span<I> arg);
 
-// grad_x [N_src, F] overwritten. grad_weight has weight's shape and is
-// overwritten; pass it empty to skip that gradient (or when weight is empty).
+// grad_x [N_src, F] and grad_weight (weight's shape) are overwritten; pass
+// either empty to skip that gradient (grad_weight also when weight is empty).
 template <typename T, typename I>
 void spmm_backward(Reduce reduce, const Adjacency<I>& adj, int64_t features,
                    std::span<const T> x, std::span<const T> weight, std::span<const T> grad_out,

@@ -146,19 +146,16 @@ class Backward {
         const ValueId w = optional(op, 1);
         const ValueId arg = op.outputs.size() > 1 ? op.outputs[1] : kNoValue;
         if (needs(in[0])) add(in[0], b_.spmm_grad_x(reduce_of(a), a.graph(), in[0], w, g, arg));
-        if (needs(w)) {
-          if (reduce_of(a) != ops::Reduce::kSum) {
-            throw ShapeError(fmt::format(
-                "program '{}': spmm ({}): a trainable edge weight needs reduce sum, not {}",
-                b_.program().name, op.scope, ops::to_string(reduce_of(a))));
-          }
-          add(w, b_.spmm_grad_w(a.graph(), in[0], g, w));
-        }
+        if (needs(w)) add(w, b_.spmm_grad_w(reduce_of(a), a.graph(), in[0], g, w, arg));
         return;
       }
       case OpKind::kSddmmAdd:
         if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph(), g));
         if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph(), g));
+        return;
+      case OpKind::kSddmmDot:
+        if (needs(in[0])) add(in[0], b_.sddmm_dot_grad_a(a.graph(), in[1], g, a.heads()));
+        if (needs(in[1])) add(in[1], b_.sddmm_dot_grad_b(a.graph(), in[0], g, a.heads()));
         return;
       case OpKind::kSegmentSoftmax:
         if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph(), out, g));
@@ -170,6 +167,9 @@ class Backward {
       case OpKind::kSegmentSoftmaxApply:
         if (needs(in[0])) add(in[0], b_.mul(g, out));
         if (needs(in[2])) add(in[2], b_.segment_softmax_apply_grad_s(a.graph(), out, g, in[2]));
+        return;
+      case OpKind::kKeepWinners:
+        if (needs(in[0])) add(in[0], b_.keep_winners(a.graph(), g, in[1]));
         return;
       case OpKind::kAllReduce:
         // d(sum_r L_r)/dx_r = sum_r' dL_r'/dy: the all-reduced gradient.

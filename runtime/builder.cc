@@ -529,6 +529,24 @@ ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
   return emit_float(k, {a, b}, attrs, {g.num_edges, shape(a)[1]});
 }
 
+ValueId Builder::sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads) {
+  constexpr OpKind k = OpKind::kSddmmDot;
+  const GraphInfo& g = graph_info(k, graph);
+  expect_rank(k, a, 2, "a");
+  expect_rank(k, b, 2, "b");
+  expect_float(k, a, "a");
+  expect_float(k, b, "b");
+  if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1] || heads < 1 ||
+      shape(a)[1] % heads != 0) {
+    fail(k, fmt::format("a {} must be [{}, F] and b {} [{}, F] with F divisible by {} heads "
+                        "(graph '{}')", shape_string(shape(a)), g.num_src, shape_string(shape(b)),
+                        g.num_dst, heads, g.name));
+  }
+  OpAttrs attrs = graph_attrs(k, graph);
+  attrs.set_heads(heads);
+  return emit_float(k, {a, b}, attrs, {g.num_edges, heads});
+}
+
 // ---- collectives ----
 
 ValueId Builder::allreduce(ValueId x) {
@@ -764,11 +782,14 @@ ValueId Builder::spmm_grad_x(Reduce reduce, int32_t graph, ValueId x, ValueId ed
   return emit_float(k, {x, g, edge_weight, arg}, a, shape(x));
 }
 
-ValueId Builder::spmm_grad_w(int32_t graph, ValueId x, ValueId g, ValueId edge_weight) {
+ValueId Builder::spmm_grad_w(Reduce reduce, int32_t graph, ValueId x, ValueId g,
+                             ValueId edge_weight, ValueId arg) {
   constexpr OpKind k = OpKind::kSpmmGradW;
   OpAttrs a = graph_attrs(k, graph);
+  a.set_reduce(to_proto(reduce));
   a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
-  return emit_float(k, {x, g}, a, shape(edge_weight));
+  // Inputs: x, g, the edge weight, the arg when present.
+  return emit_float(k, {x, g, edge_weight, arg}, a, shape(edge_weight));
 }
 
 ValueId Builder::sddmm_add_grad_a(int32_t graph, ValueId g) {
@@ -783,6 +804,20 @@ ValueId Builder::sddmm_add_grad_b(int32_t graph, ValueId g) {
   OpAttrs a = graph_attrs(k, graph);
   a.set_heads(shape(g)[1]);
   return emit_float(k, {g}, a, {graph_info(k, graph).num_dst, shape(g)[1]});
+}
+
+ValueId Builder::sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads) {
+  constexpr OpKind k = OpKind::kSddmmDotGradA;
+  OpAttrs a = graph_attrs(k, graph);
+  a.set_heads(heads);
+  return emit_float(k, {b, g}, a, {graph_info(k, graph).num_src, shape(b)[1]});
+}
+
+ValueId Builder::sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads) {
+  constexpr OpKind k = OpKind::kSddmmDotGradB;
+  OpAttrs attrs = graph_attrs(k, graph);
+  attrs.set_heads(heads);
+  return emit_float(k, {a, g}, attrs, {graph_info(k, graph).num_dst, shape(a)[1]});
 }
 
 ValueId Builder::segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g) {

@@ -137,6 +137,9 @@ class Builder {
   ValueId softmax(int32_t graph, ValueId score);
   // out[e, h] = a[src(e), h] + b[dst(e), h].
   ValueId sddmm_add(int32_t graph, ValueId a, ValueId b);
+  // out[e, h] = <a[src(e), h, :], b[dst(e), h, :]>: a [N_src, H*D], b [N_dst, H*D]
+  // (dot-product attention scores).
+  ValueId sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads);
 
   // ---- collectives ----
   // The sum of x (float or f64) over the ranks of the core's communicator;
@@ -191,9 +194,12 @@ class Builder {
   ValueId scatter_grad(ops::Reduce reduce, int32_t graph, ValueId g, ValueId arg);
   ValueId spmm_grad_x(ops::Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight,
                       ValueId g, ValueId arg);
-  ValueId spmm_grad_w(int32_t graph, ValueId x, ValueId g, ValueId edge_weight);
+  ValueId spmm_grad_w(ops::Reduce reduce, int32_t graph, ValueId x, ValueId g,
+                      ValueId edge_weight, ValueId arg);
   ValueId sddmm_add_grad_a(int32_t graph, ValueId g);
   ValueId sddmm_add_grad_b(int32_t graph, ValueId g);
+  ValueId sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads);
+  ValueId sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads);
   ValueId segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g);
   ValueId segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g);
   ValueId segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s);

@@ -74,10 +74,6 @@ Core::Bound Core::bind(const CompiledProgram& compiled) {
     }
     b.graphs.push_back(&a);
   }
-  if (p.partitioned && !options_.halo) {
-    throw RunError(fmt::format("program '{}' is partitioned, but the core has no halo bound",
-                               p.name));
-  }
   return b;
 }
 
@@ -201,6 +197,10 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
   const auto slope = static_cast<T>(a.alpha());
   const auto norm_mode = a.per_node() ? ops::LayerNormMode::kNode : ops::LayerNormMode::kGraph;
   const auto f = [&]() { return out_of(); };
+  if ((op.kind == OpKind::kHaloSum || op.kind == OpKind::kHaloMax) && !options_.halo) {
+    throw RunError(fmt::format("program '{}': {}: the core has no halo (CoreOptions::halo)", p.name,
+                               p.describe(op_index)));
+  }
 
   switch (op.kind) {
     case OpKind::kFill:
@@ -313,6 +313,16 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kSddmmAdd:
       ops::sddmm_add_forward<T, int32_t>(graph(), a.heads(), in(0), in(1), f());
       return 0;
+    case OpKind::kSddmmDot:
+      ops::sddmm_dot_forward<T, int32_t>(graph(), cols(op.inputs[0]), a.heads(), in(0), in(1), f());
+      return 0;
+    case OpKind::kSddmmDotGradA:
+      // Only b's values are read for a's gradient (and a's for b's).
+      ops::sddmm_dot_backward<T, int32_t>(graph(), cols(out), a.heads(), {}, in(0), in(1), f(), {});
+      return 0;
+    case OpKind::kSddmmDotGradB:
+      ops::sddmm_dot_backward<T, int32_t>(graph(), cols(out), a.heads(), in(0), {}, in(1), {}, f());
+      return 0;
     case OpKind::kSegmentSoftmax:
       ops::segment_softmax_forward<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
       return 0;
@@ -387,8 +397,9 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
                                      in.template operator()<int32_t>(3), f(), {});
       return 0;
     case OpKind::kSpmmGradW:
-      // d out[v] / d w_e = x[src(e)] . g[dst(e)] per head (sum aggregation).
-      ops::sddmm_dot_forward<T, int32_t>(graph(), cols(op.inputs[0]), a.heads(), in(0), in(1), f());
+      // inputs: x, g, edge weight, arg (or none)
+      ops::spmm_backward<T, int32_t>(reduce_of(a), graph(), cols(op.inputs[0]), in(0), in(2), in(1),
+                                     in.template operator()<int32_t>(3), {}, f());
       return 0;
     case OpKind::kSddmmAddGradA:
       ops::sddmm_add_backward<T, int32_t>(graph(), a.heads(), in(0), f(), {});

@@ -77,6 +77,7 @@ struct GraphInfo {
   X(kScatter, "scatter")                  /* (msg) -> [N_dst,F] (, arg) */              \
   X(kSpmm, "spmm")                        /* (x[, w]) -> (out[, arg]) */                \
   X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
+  X(kSddmmDot, "sddmm_dot")               /* (a [Ns,F], b [Nd,F]) -> [E,H] */           \
   X(kSegmentSoftmax, "segment_softmax")   /* (score [E,H]) */                           \
   X(kSegmentMax, "segment_max")           /* (score) -> m [N_dst,H] */                  \
   X(kSegmentExpSum, "segment_exp_sum")    /* (score, m) -> s [N_dst,H] */               \
@@ -99,9 +100,11 @@ struct GraphInfo {
   X(kEdgeDot, "edge_dot")                 /* (g, msg) -> [E,H] */                       \
   X(kScatterGrad, "scatter_grad")         /* (g[, arg]) -> [E,F] */                     \
   X(kSpmmGradX, "spmm_grad_x")            /* (x, g[, w][, arg]) */                      \
-  X(kSpmmGradW, "spmm_grad_w")            /* (x, g) -> [E,H] */                         \
+  X(kSpmmGradW, "spmm_grad_w")            /* (x, g, w[, arg]) -> [E,H] */               \
   X(kSddmmAddGradA, "sddmm_add_grad_a")   /* (g) -> [N_src,H] */                        \
   X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
+  X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \
+  X(kSddmmDotGradB, "sddmm_dot_grad_b")   /* (a, g) -> [N_dst,F] */                     \
   X(kSegmentSoftmaxGrad, "segment_softmax_grad") /* (alpha, g) */                       \
   X(kSegmentExpSumGrad, "segment_exp_sum_grad") /* (score, m, g) -> [E,H] */            \
   X(kSegmentSoftmaxApplyGradS, "segment_softmax_apply_grad_s") /* (alpha, g, s) */      \

@@ -10,6 +10,10 @@
 #include "ops/csr.h"
 #include "ops/dense.h"
 #include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/gcn_norm.h"
+#include "ops/layer_norm.h"
+#include "ops/optimizer.h"
 #include "ops/error.h"
 #include "ops/gather.h"
 #include "ops/scatter.h"
@@ -103,6 +107,115 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(5), out(5);
                    dropout_forward<float>({}, 0.5, 2, {}, x, out);
                  }, "dropout: x has 5 elements, expected rows*cols = 4"});
+    // The small ops and the optimizers check their spans too.
+    v.push_back({"add_b_size", [] {
+                   std::vector<float> a(4), b(3), out(4);
+                   ops::add<float>(a, b, out);
+                 }, "add: b has 3 elements, expected len(a) = 4"});
+    v.push_back({"mul_out_size", [] {
+                   std::vector<double> a(4), b(4), out(5);
+                   ops::mul<double>(a, b, out);
+                 }, "mul: out has 5 elements, expected len(a) = 4"});
+    v.push_back({"head_dot_att_size", [] {
+                   std::vector<float> x(12), att(5), out(6);
+                   head_dot_forward<float>(x, att, 3, 2, 2, out);
+                 }, "head_dot: att has 5 elements, expected H*C = 4"});
+    v.push_back({"head_dot_zero_heads", [] {
+                   std::vector<float> x, att, out;
+                   head_dot_forward<float>(x, att, 3, 0, 2, out);
+                 }, "head_dot: heads must be >= 1, got 0"});
+    v.push_back({"head_mean_out_size", [] {
+                   std::vector<float> x(12), out(5);
+                   head_mean_forward<float>(x, 3, 2, 2, out);
+                 }, "head_mean: out has 5 elements, expected N*C = 6"});
+    v.push_back({"edge_scale_weight_size", [] {
+                   std::vector<float> m(8), w(3), out(8);
+                   edge_scale<float>(m, w, 4, 1, 2, out);
+                 }, "edge_scale: weight has 3 elements, expected E*H = 4"});
+    v.push_back({"edge_dot_out_size", [] {
+                   std::vector<float> g(8), m(8), out(5);
+                   edge_dot<float>(g, m, 4, 1, 2, out);
+                 }, "edge_dot: out has 5 elements, expected E*H = 4"});
+    v.push_back({"divide_rows_negative_degree", [] {
+                   std::vector<float> x(4), out(4);
+                   divide_rows<float>(x, idx({1, -2}), 2, out);
+                 }, "divide_rows: degree[1] = -2 is negative"});
+    v.push_back({"mse_mask_size", [] {
+                   std::vector<float> p(6), t(6);
+                   std::vector<uint8_t> mask(2);
+                   mse_loss_forward<float>(p, t, mask, 3, 2);
+                 }, "mse_loss: mask has 2 elements, expected rows = 3"});
+    v.push_back({"count_correct_label", [] {
+                   std::vector<float> lp(6);
+                   std::vector<uint8_t> mask{1, 0, 1};
+                   count_correct<float>(lp, idx({0, 7, 5}), mask, 3, 2);
+                 }, "count_correct: labels[2] = 5 is outside [0, 2)"});
+    v.push_back({"layer_norm_gamma_size", [] {
+                   std::vector<float> x(6), g(2), b(3), out(6);
+                   std::vector<double> m(3);
+                   layer_norm_forward<float>(LayerNormMode::kGraph, x, g, b, m, 2, 3, 1e-5, out);
+                 }, "layer_norm: gamma has 2 elements, expected cols = 3"});
+    v.push_back({"layer_norm_moments_missing", [] {
+                   std::vector<float> x(6), g(3), b(3), out(6);
+                   layer_norm_forward<float>(LayerNormMode::kGraph, x, g, b, {}, 2, 3, 1e-5, out);
+                 }, "layer_norm: moments has 0 elements, expected graph mode's = 3"});
+    v.push_back({"layer_norm_eps", [] {
+                   std::vector<float> x(6), g(3), b(3), out(6);
+                   layer_norm_forward<float>(LayerNormMode::kNode, x, g, b, {}, 2, 3, 0.0, out);
+                 }, "layer_norm: eps must be > 0"});
+    v.push_back({"layer_norm_backward_mask", [] {
+                   std::vector<float> x(6), g(3), go(6), gx(6);
+                   std::vector<double> m(3), sums(2);
+                   std::vector<uint8_t> mask(5);
+                   layer_norm_backward_x<float>(LayerNormMode::kGraph, x, g, go, m, sums, mask, 2, 3,
+                                                1e-5, gx);
+                 }, "layer_norm_backward_x: mask has 5 elements, expected rows (or none) = 2"});
+    v.push_back({"adam_state_size", [] {
+                   std::vector<float> g(4), p(4), m(3), s(4);
+                   adam_update<float>({}, g, p, m, s);
+                 }, "adam_update: exp_avg has 3 elements, expected len(param) = 4"});
+    v.push_back({"adam_step_zero", [] {
+                   std::vector<float> g(4), p(4), m(4), s(4);
+                   adam_update<float>({.step = 0}, g, p, m, s);
+                 }, "adam_update: step must be >= 1, got 0"});
+    v.push_back({"sgd_grad_size", [] {
+                   std::vector<float> g(2), p(4), buf(4);
+                   sgd_update<float>({}, g, p, buf);
+                 }, "sgd_update: grad has 2 elements, expected len(param) = 4"});
+    v.push_back({"sgd_momentum_buffer", [] {
+                   std::vector<float> g(4), p(4), buf;
+                   sgd_update<float>({.momentum = 0.9}, g, p, buf);
+                 }, "sgd_update: momentum_buffer has 0 elements, expected len(param) = 4"});
+    v.push_back({"gcn_norm_degree_size", [] {
+                   const auto square = Adjacency<int64_t>::build(idx({0, 1}), idx({1, 1}), 2, 2);
+                   std::vector<float> w(2);
+                   gcn_norm<float, int64_t>(square, idx({1, 2, 3}), w);
+                 }, "gcn_norm: degree has 3 elements, expected N = 2"});
+    v.push_back({"gcn_norm_negative_degree", [] {
+                   const auto square = Adjacency<int64_t>::build(idx({0, 1}), idx({1, 1}), 2, 2);
+                   std::vector<float> w(2);
+                   gcn_norm<float, int64_t>(square, idx({1, -1}), w);
+                 }, "gcn_norm: degree[1] = -1 is negative"});
+    v.push_back({"gcn_norm_two_node_sets", [] {
+                   std::vector<float> w(3);
+                   gcn_norm<float, int64_t>(adj, {}, w);
+                 }, "gcn_norm: the graph has 3 source and 2 destination nodes"});
+    v.push_back({"segment_max_m_size", [] {
+                   std::vector<float> score(4), m(3);
+                   segment_max<float, int64_t>(seg, 1, score, m);
+                 }, "segment_max: m has 3 elements, expected N*H = 4"});
+    v.push_back({"segment_exp_sum_score_size", [] {
+                   std::vector<float> score(3), m(4), s(4);
+                   segment_exp_sum<float, int64_t>(seg, 1, score, m, s);
+                 }, "segment_exp_sum: score has 3 elements, expected E*H = 4"});
+    v.push_back({"segment_softmax_apply_s_size", [] {
+                   std::vector<float> score(8), m(8), s(7), alpha(8);
+                   segment_softmax_apply<float, int64_t>(seg, 2, score, m, s, alpha);
+                 }, "segment_softmax_apply: s has 7 elements, expected N*H = 8"});
+    v.push_back({"sddmm_dot_backward_grad_b", [] {
+                   std::vector<float> a(6), b(4), g(3), gb(3);
+                   sddmm_dot_backward<float, int64_t>(adj, 2, 1, a, b, g, {}, gb);
+                 }, "sddmm_dot_backward: grad_b has 3 elements, expected N_dst*F = 4"});
     return v;
   }();
   return list;

@@ -2,22 +2,21 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 
-#include "ops/csr.h"
-#include "ops/dense.h"
-#include "ops/dropout.h"
-#include "ops/gather.h"
-#include "ops/reduce.h"
-#include "ops/scatter.h"
-#include "ops/sddmm.h"
-#include "ops/segment_softmax.h"
-#include "ops/spmm.h"
+#include "runtime/autodiff.h"
+#include "runtime/builder.h"
+#include "runtime/core.h"
 
 namespace gnnrt::testing {
 
 namespace fs = std::filesystem;
-using namespace gnnrt::ops;
+using runtime::Builder;
+using runtime::Core;
+using runtime::kNoValue;
+using runtime::ValueId;
 
 Case Case::load(const fs::path& dir) {
   Case c;
@@ -44,6 +43,8 @@ const nlohmann::json& Case::param(const std::string& key) const {
   return meta.at("params").at(key);
 }
 
+bool Case::has_param(const std::string& key) const { return meta.at("params").contains(key); }
+
 std::vector<fs::path> find_cases(const fs::path& root) {
   std::vector<fs::path> dirs;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
@@ -55,292 +56,336 @@ std::vector<fs::path> find_cases(const fs::path& root) {
 
 namespace {
 
-bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
+// What one case builds: its program's inputs, graphs and outputs, and how
+// to run it.
+template <typename T>
+class Build {
+ public:
+  Build(const Case& c, const Values<T>& inputs) : c_(c), inputs_(inputs), b("harness." + c.op, dtype_of<T>()) {}
+
+  const Case& c() const { return c_; }
+  double p(const std::string& key) const { return c_.param(key).get<double>(); }
+  int64_t n(const std::string& key) const { return c_.param(key).get<int64_t>(); }
+  std::string s(const std::string& key) const { return c_.param(key).get<std::string>(); }
+  ops::Reduce reduce() const { return ops::parse_reduce(s("reduce")); }
+
+  // A float input of the case (the values run_op was given).
+  ValueId x(const std::string& name) {
+    const ValueId v = b.input(name, dtype_of<T>(), c_.array(name).shape());
+    bind(name, Tensor::from<T>(inputs_.at(name), c_.array(name).shape()));
+    float_inputs_[name] = v;
+    return v;
+  }
+  // An integer or boolean input of the case, converted to `dtype`.
+  ValueId ints(const std::string& name, DType dtype, const std::string& as = "") {
+    const std::string bound = as.empty() ? name : as;
+    const ValueId v = b.input(bound, dtype, c_.array(name).shape());
+    bind(bound, c_.array(name).cast(dtype));
+    return v;
+  }
+  void bind(const std::string& name, Tensor t) { tensors_[name] = std::move(t); }
+
+  // A graph with edges src -> dst; an empty span means every edge's
+  // endpoint on that side is node 0 (a scatter's sources, a gather's
+  // destinations).
+  int32_t graph(const std::string& src, const std::string& dst, int64_t num_src, int64_t num_dst) {
+    const int64_t edges = c_.array(src.empty() ? dst : src).size();
+    const auto ids = [&](const std::string& key) {
+      return key.empty() ? std::vector<int32_t>(static_cast<size_t>(edges), 0)
+                         : c_.array(key).to_vector<int32_t>();
+    };
+    std::string name = "g";
+    name += std::to_string(graphs_.size());
+    graphs_.emplace_back(name, std::make_shared<const Core::Adjacency>(
+                                   Core::Adjacency::build(ids(src), ids(dst), num_src, num_dst)));
+    return b.graph(name, num_src, num_dst, edges);
+  }
+  const std::string& graph_name(int32_t g) const { return graphs_.at(static_cast<size_t>(g)).first; }
+
+  void out(const std::string& name, ValueId v) {
+    if (v != kNoValue) outputs_[name] = v;
+  }
+  // A result read from the core's resident tensors after the runs.
+  void state_out(const std::string& name) { state_outputs_.push_back(name); }
+  // Runs `steps` times; step k binds `per_step(k)` first.
+  void repeat(int steps, std::function<void(Core&, int)> per_step) {
+    steps_ = steps;
+    per_step_ = std::move(per_step);
+  }
+  void context(runtime::RunContext rc) { context_ = rc; }
+
+  Values<T> run(const Values<T>* upstream);
+
+ private:
+  const Case& c_;
+  const Values<T>& inputs_;
+
+ public:
+  Builder b;
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::vector<std::pair<std::string, std::shared_ptr<const Core::Adjacency>>> graphs_;
+  std::map<std::string, ValueId> float_inputs_, outputs_;
+  std::vector<std::string> state_outputs_;
+  int steps_ = 1;
+  std::function<void(Core&, int)> per_step_;
+  runtime::RunContext context_{};
+};
 
 template <typename T>
-std::vector<T> converted(const Tensor& a) {
-  return a.to_vector<T>();
+Values<T> Build<T>::run(const Values<T>* upstream) {
+  std::map<std::string, ValueId> grads;
+  if (upstream != nullptr && !c_.meta.at("grads").empty()) {
+    std::vector<ValueId> outs, seeds, wrt;
+    for (const auto& [name, values] : *upstream) {
+      const ValueId o = outputs_.at(name);
+      const auto shape = b.program().value(o).shape;
+      const ValueId seed = b.input("seed." + name, dtype_of<T>(), shape);
+      bind("seed." + name, Tensor::from<T>(values, shape));
+      outs.push_back(o);
+      seeds.push_back(seed);
+    }
+    std::vector<std::string> names;
+    for (const std::string g : c_.meta.at("grads")) {
+      names.push_back(g);
+      wrt.push_back(float_inputs_.at(g.substr(5)));
+    }
+    const auto got = runtime::append_backward(b, outs, seeds, wrt);
+    for (size_t i = 0; i < names.size(); ++i) grads[names[i]] = got[i];
+  }
+  for (const auto& [name, v] : outputs_) b.output(v);
+  for (const auto& [name, v] : grads) {
+    if (v != kNoValue) b.output(v);
+  }
+  const runtime::Program program = b.take();
+  Core core(runtime::DeviceProfile::named("trn1"), {});
+  for (const auto& [name, adj] : graphs_) core.bind_graph(name, adj);
+  for (const auto& [name, t] : tensors_) core.memory().put(name, t);
+  const auto compiled = core.compile(program, {});
+  for (int k = 0; k < steps_; ++k) {
+    if (per_step_) per_step_(core, k);
+    runtime::RunContext rc = context_;
+    if (steps_ > 1 || per_step_) rc.step = k + 1;
+    core.run(*compiled, rc);
+  }
+  Values<T> r;
+  const auto read = [&](ValueId v) { return core.read(*compiled, v).template to_vector<T>(); };
+  for (const auto& [name, v] : outputs_) r[name] = read(v);
+  for (const std::string& name : state_outputs_) r[name] = core.read(name).template to_vector<T>();
+  for (const auto& [name, v] : grads) {
+    // A gradient the outputs do not depend on is zero, as torch reports it.
+    const auto& in = c_.array(name.substr(5));
+    r[name] = v == kNoValue ? std::vector<T>(static_cast<size_t>(in.size()), T(0)) : read(v);
+  }
+  return r;
 }
 
-// Calls fn(span<const I>...) with the case's index arrays as their own dtype.
-template <typename Fn>
-auto with_indices(const Case& c, std::initializer_list<const char*> keys, Fn fn) {
-  const DType d = c.array(*keys.begin()).dtype();
-  for (const char* k : keys) {
-    if (c.array(k).dtype() != d) throw std::runtime_error(c.name + ": index dtypes differ");
-  }
-  auto call = [&]<typename I>() {
-    std::vector<std::span<const I>> spans;
-    for (const char* k : keys) spans.push_back(c.array(k).values<I>());
-    return fn(spans);
+template <typename T>
+using Recipe = std::function<void(Build<T>&)>;
+
+// One entry per op: how its case becomes builder calls. The names of inputs,
+// outputs and parameters are make_golden.py's.
+template <typename T>
+const std::map<std::string, Recipe<T>>& recipes() {
+  static const std::map<std::string, Recipe<T>> table = {
+      {"scatter",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
+         const auto [out, arg] = t.b.scatter(t.reduce(), g, t.x("src"));
+         t.out("out", out);
+         t.out("arg", arg);
+       }},
+      {"gather",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("index", "", t.n("num_rows"), 1);
+         t.out("out", t.b.gather(g, t.x("x")));
+       }},
+      {"spmm",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         const ValueId w = t.c().has("weight") ? t.x("weight") : kNoValue;
+         const auto [out, arg] = t.b.spmm(t.reduce(), g, t.x("x"), w);
+         t.out("out", out);
+         t.out("arg", arg);
+       }},
+      {"sddmm_dot",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.sddmm_dot(g, t.x("a"), t.x("b"), t.n("heads")));
+       }},
+      {"sddmm_add",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.sddmm_add(g, t.x("a"), t.x("b")));
+       }},
+      {"segment_softmax",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
+         t.out("alpha", t.b.segment_softmax(g, t.x("score")));
+       }},
+      {"segment_max",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
+         t.out("m", t.b.segment_max(g, t.x("score")));
+       }},
+      {"segment_exp_sum",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
+         t.out("s", t.b.segment_exp_sum(g, t.x("score"), t.x("m")));
+       }},
+      {"segment_softmax_apply",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
+         t.out("alpha", t.b.segment_softmax_apply(g, t.x("score"), t.x("m"), t.x("s")));
+       }},
+      {"matmul",
+       [](Build<T>& t) {
+         t.out("c", t.b.matmul(t.x("a"), t.x("b"), t.c().param("trans_a"), t.c().param("trans_b")));
+       }},
+      {"add", [](Build<T>& t) { t.out("out", t.b.add(t.x("a"), t.x("b"))); }},
+      {"mul", [](Build<T>& t) { t.out("out", t.b.mul(t.x("a"), t.x("b"))); }},
+      {"scale", [](Build<T>& t) { t.out("out", t.b.scale(t.x("x"), t.p("alpha"))); }},
+      {"fill",
+       [](Build<T>& t) {
+         t.out("out", t.b.fill(t.c().param("shape").template get<std::vector<int64_t>>(), t.p("value")));
+       }},
+      {"bias_add", [](Build<T>& t) { t.out("out", t.b.bias_add(t.x("x"), t.x("bias"))); }},
+      {"relu", [](Build<T>& t) { t.out("out", t.b.relu(t.x("x"))); }},
+      {"leaky_relu",
+       [](Build<T>& t) { t.out("out", t.b.leaky_relu(t.x("x"), t.p("negative_slope"))); }},
+      {"elu", [](Build<T>& t) { t.out("out", t.b.elu(t.x("x"), t.p("alpha"))); }},
+      {"log_softmax", [](Build<T>& t) { t.out("out", t.b.log_softmax(t.x("x"))); }},
+      {"nll_loss",
+       [](Build<T>& t) {
+         t.out("loss", t.b.nll_loss(t.x("log_prob"), t.ints("labels", DType::kI64),
+                                    t.ints("mask", DType::kBool)));
+       }},
+      {"mse_loss",
+       [](Build<T>& t) {
+         t.out("loss", t.b.mse_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
+       }},
+      {"dropout",
+       [](Build<T>& t) {
+         const ValueId x = t.x("x");
+         if (t.c().has("global_rows")) {
+           // Rows keyed by global ids: the form a rank of a partitioned graph runs.
+           t.b.partition(t.b.rows(x));
+           t.ints("global_rows", DType::kI64, runtime::kNodeGlobalId);
+         }
+         t.out("out", t.b.dropout(x, t.p("p"), t.n("op")));
+         t.context({.step = t.n("step"), .lr = 0, .seed = t.c().param("seed").template get<uint64_t>()});
+       }},
+      {"head_dot", [](Build<T>& t) { t.out("out", t.b.head_dot(t.x("x"), t.x("att"), t.n("heads"))); }},
+      {"head_mean", [](Build<T>& t) { t.out("out", t.b.head_mean(t.x("x"), t.n("heads"))); }},
+      {"edge_scale", [](Build<T>& t) { t.out("out", t.b.edge_scale(t.x("messages"), t.x("weight"))); }},
+      {"layer_norm",
+       [](Build<T>& t) {
+         t.out("out", t.b.layer_norm(t.x("x"), t.x("weight"), t.x("bias"), t.c().param("per_node"),
+                                     t.p("eps")));
+       }},
+      {"layer_norm_moments",
+       [](Build<T>& t) {
+         const ValueId mask = t.c().has("mask") ? t.ints("mask", DType::kBool) : kNoValue;
+         t.out("moments", t.b.layer_norm_moments(t.x("x"), mask));
+       }},
+      {"gcn_norm",
+       [](Build<T>& t) {
+         const int64_t n = t.n("num_nodes");
+         const int32_t g = t.graph("src", "dst", n, n);
+         if (t.c().has("degree")) {
+           // Given degrees: the form a rank of a partitioned graph runs.
+           t.b.partition(n);
+           t.ints("degree", DType::kI64, runtime::in_degree_name(t.graph_name(g)));
+         }
+         t.out("weight", t.b.gcn_norm(g));
+       }},
+      {"divide_rows",
+       [](Build<T>& t) { t.out("out", t.b.divide_rows(t.x("x"), t.ints("degree", DType::kI64))); }},
+      {"keep_winners",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.keep_winners(g, t.x("g"), t.ints("arg", DType::kI32)));
+       }},
+      {"count_correct",
+       [](Build<T>& t) {
+         const ValueId metrics = t.b.state("metrics", DType::kF64, {2});
+         t.b.count_correct(metrics, t.x("log_prob"), t.ints("labels", DType::kI64),
+                           t.ints("mask", DType::kBool), 0);
+         t.state_out("metrics");
+       }},
+      {"accumulate",
+       [](Build<T>& t) {
+         const int64_t slots = t.n("slots");
+         const ValueId metrics = t.b.state("metrics", DType::kF64, {slots});
+         t.bind("metrics", t.c().array("metrics_before").cast(DType::kF64));
+         t.b.accumulate(metrics, t.x("scalar"), t.n("slot"));
+         t.state_out("metrics");
+       }},
+      {"adam_update",
+       [](Build<T>& t) {
+         // The step's grad and lr change per run, as in training.
+         const auto& grads = t.c().array("grads");
+         std::vector<int64_t> shape(grads.shape().begin() + 1, grads.shape().end());
+         const ValueId param = t.b.parameter("param", shape);
+         t.bind("param", Tensor::from<T>(t.c().array("param_init").template to_vector<T>(), shape));
+         const ValueId grad = t.b.input("grad", dtype_of<T>(), shape);
+         const ValueId m = t.b.state("param.exp_avg", dtype_of<T>(), shape);
+         const ValueId v = t.b.state("param.exp_avg_sq", dtype_of<T>(), shape);
+         runtime::OpAttrs hyper;
+         hyper.set_beta1(t.p("beta1"));
+         hyper.set_beta2(t.p("beta2"));
+         hyper.set_eps(t.p("eps"));
+         hyper.set_weight_decay(t.p("weight_decay"));
+         hyper.set_decoupled(t.c().param("decoupled").template get<bool>());
+         t.b.adam_update(param, grad, m, v, hyper);
+         for (const char* s : {"param", "param.exp_avg", "param.exp_avg_sq"}) t.state_out(s);
+         t.repeat(static_cast<int>(grads.shape()[0]), [&t, shape](Core& core, int k) {
+           const auto all = t.c().array("grads").template to_vector<T>();
+           const auto n = static_cast<size_t>(element_count(shape));
+           core.memory().put("grad", Tensor::from<T>(std::span(all).subspan(k * n, n), shape));
+           t.context({.step = 1, .lr = t.c().param("lr").at(k).template get<double>(), .seed = 0});
+         });
+       }},
+      {"sgd_update",
+       [](Build<T>& t) {
+         const auto& grads = t.c().array("grads");
+         std::vector<int64_t> shape(grads.shape().begin() + 1, grads.shape().end());
+         const ValueId param = t.b.parameter("param", shape);
+         t.bind("param", Tensor::from<T>(t.c().array("param_init").template to_vector<T>(), shape));
+         const ValueId grad = t.b.input("grad", dtype_of<T>(), shape);
+         const ValueId buf = t.b.state("param.momentum_buffer", dtype_of<T>(), shape);
+         runtime::OpAttrs hyper;
+         hyper.set_momentum(t.p("momentum"));
+         hyper.set_nesterov(t.c().param("nesterov").template get<bool>());
+         hyper.set_weight_decay(t.p("weight_decay"));
+         t.b.sgd_update(param, grad, buf, hyper);
+         t.state_out("param");
+         if (t.p("momentum") != 0) t.state_out("param.momentum_buffer");
+         t.repeat(static_cast<int>(grads.shape()[0]), [&t, shape](Core& core, int k) {
+           const auto all = t.c().array("grads").template to_vector<T>();
+           const auto n = static_cast<size_t>(element_count(shape));
+           core.memory().put("grad", Tensor::from<T>(std::span(all).subspan(k * n, n), shape));
+           t.context({.step = 1, .lr = t.c().param("lr").at(k).template get<double>(), .seed = 0});
+         });
+       }},
   };
-  if (d == DType::kI32) return call.template operator()<int32_t>();
-  if (d == DType::kI64) return call.template operator()<int64_t>();
-  throw std::runtime_error(c.name + ": index is not int32/int64");
-}
-
-template <typename T, typename I>
-std::vector<T> as_values(const std::vector<I>& ints) {
-  return std::vector<T>(ints.begin(), ints.end());
-}
-
-template <typename T>
-std::span<const T> get(const Values<T>& v, const std::string& key) {
-  const auto it = v.find(key);
-  if (it == v.end()) return {};
-  return it->second;
-}
-
-template <typename T>
-Values<T> run_scatter(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const Reduce reduce = parse_reduce(c.param("reduce").get<std::string>());
-  const int64_t n = c.param("num_rows"), f = c.param("features");
-  return with_indices(c, {"index"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const auto seg = Csr<I>::build(idx[0], n);
-    Values<T> r;
-    std::vector<T> out(n * f);
-    std::vector<I> arg(has_arg(reduce) ? n * f : 0);
-    scatter_forward<T, I>(reduce, seg, f, get(in, "src"), out, arg, ScatterPath::kCsrWalk);
-    // Every case also runs the streaming path and scatter's own choice, which
-    // must give the walk's bits (up to a NaN's sign).
-    for (ScatterPath path : {ScatterPath::kStreaming, ScatterPath::kAuto}) {
-      std::vector<T> other(out.size(), T(-7));
-      std::vector<I> other_arg(arg.size(), I(-7));
-      scatter_forward<T, I>(reduce, seg, f, get(in, "src"), other, other_arg, path);
-      if (first_difference<T>(out, other) >= 0 || arg != other_arg) {
-        throw std::runtime_error(c.name + ": scatter's " +
-                                 (path == ScatterPath::kAuto ? "automatic" : "streaming") +
-                                 " path differs from its CSR walk");
-      }
-    }
-    r["out"] = out;
-    if (has_arg(reduce)) r["arg"] = as_values<T>(arg);
-    if (up) {
-      std::vector<T> grad(seg.num_edges() * f);
-      scatter_backward<T, I>(reduce, seg, f, get(*up, "out"), arg, grad);
-      r["grad_src"] = grad;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_gather(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t n = c.param("num_rows"), f = c.param("features");
-  return with_indices(c, {"index"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const auto seg = Csr<I>::build(idx[0], n);
-    Values<T> r;
-    std::vector<T> out(seg.num_edges() * f);
-    gather_forward<T, I>(seg, f, get(in, "x"), out);
-    r["out"] = out;
-    if (up) {
-      std::vector<T> grad(n * f);
-      gather_backward<T, I>(seg, f, get(*up, "out"), grad);
-      r["grad_x"] = grad;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_spmm(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const Reduce reduce = parse_reduce(c.param("reduce").get<std::string>());
-  const int64_t ns = c.param("num_src"), nd = c.param("num_dst"), f = c.param("features");
-  return with_indices(c, {"src", "dst"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const auto adj = Adjacency<I>::build(idx[0], idx[1], ns, nd);
-    const auto weight = get(in, "weight");
-    Values<T> r;
-    std::vector<T> out(nd * f);
-    std::vector<I> arg(has_arg(reduce) ? nd * f : 0);
-    spmm_forward<T, I>(reduce, adj, f, get(in, "x"), weight, out, arg);
-    r["out"] = out;
-    if (has_arg(reduce)) r["arg"] = as_values<T>(arg);
-    if (up) {
-      std::vector<T> grad_x(ns * f), grad_w(weight.size());
-      spmm_backward<T, I>(reduce, adj, f, get(in, "x"), weight, get(*up, "out"), arg, grad_x,
-                          grad_w);
-      r["grad_x"] = grad_x;
-      if (c.has("weight")) r["grad_weight"] = grad_w;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_sddmm(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t ns = c.param("num_src"), nd = c.param("num_dst"), h = c.param("heads");
-  const bool dot = c.op == "sddmm_dot";
-  const int64_t f = dot ? c.param("features").get<int64_t>() : h;
-  return with_indices(c, {"src", "dst"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const auto adj = Adjacency<I>::build(idx[0], idx[1], ns, nd);
-    Values<T> r;
-    std::vector<T> out(adj.num_edges() * h);
-    if (dot) {
-      sddmm_dot_forward<T, I>(adj, f, h, get(in, "a"), get(in, "b"), out);
-    } else {
-      sddmm_add_forward<T, I>(adj, h, get(in, "a"), get(in, "b"), out);
-    }
-    r["out"] = out;
-    if (up) {
-      std::vector<T> ga(ns * f), gb(nd * f);
-      if (dot) {
-        sddmm_dot_backward<T, I>(adj, f, h, get(in, "a"), get(in, "b"), get(*up, "out"), ga, gb);
-      } else {
-        sddmm_add_backward<T, I>(adj, h, get(*up, "out"), ga, gb);
-      }
-      r["grad_a"] = ga;
-      r["grad_b"] = gb;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_segment_softmax(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t n = c.param("num_rows"), h = c.param("heads");
-  return with_indices(c, {"index"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const auto seg = Csr<I>::build(idx[0], n);
-    Values<T> r;
-    std::vector<T> alpha(seg.num_edges() * h);
-    segment_softmax_forward<T, I>(seg, h, get(in, "score"), alpha);
-    r["alpha"] = alpha;
-    if (up) {
-      std::vector<T> grad(alpha.size());
-      segment_softmax_backward<T, I>(seg, h, alpha, get(*up, "alpha"), grad);
-      r["grad_score"] = grad;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_matmul(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t m = c.param("m"), k = c.param("k"), n = c.param("n");
-  const bool ta = c.param("trans_a"), tb = c.param("trans_b");
-  Values<T> r;
-  std::vector<T> out(m * n);
-  matmul<T>(get(in, "a"), get(in, "b"), out, m, k, n, ta, tb);
-  r["c"] = out;
-  if (up) {
-    const auto g = get(*up, "c");
-    std::vector<T> ga(m * k), gb(k * n);
-    // d op(a) = g op(b)^T and d op(b) = op(a)^T g; a stored transposed
-    // (trans_a) gets the transpose of its gradient, and likewise b.
-    if (ta) {
-      matmul<T>(get(in, "b"), g, ga, k, n, m, tb, true);  // op(b) g^T
-    } else {
-      matmul<T>(g, get(in, "b"), ga, m, n, k, false, !tb);  // g op(b)^T
-    }
-    if (tb) {
-      matmul<T>(g, get(in, "a"), gb, n, m, k, true, ta);  // g^T op(a)
-    } else {
-      matmul<T>(get(in, "a"), g, gb, k, m, n, !ta, false);  // op(a)^T g
-    }
-    r["grad_a"] = ga;
-    r["grad_b"] = gb;
-  }
-  return r;
-}
-
-template <typename T>
-Values<T> run_bias_add(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t rows = c.param("rows"), cols = c.param("cols");
-  Values<T> r;
-  std::vector<T> out(rows * cols);
-  bias_add_forward<T>(get(in, "x"), get(in, "bias"), out, rows, cols);
-  r["out"] = out;
-  if (up) {
-    r["grad_x"] = std::vector<T>(get(*up, "out").begin(), get(*up, "out").end());
-    std::vector<T> gb(cols);
-    bias_add_backward<T>(get(*up, "out"), rows, cols, gb);
-    r["grad_bias"] = gb;
-  }
-  return r;
-}
-
-template <typename T>
-Values<T> run_activation(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const auto x = get(in, "x");
-  Values<T> r;
-  std::vector<T> out(x.size()), grad(x.size());
-  if (c.op == "relu") {
-    relu_forward<T>(x, out);
-    if (up) relu_backward<T>(x, get(*up, "out"), grad);
-  } else if (c.op == "leaky_relu") {
-    const T slope = c.param("negative_slope").get<double>();
-    leaky_relu_forward<T>(x, slope, out);
-    if (up) leaky_relu_backward<T>(x, slope, get(*up, "out"), grad);
-  } else {
-    const T alpha = c.param("alpha").get<double>();
-    elu_forward<T>(x, alpha, out);
-    if (up) elu_backward<T>(x, alpha, get(*up, "out"), grad);
-  }
-  r["out"] = out;
-  if (up) r["grad_x"] = grad;
-  return r;
-}
-
-template <typename T>
-Values<T> run_log_softmax(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t rows = c.param("rows"), cols = c.param("cols");
-  Values<T> r;
-  std::vector<T> out(rows * cols);
-  log_softmax_forward<T>(get(in, "x"), rows, cols, out);
-  r["out"] = out;
-  if (up) {
-    std::vector<T> grad(out.size());
-    log_softmax_backward<T>(out, get(*up, "out"), rows, cols, grad);
-    r["grad_x"] = grad;
-  }
-  return r;
-}
-
-template <typename T>
-Values<T> run_nll_loss(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const int64_t rows = c.param("rows"), classes = c.param("classes");
-  const auto mask = c.array("mask").values<uint8_t>();
-  return with_indices(c, {"labels"}, [&]<typename I>(const std::vector<std::span<const I>>& idx) {
-    const LossSum loss = nll_loss_forward<T, I>(get(in, "log_prob"), rows, classes, idx[0], mask);
-    Values<T> r;
-    r["loss"] = {static_cast<T>(loss.sum / loss.count)};
-    r["count"] = {static_cast<T>(loss.count)};
-    if (up) {
-      std::vector<T> grad(rows * classes);
-      nll_loss_backward<T, I>(rows, classes, idx[0], mask, get(*up, "loss")[0] / T(loss.count),
-                              grad);
-      r["grad_log_prob"] = grad;
-    }
-    return r;
-  });
-}
-
-template <typename T>
-Values<T> run_dropout(const Case& c, const Values<T>& in, const Values<T>* up) {
-  const DropoutKey key{c.param("seed"), c.param("step"), c.param("op")};
-  const double p = c.param("p");
-  const int64_t cols = c.param("cols");
-  std::span<const int64_t> rows;
-  if (c.has("global_rows")) rows = c.array("global_rows").values<int64_t>();
-  const auto x = get(in, "x");
-  Values<T> r;
-  std::vector<T> out(x.size());
-  dropout_forward<T>(key, p, cols, rows, x, out);
-  r["out"] = out;
-  if (up) {
-    std::vector<T> grad(x.size());
-    dropout_backward<T>(key, p, cols, rows, get(*up, "out"), grad);
-    r["grad_x"] = grad;
-  }
-  return r;
+  return table;
 }
 
 }  // namespace
+
+std::vector<std::string> harness_ops() {
+  std::vector<std::string> names;
+  for (const auto& [name, recipe] : recipes<float>()) names.push_back(name);
+  return names;
+}
 
 template <typename T>
 Values<T> float_inputs(const Case& c) {
   Values<T> v;
   for (const std::string k : c.meta.at("inputs")) {
-    if (is_float(c.array(k).dtype())) v[k] = converted<T>(c.array(k));
+    if (is_floating(c.array(k).dtype())) v[k] = c.array(k).to_vector<T>();
   }
   return v;
 }
@@ -348,33 +393,19 @@ Values<T> float_inputs(const Case& c) {
 template <typename T>
 Values<T> upstream_gradients(const Case& c) {
   Values<T> v;
-  for (const std::string k : c.meta.at("grad_outputs")) v[k.substr(5)] = converted<T>(c.array(k));
+  for (const std::string k : c.meta.at("grad_outputs")) v[k.substr(5)] = c.array(k).to_vector<T>();
   if (v.empty()) v[c.meta.at("outputs")[0]] = {T(1)};
   return v;
 }
 
 template <typename T>
 Values<T> run_op(const Case& c, const Values<T>& inputs, const Values<T>* upstream) {
-  using Runner = Values<T> (*)(const Case&, const Values<T>&, const Values<T>*);
-  static const std::map<std::string, Runner> table = {
-      {"scatter", run_scatter<T>},
-      {"gather", run_gather<T>},
-      {"spmm", run_spmm<T>},
-      {"sddmm_dot", run_sddmm<T>},
-      {"sddmm_add", run_sddmm<T>},
-      {"segment_softmax", run_segment_softmax<T>},
-      {"matmul", run_matmul<T>},
-      {"bias_add", run_bias_add<T>},
-      {"relu", run_activation<T>},
-      {"leaky_relu", run_activation<T>},
-      {"elu", run_activation<T>},
-      {"log_softmax", run_log_softmax<T>},
-      {"nll_loss", run_nll_loss<T>},
-      {"dropout", run_dropout<T>},
-  };
+  const auto& table = recipes<T>();
   const auto it = table.find(c.op);
-  if (it == table.end()) throw std::runtime_error(c.name + ": no runner for op " + c.op);
-  return it->second(c, inputs, upstream);
+  if (it == table.end()) throw std::runtime_error(c.name + ": no recipe for op " + c.op);
+  Build<T> build(c, inputs);
+  it->second(build);
+  return build.run(upstream);
 }
 
 template Values<float> float_inputs<float>(const Case&);

@@ -1,8 +1,13 @@
-// One harness for every kernel: a golden case (a folder written by
+// One harness for every op of the runtime: a golden case (a folder written by
 // tests/reference/make_golden.py) names an op, its parameters and its
-// arrays; run_op() runs gnnrt's kernels on it in float (golden comparison,
-// determinism) or double (finite differences). Adding an op means adding one
-// entry to run_op, not a new test.
+// arrays; run_op() builds that op into a Program with the runtime's Builder
+// (in float for the golden and determinism checks, in double for finite
+// differences), differentiates it with the runtime's autodiff (seeded with
+// the case's upstream gradients), compiles and runs it on a Core, and reads
+// back every output and input gradient. So what is compared with the
+// reference is computed by gnnrt end to end: shape rules, backward rules,
+// executor dispatch and kernels. Adding an op means adding one entry to the
+// table in op_harness.cc (and its cases to make_golden.py), not a new test.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +36,7 @@ struct Case {
   const Tensor& array(const std::string& key) const;
   bool has(const std::string& key) const { return arrays.count(key) != 0; }
   const nlohmann::json& param(const std::string& key) const;
+  bool has_param(const std::string& key) const;
 };
 
 template <typename T>
@@ -48,9 +54,12 @@ Values<T> upstream_gradients(const Case& c);
 // Runs the case's op on `inputs` (replacing the case's float inputs; integer
 // inputs come from the case). Returns every output (integer outputs such as
 // arg converted to T) and, if `upstream` is given, "grad_<input>" for each
-// gradient the case lists.
+// gradient the case lists. Throws what the runtime throws.
 template <typename T>
 Values<T> run_op(const Case& c, const Values<T>& inputs, const Values<T>* upstream);
+
+// The ops run_op knows (the runtime ops with a forward form).
+std::vector<std::string> harness_ops();
 
 // The first position where a and b differ, or -1. Values compare by their
 // bits, except that any two NaNs are equal: x86 returns either operand's NaN

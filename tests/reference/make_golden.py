@@ -382,8 +382,260 @@ def gen_dense(w, rng):
                 loss.backward()
                 w.case("nll_loss", name, {"rows": r, "classes": c},
                        {"log_prob": logp, "labels": labels, "mask": mask},
-                       {"loss": loss.reshape(1), "count": np.array([int(mask.sum())], np.int64)},
-                       {}, {"log_prob": lt.grad})
+                       {"loss": loss.reshape(1)}, {}, {"log_prob": lt.grad})
+
+
+def gen_losses(w, rng):
+    """nll_loss over every row and over none (gnnrt's rule: an empty mask is
+    loss 0 with zero gradient, where torch's mean is NaN), mse_loss, and
+    count_correct with ties and NaN rows (torch.argmax: a NaN wins, then
+    the first of equal maxima)."""
+    r, c = 9, 4
+    x = rng.standard_normal((r, c)).astype(np.float32)
+    logp = torch.log_softmax(f32(x), dim=1).numpy().astype(np.float32)
+    labels = rng.integers(0, c, r).astype(np.int64)
+    for name, mask in [("all_rows", np.ones(r, bool)), ("no_rows", np.zeros(r, bool))]:
+        lt = leaf(logp)
+        sel = torch.from_numpy(mask)
+        if sel.any():
+            loss = torch.nn.functional.nll_loss(lt[sel], torch.from_numpy(labels)[sel])
+        else:
+            loss = (lt * 0).sum()  # gnnrt's empty-mask rule, not torch's NaN
+        loss.backward()
+        w.case("nll_loss", name, {"rows": r, "classes": c},
+               {"log_prob": logp, "labels": labels, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"log_prob": lt.grad})
+
+    for name, r, c, keep in [("small", 7, 3, 0.6), ("all_rows", 5, 6, 1.0), ("no_rows", 4, 2, 0.0),
+                             ("wide", 3, 130, 0.7)]:
+        pred, target = rng.standard_normal((r, c)).astype(np.float32), rng.standard_normal((r, c)).astype(np.float32)
+        mask = rng.random(r) < keep
+        pt, tt = leaf(pred), leaf(target)
+        sel = torch.from_numpy(mask)
+        if sel.any():
+            loss = torch.nn.functional.mse_loss(pt[sel], tt[sel])
+        else:
+            loss = (pt * 0).sum() + (tt * 0).sum()
+        loss.backward()
+        w.case("mse_loss", name, {"rows": r, "cols": c},
+               {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"pred": pt.grad, "target": tt.grad})
+
+    lp = rng.standard_normal((12, 5)).astype(np.float32)
+    lp[3, :] = 1.0            # all tied: the first class
+    lp[4, [1, 3]] = 5.0       # two tied maxima: class 1
+    lp[5, 2] = np.nan         # a NaN: its class
+    lp[6, [0, 4]] = np.nan    # two NaNs: the first
+    labels = rng.integers(0, 5, 12).astype(np.int64)
+    labels[3], labels[4], labels[5], labels[6] = 0, 1, 2, 0
+    mask = np.ones(12, bool)
+    mask[[1, 8]] = False
+    lt = torch.from_numpy(lp.astype(np.float64))
+    sel = torch.from_numpy(mask)
+    pred = torch.argmax(lt[sel], dim=1)
+    correct = int((pred == torch.from_numpy(labels)[sel]).sum())
+    w.case("count_correct", "ties_and_nan", {"rows": 12, "classes": 5},
+           {"log_prob": lp, "labels": labels, "mask": mask},
+           {"metrics": np.array([correct, int(mask.sum())], np.float64)}, {}, {}, fd=False)
+    metrics = rng.standard_normal(8)
+    scalar = rng.standard_normal(1).astype(np.float32)
+    after = metrics.copy()
+    after[5] += float(scalar[0])
+    w.case("accumulate", "slot5", {"slots": 8, "slot": 5}, {"scalar": scalar, "metrics_before": metrics},
+           {"metrics": after}, {}, {}, fd=False)
+
+
+def gen_elementwise(w, rng):
+    """add, mul, scale, fill, per-head ops of GAT, edge_scale, divide_rows,
+    keep_winners."""
+    for name, shape in [("small", (5, 3)), ("empty", (0, 4)), ("vector", (17,))]:
+        a, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+        gout = rng.standard_normal(shape).astype(np.float32)
+        for op, fn in [("add", lambda x, y: x + y), ("mul", lambda x, y: x * y)]:
+            at, bt = leaf(a), leaf(b)
+            out = fn(at, bt)
+            out.backward(f32(gout))
+            w.case(op, name, {}, {"a": a, "b": b}, {"out": out}, {"out": gout},
+                   {"a": at.grad, "b": bt.grad})
+        xt = leaf(a)
+        out = xt * -1.75
+        out.backward(f32(gout))
+        w.case("scale", name, {"alpha": -1.75}, {"x": a}, {"out": out}, {"out": gout}, {"x": xt.grad})
+    w.case("fill", "ones", {"shape": [3, 2], "value": 0.5}, {}, {"out": np.full((3, 2), 0.5)}, {}, {},
+           fd=False)
+
+    for name, n, h, c in [("one_head", 6, 1, 4), ("heads", 7, 3, 5), ("empty", 0, 2, 3)]:
+        x = rng.standard_normal((n, h * c)).astype(np.float32)
+        att = rng.standard_normal((1, h, c)).astype(np.float32)
+        xt, at = leaf(x), leaf(att)
+        out = (xt.view(n, h, c) * at.view(1, h, c)).sum(-1)
+        gout = rng.standard_normal((n, h)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("head_dot", name, {"heads": h}, {"x": x, "att": att}, {"out": out}, {"out": gout},
+               {"x": xt.grad, "att": at.grad})
+        xt = leaf(x)
+        out = xt.view(n, h, c).mean(1)
+        gout = rng.standard_normal((n, c)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("head_mean", name, {"heads": h}, {"x": x}, {"out": out}, {"out": gout}, {"x": xt.grad})
+
+    for name, e, h, c in [("scalar_weight", 9, 1, 4), ("heads", 8, 3, 2), ("empty", 0, 2, 5)]:
+        m = rng.standard_normal((e, h * c)).astype(np.float32)
+        wv = rng.standard_normal((e,) if h == 1 and name == "scalar_weight" else (e, h)).astype(np.float32)
+        mt, wt = leaf(m), leaf(wv)
+        out = (mt.view(e, h, c) * wt.view(e, h, 1)).reshape(e, h * c)
+        gout = rng.standard_normal((e, h * c)).astype(np.float32)
+        out.backward(f32(gout))
+        # The weight's gradient is gnnrt's edge_dot op.
+        w.case("edge_scale", name, {}, {"messages": m, "weight": wv}, {"out": out}, {"out": gout},
+               {"messages": mt.grad, "weight": wt.grad})
+
+    for name, n, f in [("small", 6, 3), ("empty", 0, 2)]:
+        x = rng.standard_normal((n, f)).astype(np.float32)
+        deg = rng.integers(0, 4, n).astype(np.int64)
+        xt = leaf(x)
+        dt = torch.from_numpy(deg.astype(np.float64))
+        out = torch.where(dt[:, None] > 0, xt / dt.clamp(min=1)[:, None], torch.zeros(()))
+        gout = rng.standard_normal((n, f)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("divide_rows", name, {}, {"x": x, "degree": deg}, {"out": out}, {"out": gout},
+               {"x": xt.grad})
+
+    e, n, f = 7, 3, 4
+    src, dst = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)
+    g = rng.standard_normal((n, f)).astype(np.float32)
+    arg = rng.integers(0, e + 1, (n, f)).astype(np.int32)  # e: no winner here
+    gt = leaf(g)
+    out = torch.where(torch.from_numpy(arg < e), gt, torch.zeros(()))
+    gout = rng.standard_normal((n, f)).astype(np.float32)
+    out.backward(f32(gout))
+    w.case("keep_winners", "random", {"num_src": n, "num_dst": n},
+           {"g": g, "arg": arg, "src": src, "dst": dst}, {"out": out}, {"out": gout}, {"g": gt.grad})
+
+
+def gen_norms(w, rng):
+    """layer_norm in PyG's two modes (torch ops written out), its graph-mode
+    moments, and GCN's normalisation (from the graph, and from given
+    degrees as on a rank of a partitioned graph)."""
+    for name, n, c, eps in [("small", 6, 4, 1e-5), ("wide", 3, 130, 1e-5), ("one_row", 1, 5, 0.1),
+                            ("tall", 200, 3, 1e-5)]:
+        x = (2 * rng.standard_normal((n, c)) + 0.5).astype(np.float32)
+        weight = rng.standard_normal(c).astype(np.float32)
+        bias = rng.standard_normal(c).astype(np.float32)
+        gout = rng.standard_normal((n, c)).astype(np.float32)
+        for per_node in (False, True):
+            xt, wt, bt = leaf(x), leaf(weight), leaf(bias)
+            if per_node:
+                out = torch.nn.functional.layer_norm(xt, (c,), wt, bt, eps)
+            else:  # torch_geometric.nn.LayerNorm(mode="graph"), one graph
+                xc = xt - xt.mean()
+                out = xc / (xc.pow(2).mean().sqrt() + eps) * wt + bt
+            out.backward(f32(gout))
+            w.case("layer_norm", f"{'node' if per_node else 'graph'}_{name}",
+                   {"per_node": per_node, "eps": eps}, {"x": x, "weight": weight, "bias": bias},
+                   {"out": out}, {"out": gout}, {"x": xt.grad, "weight": wt.grad, "bias": bt.grad})
+        mask = rng.random(n) < 0.5
+        xs = x.astype(np.float64)[mask]
+        w.case("layer_norm_moments", name, {}, {"x": x, "mask": mask},
+               {"moments": np.array([xs.size, xs.sum(), (xs * xs).sum()])}, {}, {}, fd=False)
+
+    for name, n, e, given in [("random", 10, 30, False), ("isolated", 6, 5, False),
+                              ("self_loops", 5, 12, False), ("given_degrees", 8, 14, True)]:
+        src, dst = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)
+        if name == "isolated":
+            src, dst = src % 3, dst % 3  # nodes 3..5 have no edges
+        if name == "self_loops":
+            dst[:5] = src[:5]
+        deg = torch.zeros(n).index_add_(0, torch.from_numpy(dst.astype(np.int64)), torch.ones(e))
+        inputs = {"src": src, "dst": dst}
+        if given:
+            deg = deg + torch.from_numpy(rng.integers(0, 3, n).astype(np.float64))  # other ranks' edges
+            inputs["degree"] = deg.numpy().astype(np.int64)
+        dinv = deg.pow(-0.5)
+        dinv = torch.where(torch.isinf(dinv), torch.zeros(()), dinv)
+        weight = dinv[torch.from_numpy(src.astype(np.int64))] * dinv[torch.from_numpy(dst.astype(np.int64))]
+        w.case("gcn_norm", name, {"num_nodes": n}, inputs, {"weight": weight}, {}, {}, fd=False)
+
+
+def gen_softmax_pieces(w, rng):
+    """The partitioned softmax's pieces: segment_max (the shift, -inf for an
+    empty segment), segment_exp_sum and segment_softmax_apply, each with the
+    shift held constant as gnnrt's backward does."""
+    for name, e, n, h, kind in [("random", 40, 9, 2, "random"), ("empty_segments", 20, 12, 1, "sparse"),
+                                ("neg_inf", 16, 4, 3, "neg_inf")]:
+        index = make_index(rng, e, n, "sparse" if kind == "sparse" else "random").astype(np.int32)
+        score = (2 * rng.standard_normal((e, h))).astype(np.float32)
+        fd = kind != "neg_inf"
+        if kind == "neg_inf":
+            index[:4] = 0
+            score[:4] = -np.inf  # row 0 all -inf
+            score[5, 0] = -np.inf
+        idx = torch.from_numpy(index.astype(np.int64))
+        m = torch.full((n, h), float("-inf")).scatter_reduce(
+            0, idx[:, None].expand(e, h), f32(score), "amax", include_self=True)
+        w.case("segment_max", name, {"num_rows": n}, {"score": score, "index": index}, {"m": m}, {},
+               {}, fd=False)
+        dead = torch.isinf(m) & (m < 0)
+        safe_m = torch.where(dead, torch.zeros(()), m)
+        st = leaf(score)
+        ex = torch.where(dead[idx], torch.zeros(()), (st - safe_m[idx]).exp())
+        s = torch.zeros(n, h).index_add(0, idx, ex)
+        gout = rng.standard_normal((n, h)).astype(np.float32)
+        s.backward(f32(gout))
+        w.case("segment_exp_sum", name, {"num_rows": n},
+               {"score": score, "m": m.numpy().astype(np.float32), "index": index}, {"s": s},
+               {"s": gout}, {"score": st.grad}, fd=fd)
+        st, sv = leaf(score), leaf(s.detach().numpy() + 0.25)
+        alpha = torch.where(dead[idx], torch.zeros(()), (st - safe_m[idx]).exp() / sv[idx])
+        gout = rng.standard_normal((e, h)).astype(np.float32)
+        alpha.backward(f32(gout))
+        w.case("segment_softmax_apply", name, {"num_rows": n},
+               {"score": score, "m": m.numpy().astype(np.float32), "s": sv.detach().numpy().astype(np.float32),
+                "index": index}, {"alpha": alpha}, {"alpha": gout}, {"score": st.grad, "s": sv.grad}, fd=fd)
+
+
+def gen_optimizers(w, rng):
+    """torch.optim's Adam, AdamW and SGD over three steps with a new gradient
+    and learning rate each step (the schedule is a run input in gnnrt)."""
+    shape, steps = (4, 3), 3
+    lrs = [0.01, 0.005, 0.02]
+    cases = [
+        ("adam", "adam_update", dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0), False),
+        ("adam_l2_betas", "adam_update", dict(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05), False),
+        ("adamw", "adamw_update", dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01), True),
+        ("sgd", "sgd_update", dict(momentum=0.0, weight_decay=0.0, nesterov=False), False),
+        ("sgd_momentum", "sgd_update", dict(momentum=0.9, weight_decay=5e-4, nesterov=False), False),
+        ("sgd_nesterov", "sgd_update", dict(momentum=0.9, weight_decay=0.0, nesterov=True), False),
+    ]
+    for name, kind, hyper, decoupled in cases:
+        p0 = rng.standard_normal(shape).astype(np.float32)
+        grads = rng.standard_normal((steps,) + shape).astype(np.float32)
+        p = f32(p0).clone().requires_grad_(True)
+        if kind == "sgd_update":
+            opt = torch.optim.SGD([p], lr=lrs[0], **hyper)
+        elif decoupled:
+            opt = torch.optim.AdamW([p], lr=lrs[0], **hyper)
+        else:
+            opt = torch.optim.Adam([p], lr=lrs[0], **hyper)
+        for k in range(steps):
+            opt.param_groups[0]["lr"] = lrs[k]
+            p.grad = f32(grads[k])
+            opt.step()
+        state = opt.state[p]
+        params = {"lr": lrs, "weight_decay": hyper["weight_decay"]}
+        outputs = {"param": p.detach()}
+        if kind == "sgd_update":
+            params.update(momentum=hyper["momentum"], nesterov=hyper["nesterov"])
+            if hyper["momentum"]:
+                outputs["param.momentum_buffer"] = state["momentum_buffer"]
+            op = "sgd_update"
+        else:
+            params.update(beta1=hyper["betas"][0], beta2=hyper["betas"][1], eps=hyper["eps"],
+                          decoupled=decoupled)
+            outputs["param.exp_avg"] = state["exp_avg"]
+            outputs["param.exp_avg_sq"] = state["exp_avg_sq"]
+            op = "adam_update"
+        w.case(op, name, params, {"param_init": p0, "grads": grads}, outputs, {}, {}, fd=False)
 
 
 def gen_dropout(w, rng):
@@ -415,7 +667,8 @@ def main():
     if root.exists():
         shutil.rmtree(root)
     w = Writer(root)
-    for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout]:
+    for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
+                gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 
