@@ -81,6 +81,10 @@ std::string to_string(const SyntheticSpec& spec);
 // Throws DatasetError for an out-of-range spec.
 Dataset make_synthetic(const SyntheticSpec& spec);
 
+// PyG's NormalizeFeatures, in place: x - min(x) (over the whole matrix),
+// then each row divided by its sum (a sum below 1 counts as 1).
+void normalize_features(Dataset& d);
+
 // "synthetic[:...]" | "npy:DIR" | "csv:DIR" | DIR (NumPy if DIR/x.npy exists,
 // else CSV if DIR/edges.csv exists).
 Dataset load_dataset(std::string_view spec);

@@ -94,19 +94,6 @@ std::string to_text_of(const google::protobuf::Message& m) {
   return text;
 }
 
-void normalize_features(Dataset& d) {
-  if (d.x.empty()) return;
-  const float low = *std::min_element(d.x.begin(), d.x.end());
-  const auto f = static_cast<size_t>(d.num_features);
-  for (size_t row = 0; row < static_cast<size_t>(d.num_nodes); ++row) {
-    float* x = &d.x[row * f];
-    float sum = 0;
-    for (size_t c = 0; c < f; ++c) sum += (x[c] -= low);
-    const float scale = 1.0f / std::max(sum, 1.0f);
-    for (size_t c = 0; c < f; ++c) x[c] *= scale;
-  }
-}
-
 class Trainer {
  public:
   Trainer(const proto::Job& job, const TrainOptions& options)

@@ -182,7 +182,50 @@ def scatter_max(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
     return out.masked_fill(_rows(empty, out), 0.0)
 
 
-SCATTER = {"sum": scatter_sum, "mean": scatter_mean, "max": scatter_max}
+def winner_reduce(msg: Tensor, index: Tensor, n: int, reduce: str):
+    """torch_scatter's max/min: the value per (n, f) and the lowest edge id
+    that attains it (E for an empty segment, whose value is 0)."""
+    e, f = msg.shape
+    amax = "amax" if reduce == "max" else "amin"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = msg.new_zeros(n, f).scatter_reduce(0, index[:, None].expand(e, f), msg, amax,
+                                                 include_self=False)
+        counts = msg.new_zeros(n).index_add_(0, index, msg.new_ones(e))
+        out = torch.where(counts[:, None] > 0, out, msg.new_zeros(()))
+        hit = msg == out[index]
+        cand = torch.where(hit, torch.arange(e)[:, None].expand(e, f), torch.full((e, f), e))
+        arg = torch.full((n, f), e, dtype=torch.int64).scatter_reduce(
+            0, index[:, None].expand(e, f), cand, "amin", include_self=True)
+    return out, arg
+
+
+class WinnerReduce(torch.autograd.Function):
+    """max/min whose backward sends each output element's gradient to one
+    winner, the lowest edge id among tied maxima (torch_scatter's rule, and
+    gnnrt's); torch's own scatter_reduce backward splits it among ties."""
+
+    @staticmethod
+    def forward(ctx, msg, index, n, reduce):
+        out, arg = winner_reduce(msg.detach(), index, n, reduce)
+        ctx.save_for_backward(arg)
+        ctx.e = msg.shape[0]
+        return out, arg
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_arg):
+        (arg,) = ctx.saved_tensors
+        grad = grad_out.new_zeros(ctx.e + 1, grad_out.shape[1])  # row e collects empty segments
+        grad.scatter_(0, arg, grad_out)
+        return grad[:ctx.e], None, None, None
+
+
+def scatter_max_winner(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+    return WinnerReduce.apply(src, index, num_nodes, "max")[0]
+
+
+SCATTER = {"sum": scatter_sum, "mean": scatter_mean, "max": scatter_max,
+           "max_winner": scatter_max_winner}
 
 
 def segment_softmax(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
@@ -199,15 +242,16 @@ def segment_softmax(src: Tensor, index: Tensor, num_nodes: int) -> Tensor:
 
 
 class GCNConv(nn.Module):
-    def __init__(self, in_channels: int, out_channels: int):
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
-        self.bias = nn.Parameter(torch.empty(out_channels))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         self.lin.reset_parameters()
-        nn.init.zeros_(self.bias)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         n = x.size(0)
@@ -217,14 +261,15 @@ class GCNConv(nn.Module):
         deg_inv_sqrt = deg_inv_sqrt.masked_fill(torch.isinf(deg_inv_sqrt), 0.0)
         norm = deg_inv_sqrt[src] * deg_inv_sqrt[dst]
         h = self.lin(x)
-        return scatter_sum(norm.view(-1, 1) * h.index_select(0, src), dst, n) + self.bias
+        out = scatter_sum(norm.view(-1, 1) * h.index_select(0, src), dst, n)
+        return out if self.bias is None else out + self.bias
 
 
 class SAGEConv(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, aggr: str = "mean"):
         super().__init__()
-        if aggr not in ("mean", "max"):
-            raise ValueError(f"SAGEConv: aggr must be 'mean' or 'max', got {aggr!r}")
+        if aggr not in ("mean", "max", "max_winner"):
+            raise ValueError(f"SAGEConv: aggr must be 'mean', 'max' or 'max_winner', got {aggr!r}")
         self.aggr = aggr
         self.lin_l = Linear(in_channels, out_channels, bias=True)
         self.lin_r = Linear(in_channels, out_channels, bias=False)
@@ -242,18 +287,22 @@ class SAGEConv(nn.Module):
 
 class GATConv(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1,
-                 concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0):
+                 concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0,
+                 bias: bool = True, attention_dropout=None):
         super().__init__()
         self.heads, self.out_channels = heads, out_channels
         self.concat = concat
         self.negative_slope = negative_slope
         self.dropout = dropout
+        # attention_dropout(alpha [E, H]) replaces F.dropout when given.
+        self.attention_dropout = attention_dropout
         self.lin_src = Linear(in_channels, heads * out_channels, bias=False,
                               weight_initializer="glorot")
         self.lin_dst = self.lin_src  # PyG's alias for an int in_channels
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
-        self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels))
+        self.bias = (nn.Parameter(torch.empty(heads * out_channels if concat else out_channels))
+                     if bias else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -263,7 +312,8 @@ class GATConv(nn.Module):
         self.lin_dst.reset_parameters()
         glorot(self.att_src)
         glorot(self.att_dst)
-        nn.init.zeros_(self.bias)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         n, H, C = x.size(0), self.heads, self.out_channels
@@ -274,10 +324,13 @@ class GATConv(nn.Module):
         e = F.leaky_relu(a_src.index_select(0, src) + a_dst.index_select(0, dst),
                          self.negative_slope)
         alpha = segment_softmax(e, dst, n)
-        alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+        if self.attention_dropout is not None:
+            alpha = self.attention_dropout(alpha) if self.training else alpha
+        else:
+            alpha = F.dropout(alpha, p=self.dropout, training=self.training)
         out = scatter_sum(h.index_select(0, src) * alpha.unsqueeze(-1), dst, n)  # [N, H, C]
         out = out.reshape(n, H * C) if self.concat else out.mean(dim=1)
-        return out + self.bias
+        return out if self.bias is None else out + self.bias
 
 
 class GINConv(nn.Module):
@@ -452,6 +505,174 @@ def make_optimizer(name: str, params, lr: float, weight_decay: float = 0.0,
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     raise ValueError(f"make_optimizer: unknown optimizer {name!r} (expected one of {OPTIMIZERS})")
+
+
+# ------------------------------------------------------------- gnnrt jobs
+# A model described as a gnnrt job's model (job.proto's Model as a dict:
+# {"layer": [{"type": "gcn", "out": 16, ...}, ...], "loss": ...}), built
+# from the layers above with the job's naming (conv1, lin1, norm1 counted by
+# kind) and defaults. Dropout draws gnnrt's documented masks (ops/dropout.h)
+# with NumPy's own Philox4x64-10, so a run with p > 0 is reproducible here:
+# element (row, col) of a dropout keyed `key` at optimizer step `step` is
+# kept when its uniform u >= p, u from Philox key (seed, key), counter
+# (step, row, col // 8, 0), word col % 8 (low 32 bits first) / 2^32. Rows
+# are node ids, or edge ids of the self-loop graph for GAT's attention.
+
+
+def philox_uniforms(seed: int, step: int, key: int, row: int, block: int) -> np.ndarray:
+    """Eight uniforms of Philox4x64-10, key (seed, key), counter (step, row, block, 0).
+    NumPy's generator increments the counter before drawing, so start one below."""
+    ctr = step + (row << 64) + (block << 128) - 1
+    g = np.random.Philox(key=[seed, key], counter=ctr % (1 << 256))
+    words = g.random_raw(4).astype(np.uint64)
+    lo = (words & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    hi = (words >> np.uint64(32)).astype(np.float64)
+    return np.stack([lo, hi], axis=1).reshape(-1) / 4294967296.0
+
+
+def dropout_mask(rows: int, cols: int, p: float, seed: int, step: int, key: int) -> np.ndarray:
+    """keep / (1 - p) per element, float64 [rows, cols]."""
+    if p >= 1:
+        return np.zeros((rows, cols))
+    mask = np.zeros((rows, cols))
+    blocks = (cols + 7) // 8
+    for r in range(rows):
+        u = np.concatenate([philox_uniforms(seed, step, key, r, b) for b in range(blocks)])[:cols]
+        mask[r] = (u >= p) / (1.0 - p)
+    return mask
+
+
+class Context:
+    """What a job model's dropout draws from: the job seed and the step."""
+    seed = 0
+    step = 1
+
+
+class JobDropout(nn.Module):
+    def __init__(self, p: float, key: int, context: Context):
+        super().__init__()
+        self.p, self.key, self.context = p, key, context
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0:
+            return x
+        flat = x.reshape(x.size(0), -1)
+        mask = dropout_mask(flat.size(0), flat.size(1), self.p, self.context.seed,
+                            self.context.step, self.key)
+        return (flat * torch.from_numpy(mask).to(x.dtype)).reshape(x.shape)
+
+
+class JobModel(nn.Module):
+    def __init__(self, model: Mapping, in_channels: int, num_classes: int):
+        super().__init__()
+        self.context = Context()
+        self.loss = model.get("loss", "cross_entropy")
+        self.steps = []  # (kind, module or None) in order
+        width = in_channels
+        counts = {"conv": 0, "lin": 0, "norm": 0}
+
+        def named(kind: str, module: nn.Module) -> nn.Module:
+            counts[kind] += 1
+            setattr(self, f"{kind}{counts[kind]}", module)
+            return module
+
+        for i, layer in enumerate(model["layer"]):
+            t = layer["type"]
+            out = layer.get("out", 0) or num_classes
+            key = i + 1  # gnnrt keys a layer's dropout masks by its position
+            if t == "dropout":
+                self.steps.append(("x", named_step(self, f"dropout{i}", JobDropout(layer.get("p", 0.5), key, self.context))))
+            elif t == "relu":
+                self.steps.append(("x", nn.ReLU()))
+            elif t == "elu":
+                self.steps.append(("x", nn.ELU()))
+            elif t == "layer_norm":
+                self.steps.append(("x", named("norm", LayerNorm(width, layer.get("mode", "graph"),
+                                                                layer.get("norm_eps", 1e-5)))))
+            elif t == "linear":
+                self.steps.append(("x", named("lin", nn.Linear(width, out, bias=layer.get("bias", True)))))
+                width = out
+            elif t == "gcn":
+                self.steps.append(("graph", named("conv", GCNConv(width, out, bias=layer.get("bias", True)))))
+                width = out
+            elif t == "sage":
+                aggr = layer.get("aggr", "mean")
+                self.steps.append(("graph", named("conv", SAGEConv(width, out, "max_winner" if aggr == "max" else aggr))))
+                width = out
+            elif t == "gat":
+                heads, concat = layer.get("heads", 1), layer.get("concat", True)
+                att = JobDropout(layer.get("attention_dropout", 0.0), key + 1000, self.context)
+                conv = GATConv(width, out, heads=heads, concat=concat,
+                               negative_slope=layer.get("negative_slope", 0.2),
+                               bias=layer.get("bias", True), attention_dropout=att)
+                self.steps.append(("graph", named("conv", conv)))
+                width = out * heads if concat else out
+            elif t == "gin":
+                hidden = layer.get("hidden", 0) or out
+                self.steps.append(("graph", named("conv", GINConv(gin_mlp(width, hidden, out),
+                                                                  eps=layer.get("eps", 0.0)))))
+                width = out
+            else:
+                raise ValueError(f"JobModel: unknown layer type {t!r}")
+        if width != num_classes:
+            raise ValueError(f"JobModel: the last layer gives {width} values, not {num_classes}")
+        self.log_softmax = self.loss != "mse"
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        for kind, module in self.steps:
+            x = module(x, edge_index) if kind == "graph" else module(x)
+        return F.log_softmax(x, dim=-1) if self.log_softmax else x
+
+
+def named_step(model: nn.Module, name: str, module: nn.Module) -> nn.Module:
+    setattr(model, name, module)
+    return module
+
+
+def normalize_features(x: Tensor) -> Tensor:
+    """PyG's NormalizeFeatures: x - min(x), then each row over its sum (at least 1)."""
+    x = x - x.min()
+    return x / x.sum(dim=-1, keepdim=True).clamp(min=1.0)
+
+
+def job_optimizer(opt: Mapping, params) -> torch.optim.Optimizer:
+    kind = opt.get("kind", "adam")
+    lr, wd = opt.get("lr", 0.01), opt.get("weight_decay", 5e-4)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=opt.get("momentum", 0.0),
+                               nesterov=opt.get("nesterov", False), weight_decay=wd)
+    betas = (opt.get("beta1", 0.9), opt.get("beta2", 0.999))
+    cls = torch.optim.AdamW if kind == "adamw" else torch.optim.Adam
+    return cls(params, lr=lr, betas=betas, eps=opt.get("eps", 1e-8), weight_decay=wd)
+
+
+def job_learning_rates(job: Mapping, steps: int) -> List[float]:
+    """The learning rate of each of the first `steps` epochs under the job's
+    schedule, from torch.optim.lr_scheduler (StepLR, CosineAnnealingLR to 0
+    over the epochs after warm-up, LinearLR warm-up from 1 / warmup_epochs)."""
+    s, lr = job.get("schedule", {}), job.get("optimizer", {}).get("lr", 0.01)
+    epochs, warmup = s.get("epochs", 200), s.get("warmup_epochs", 0)
+    p = nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=lr)
+    kind = s.get("lr_schedule", "constant")
+    if kind == "step":
+        main = torch.optim.lr_scheduler.StepLR(opt, step_size=s.get("step_size", 50), gamma=s.get("gamma", 0.5))
+    elif kind == "cosine":
+        main = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(epochs - warmup, 1), eta_min=0.0)
+    else:
+        main = torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
+    if warmup > 0:
+        warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0,
+                                                 total_iters=max(warmup - 1, 0))
+        sched = torch.optim.lr_scheduler.SequentialLR(opt, [warm, main], milestones=[warmup])
+    else:
+        sched = main
+    rates = []
+    for _ in range(steps):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return rates
 
 
 # ------------------------------------------------------------------- training

@@ -2,6 +2,11 @@
 """Writes the golden data of gnnrt's training tests from the independent
 reference in gnn_reference.py (PyTorch 1.13, PyG 2.3 semantics).
 
+Each case is a gnnrt job (the model, optimizer and schedule of job.proto,
+as JSON with its field names) that the reference interprets itself
+(gnn_reference.JobModel): gnnrt's test builds the same job, loads the same
+initial parameters and compares.
+
 Layout under --out (default tests/golden/train/):
   graph/                 a 40-node random graph in the layout of
                          /work/shared/datasets: x.npy float32 [40, 12],
@@ -10,23 +15,32 @@ Layout under --out (default tests/golden/train/):
                          sorted by (src, dst)), train/val/test_mask.npy bool
                          (16 / 12 / 12 nodes). Node `isolated` has no edge,
                          node `leaf` exactly one; both are training nodes.
-  graph_meta.json        the ids of those two nodes, sizes and seed (kept out
-                         of graph/ so that graph/ holds only the data set files)
-  <case>/config.json     model, optimizer and schedule (see CASES)
-  <case>/params_init/    <PyG parameter name>.npy, float32, as built after
-                         torch.manual_seed(seed)
+  graph_directed/        the same nodes with 150 directed edges in random
+                         order, 10 of them duplicates and 6 self loops
+                         (so a source/destination swap or a lost duplicate
+                         shows).
+  graph_ties/            graph's edges with integer features in {-1, 0, 1}:
+                         max aggregations meet tied maxima.
+  graph_meta.json        the ids of the special nodes, sizes and seed
+  <case>/config.json     {"job": <job as JSON>, "graph": <folder>, "steps": n}
+  <case>/params_init/    <PyG parameter name>.npy, float32, drawn after
+                         torch.manual_seed(job.seed)
   <case>/grads_init/     d loss / d param at params_init (first step, before
                          weight decay and the optimizer): separates backward
                          errors from optimizer errors
   <case>/params_final/   after `steps` optimizer steps
   <case>/losses.npy      float32 [steps]: the loss of each step, before its update
-  <case>/logits.npy      float32 [N, classes]: log_softmax of params_final, eval mode
+  <case>/lrs.npy         float64 [steps]: the learning rate of each step, from
+                         torch.optim.lr_scheduler
+  <case>/logits.npy      float32 [N, classes]: the model's output of
+                         params_final in eval mode (log_softmax, or raw for mse)
 
-Every step is a full-graph step in model.train() with all dropout at 0, so
-the run is deterministic. Initial parameters are drawn in float32 (as PyG
-draws them); the steps are then computed in float64 from those float32
-values and the results stored as float32, so a float32 implementation is
-compared with the exact result rather than with torch's rounding.
+Every step is a full-graph step in model.train(); dropout draws gnnrt's
+documented masks (gnn_reference.dropout_mask), so cases with dropout are
+deterministic too. Initial parameters are drawn in float32 (as PyG draws
+them); the steps are then computed in float64 from those float32 values and
+the results stored as float32, so a float32 implementation is compared with
+the exact result rather than with torch's rounding.
 
 Usage: /usr/bin/python3 tests/reference/make_train_golden.py [--out DIR]
 CI does not run this; the files it writes are committed. A re-run writes
@@ -48,35 +62,89 @@ NUM_NODES, NUM_FEATURES, NUM_CLASSES = 40, 12, 4
 UNDIRECTED_EDGES = 80  # 160 directed entries
 SPLIT = (16, 12, 12)   # train, val, test
 
-BASE = {"hidden": 8, "lr": 0.01, "weight_decay": 5e-4, "optimizer": "adam", "steps": 5,
-        "dropout": 0.0, "seed": 0}
-# case folder -> what differs from BASE
+
+
+def layer(type_, **fields):
+    return dict(type=type_, **fields)
+
+
+def two_layer(conv, hidden=8, act="relu", **conv_fields):
+    return [layer(conv, out=hidden, **conv_fields), layer(act), layer(conv, **conv_fields)]
+
+
+ADAM = {"kind": "adam", "lr": 0.01, "weight_decay": 5e-4}
+# case folder -> (graph, layers, optimizer, schedule, extra job fields)
 CASES = {
-    "gcn": {"model": "gcn"},
-    "sage_mean": {"model": "sage", "aggr": "mean"},
-    "sage_max": {"model": "sage", "aggr": "max"},
-    "gat": {"model": "gat", "heads": 2, "out_heads": 1},
+    "gcn": ("graph", two_layer("gcn"), ADAM, {}, {}),
+    # hidden 16 > 12 inputs: the compiler moves conv1's aggregation before its
+    # widening matmul (the other cases narrow).
+    "gcn_wide": ("graph", two_layer("gcn", hidden=16), ADAM, {}, {}),
+    "sage_mean": ("graph", two_layer("sage", aggr="mean"), ADAM, {}, {}),
+    "sage_max": ("graph", two_layer("sage", aggr="max"), ADAM, {}, {}),
+    # Tied maxima: gnnrt and the reference both send a tie's gradient to
+    # the lowest edge id (torch_scatter's rule).
+    "sage_max_ties": ("graph_ties", two_layer("sage", aggr="max"), ADAM, {}, {}),
+    "gat": ("graph", [layer("gat", out=8, heads=2), layer("elu"), layer("gat", heads=1, concat=False)],
+            ADAM, {}, {}),
+    # Several heads averaged (head_mean), no bias, another slope, attention
+    # and feature dropout.
+    "gat_heads_mean": ("graph", [layer("dropout", p=0.3),
+                                 layer("gat", out=6, heads=3, negative_slope=0.1, attention_dropout=0.25),
+                                 layer("elu"),
+                                 layer("gat", heads=3, concat=False, bias=False, attention_dropout=0.25)],
+                       ADAM, {}, {}),
     # Seed 0 makes a hidden unit of conv2 come alive at step 5 with a
     # gradient of 7e-5 left after cancellation; float32 summation order
     # alone moved it by 0.3% (torch float32 vs float64: 0.01%), and Adam
     # turns that into 2e-5 of parameter. Seed 1 has no such unit.
-    "gin": {"model": "gin", "gin_eps": 0.0, "seed": 1},
-    # hidden 16 > 12 inputs: the compiler moves conv1's aggregation before its
-    # widening matmul (the other cases narrow).
-    "gcn_wide": {"model": "gcn", "hidden": 16},
-    "gcn_adamw": {"model": "gcn", "optimizer": "adamw", "weight_decay": 0.01},
-    "gcn_layernorm": {"model": "gcn_ln", "norm_mode": "graph"},
-    "gcn_layernorm_node": {"model": "gcn_ln", "norm_mode": "node"},
-    "gcn_mse": {"model": "gcn_mse"},
-    "gcn_sgd": {"model": "gcn", "optimizer": "sgd", "lr": 0.05, "momentum": 0.9,
-                "weight_decay": 5e-4},
+    "gin": ("graph", [layer("gin", out=8, hidden=8), layer("relu"), layer("gin", hidden=8)], ADAM, {},
+            {"seed": 1}),
+    "gin_eps": ("graph", [layer("gin", out=8, hidden=8, eps=0.3), layer("relu"),
+                          layer("gin", hidden=8, eps=-0.2)], ADAM, {}, {"seed": 1}),
+    "gcn_adamw": ("graph", two_layer("gcn"), {"kind": "adamw", "lr": 0.01, "weight_decay": 0.01}, {}, {}),
+    "gcn_sgd": ("graph", two_layer("gcn"),
+                {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}, {}, {}),
+    "gcn_sgd_nesterov": ("graph", two_layer("gcn"),
+                         {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True,
+                          "weight_decay": 0.0}, {}, {}),
+    "gcn_layernorm": ("graph", [layer("gcn", out=8), layer("layer_norm", mode="graph"), layer("relu"),
+                                layer("gcn")], ADAM, {}, {}),
+    "gcn_layernorm_node": ("graph", [layer("gcn", out=8), layer("layer_norm", mode="node"), layer("relu"),
+                                     layer("gcn")], ADAM, {}, {}),
+    "gcn_mse": ("graph", [layer("gcn", out=8), layer("relu"), layer("gcn")], ADAM, {}, {"loss": "mse"}),
+    # Dropout on the input and the hidden layer (gnnrt's masks).
+    "gcn_dropout": ("graph", [layer("dropout", p=0.5), layer("gcn", out=8), layer("relu"),
+                              layer("dropout", p=0.5), layer("gcn")], ADAM, {}, {"seed": 3}),
+    # Three layers, no bias, a standalone linear head, normalised features,
+    # non-default Adam betas and eps, warm-up then cosine decay.
+    "deep_linear": ("graph", [layer("gcn", out=10, bias=False), layer("relu"), layer("gcn", out=8),
+                              layer("relu"), layer("linear", out=6), layer("elu"),
+                              layer("linear", bias=False)],
+                    {"kind": "adam", "lr": 0.02, "weight_decay": 1e-3, "beta1": 0.8, "beta2": 0.99,
+                     "eps": 1e-6},
+                    {"epochs": 8, "lr_schedule": "cosine", "warmup_epochs": 2},
+                    {"normalize_features": True}),
+    # A directed graph with duplicate edges and self loops; a step schedule.
+    "directed_gcn_sage": ("graph_directed", [layer("gcn", out=8), layer("relu"), layer("sage", aggr="mean")],
+                          ADAM, {"epochs": 5, "lr_schedule": "step", "step_size": 2, "gamma": 0.5}, {}),
+    "directed_gat": ("graph_directed", [layer("gat", out=4, heads=2), layer("elu"),
+                                        layer("gat", heads=2, concat=False)], ADAM, {}, {}),
 }
-# torch's defaults, written out so that a reader of config.json needs no torch
-OPTIMIZER_DEFAULTS = {
-    "adam": {"betas": [0.9, 0.999], "adam_eps": 1e-8},
-    "adamw": {"betas": [0.9, 0.999], "adam_eps": 1e-8},
-    "sgd": {"dampening": 0.0, "nesterov": False},
-}
+STEPS = 5
+
+
+def make_job(name):
+    graph, layers, optimizer, schedule, extra = CASES[name]
+    extra = dict(extra)
+    model = {"layer": layers}
+    if "loss" in extra:
+        model["loss"] = extra.pop("loss")
+    job = {"name": name, "model": model, "optimizer": dict(optimizer),
+           "schedule": dict({"epochs": STEPS}, **schedule), "seed": extra.pop("seed", 0)}
+    if extra.pop("normalize_features", False):
+        job["dataset"] = {"normalize_features": True}
+    assert not extra, extra
+    return graph, job
 
 
 def make_graph(seed: int = 0):
@@ -124,6 +192,29 @@ def make_graph(seed: int = 0):
     return g, {"isolated": isolated, "leaf": leaf}
 
 
+def make_directed(g, seed=1):
+    """graph's nodes and labels with random directed edges: duplicates and
+    self loops included, in no particular order."""
+    rng = np.random.default_rng(seed)
+    n = NUM_NODES
+    src = rng.integers(0, n, 134)
+    dst = rng.integers(0, n, 134)
+    loops = rng.choice(n, 6, replace=False)
+    dup = rng.choice(134, 10, replace=False)
+    src = np.concatenate([src, loops, src[dup]])
+    dst = np.concatenate([dst, loops, dst[dup]])
+    order = rng.permutation(len(src))
+    edge_index = torch.from_numpy(np.stack([src[order], dst[order]]).astype(np.int64))
+    return ref.Graph(g.x, g.y, edge_index, g.train_mask, g.val_mask, g.test_mask)
+
+
+def make_ties(g, seed=2):
+    """graph with features in {-1, 0, 1}: tied maxima everywhere."""
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.integers(-1, 2, tuple(g.x.shape)).astype(np.float32))
+    return ref.Graph(x, g.y, g.edge_index, g.train_mask, g.val_mask, g.test_mask)
+
+
 def check_graph(g, isolated, leaf):
     ei = g.edge_index.numpy()
     src, dst = ei
@@ -140,56 +231,52 @@ def check_graph(g, isolated, leaf):
     assert masks.sum(axis=1).tolist() == list(SPLIT) and masks.sum(axis=0).max() == 1
 
 
-def case_config(name):
-    cfg = dict(BASE, **CASES[name])
-    cfg.update(OPTIMIZER_DEFAULTS[cfg["optimizer"]])
-    cfg.update({"graph": "../graph", "in_channels": NUM_FEATURES, "num_classes": NUM_CLASSES,
-                "reference_dtype": "float64"})
-    return cfg
-
-
-def build(cfg):
-    torch.manual_seed(cfg["seed"])
-    return ref.build_model(cfg["model"], cfg["in_channels"], cfg["hidden"], cfg["num_classes"],
-                           dropout=cfg["dropout"], input_dropout=cfg["dropout"],
-                           aggr=cfg.get("aggr", "mean"), heads=cfg.get("heads", 1),
-                           out_heads=cfg.get("out_heads", 1), eps=cfg.get("gin_eps", 0.0),
-                           norm_mode=cfg.get("norm_mode", "graph"))
-
-
-def write_case(root: Path, name: str, g64):
-    cfg = case_config(name)
+def write_case(root: Path, name: str, graphs):
+    graph, job = make_job(name)
     d = root / name
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps(cfg, indent=1, sort_keys=True) + "\n")
-
-    model = build(cfg)
+    (d / "config.json").write_text(json.dumps({"job": job, "graph": graph, "steps": STEPS},
+                                              indent=1, sort_keys=True) + "\n")
+    g64 = graphs[graph].to(torch.float64)
+    if job.get("dataset", {}).get("normalize_features"):
+        g64 = ref.Graph(ref.normalize_features(g64.x), g64.y, g64.edge_index,
+                        g64.train_mask, g64.val_mask, g64.test_mask)
+    torch.manual_seed(job["seed"])
+    model = ref.JobModel(job["model"], NUM_FEATURES, NUM_CLASSES)
+    model.context.seed = job["seed"]
     ref.save_params(model, d / "params_init")
     model.double()
 
     model.train()
+    model.context.step = 1
     loss = ref.model_loss(model, g64)
     loss.backward()
     grads = {k: p.grad for k, p in ref.named_params(model).items()}
     ref.save_params(grads, d / "grads_init")
     # Adam's first step moves each parameter by about lr * sign(g): a
     # gradient within float32 noise of 0 would make the golden fragile.
-    decay = cfg["weight_decay"] if cfg["optimizer"] == "adam" else 0.0
+    opt_cfg = job["optimizer"]
+    decay = opt_cfg.get("weight_decay", 5e-4) if opt_cfg["kind"] == "adam" else 0.0
     g_eff = torch.cat([(grads[k] + decay * p).flatten()
                        for k, p in ref.named_params(model).items()]).abs()
     smallest = g_eff[g_eff > 0].min().item()
     model.zero_grad(set_to_none=True)
 
-    opt = ref.make_optimizer(cfg["optimizer"], model.parameters(), cfg["lr"],
-                             cfg["weight_decay"], cfg.get("momentum", 0.0))
-    losses = ref.train_steps(model, g64, opt, cfg["steps"])
+    opt = ref.job_optimizer(opt_cfg, model.parameters())
+    lrs = ref.job_learning_rates(job, STEPS)
+    losses = []
+    for step in range(1, STEPS + 1):
+        model.context.step = step
+        opt.param_groups[0]["lr"] = lrs[step - 1]
+        losses.append(ref.train_step(model, g64, opt))
     ref.save_params(model, d / "params_final")
     np.save(d / "losses.npy", np.array(losses, dtype=np.float32))
+    np.save(d / "lrs.npy", np.array(lrs, dtype=np.float64))
     logits = ref.predict(model, g64)
     np.save(d / "logits.npy", logits.numpy().astype(np.float32))
     acc = (logits.argmax(1) == g64.y)[g64.test_mask].double().mean().item()
-    return losses, smallest, acc
+    return job, losses, smallest, acc
 
 
 def main():
@@ -202,20 +289,23 @@ def main():
     # one fixed order, so re-runs give identical bytes.
     torch.set_num_threads(1)
     g, special = make_graph(seed=0)
-    shutil.rmtree(args.out / "graph", ignore_errors=True)
-    ref.save_dataset(g, args.out / "graph")
+    graphs = {"graph": g, "graph_directed": make_directed(g), "graph_ties": make_ties(g)}
+    for folder, graph in graphs.items():
+        shutil.rmtree(args.out / folder, ignore_errors=True)
+        ref.save_dataset(graph, args.out / folder)
     meta = dict(special, num_nodes=NUM_NODES, num_features=NUM_FEATURES,
                 num_classes=NUM_CLASSES, num_edges=int(g.edge_index.shape[1]), seed=0)
     (args.out / "graph_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    for stale in args.out.iterdir():  # cases that no longer exist
+        if stale.is_dir() and stale.name not in CASES and stale.name not in graphs:
+            shutil.rmtree(stale)
 
-    g64 = g.to(torch.float64)
-    print(f"{'case':10s} {'optimizer':9s} {'loss[0]':>9s} {'loss[-1]':>9s} {'min|g|':>9s} test_acc")
+    print(f"{'case':20s} {'optimizer':9s} {'loss[0]':>9s} {'loss[-1]':>9s} {'min|g|':>9s} test_acc")
     for name in CASES:
-        losses, smallest, acc = write_case(args.out, name, g64)
-        cfg = case_config(name)
-        flag = "  <- fragile Adam sign" if smallest < 1e-5 and cfg["optimizer"] != "sgd" else ""
-        print(f"{name:10s} {cfg['optimizer']:9s} {losses[0]:9.5f} {losses[-1]:9.5f} "
-              f"{smallest:9.2e} {acc:.2f}{flag}")
+        job, losses, smallest, acc = write_case(args.out, name, graphs)
+        kind = job["optimizer"]["kind"]
+        flag = "  <- fragile Adam sign" if smallest < 1e-5 and kind != "sgd" else ""
+        print(f"{name:20s} {kind:9s} {losses[0]:9.5f} {losses[-1]:9.5f} {smallest:9.2e} {acc:.2f}{flag}")
     files = [p for p in args.out.rglob("*") if p.is_file()]
     size_kib = sum(p.stat().st_size for p in files) / 1024
     print(f"{len(files)} files, {size_kib:.1f} KiB in {args.out}")
