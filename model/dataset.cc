@@ -134,9 +134,11 @@ void read_features(const NpyFolder& folder, Dataset& d) {
 void read_labels(const NpyFolder& folder, Dataset& d) {
   const Tensor y = folder.read("y.npy");
   folder.expect_dtype("y.npy", y, {DType::kI64, DType::kI32}, "int64 (or int32)");
-  if (y.shape() != std::vector<int64_t>{d.num_nodes}) {
-    folder.fail("y.npy", fmt::format("shape {}, expected [N] = ({}) to match the {} rows of x.npy",
-                                     shape_string(y.shape()), d.num_nodes, d.num_nodes));
+  // [N, 1] is OGB's layout for one label per node: read as [N].
+  const bool column = y.shape() == std::vector<int64_t>{d.num_nodes, 1};
+  if (y.shape() != std::vector<int64_t>{d.num_nodes} && !column) {
+    folder.fail("y.npy", fmt::format("shape {}, expected [N] = ({}) (or [N, 1]) to match the {} rows "
+                                     "of x.npy", shape_string(y.shape()), d.num_nodes, d.num_nodes));
   }
   d.y = y.to_vector<int64_t>();
   int64_t max_label = 0;
@@ -569,6 +571,19 @@ Dataset load_npy_folder(const fs::path& dir) {
   read_mask(folder, "train_mask.npy", d.num_nodes, d.train_mask);
   read_mask(folder, "val_mask.npy", d.num_nodes, d.val_mask);
   read_mask(folder, "test_mask.npy", d.num_nodes, d.test_mask);
+  // A node in two splits would be trained on and evaluated on at once.
+  const std::pair<const char*, const std::vector<uint8_t>*> masks[] = {
+      {"train_mask.npy", &d.train_mask}, {"val_mask.npy", &d.val_mask}, {"test_mask.npy", &d.test_mask}};
+  for (size_t a = 0; a < 3; ++a) {
+    for (size_t b = a + 1; b < 3; ++b) {
+      for (int64_t v = 0; v < d.num_nodes; ++v) {
+        if ((*masks[a].second)[v] && (*masks[b].second)[v]) {
+          folder.fail(masks[b].first, fmt::format("node {} is also in {}: the splits must not overlap",
+                                                  v, masks[a].first));
+        }
+      }
+    }
+  }
   return d;
 }
 

@@ -231,10 +231,16 @@ bool Trainer::resume() {
   }
   // Every parameter must come back with the shape this job builds.
   for (const ParamDecl& p : train_net_.params) {
-    if (!mem.has(p.name) || mem.at(p.name).shape() != p.shape) {
-      throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' {} is missing or has another "
-                                        "shape; was it written by a different model?",
+    if (!mem.has(p.name)) {
+      throw CheckpointError(fmt::format("checkpoint {}: has no parameter '{}' {}; was it written by "
+                                        "a different model?",
                                         path.string(), p.name, runtime::shape_string(p.shape)));
+    }
+    if (mem.at(p.name).shape() != p.shape) {
+      throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' has shape {}, the model needs {}",
+                                        path.string(), p.name,
+                                        runtime::shape_string(mem.at(p.name).shape()),
+                                        runtime::shape_string(p.shape)));
     }
   }
   start_epoch_ = state.epoch();

@@ -1,6 +1,7 @@
 #include "runtime/program_cache.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <cstdlib>
@@ -24,9 +25,9 @@ Role parse_role(const std::string& name) {
   throw std::invalid_argument("unknown role " + name);
 }
 
-proto::CompiledProgram to_proto(const CompiledProgram& c) {
+proto::CompiledProgram to_proto(const CompiledProgram& c, std::string_view version) {
   proto::CompiledProgram m;
-  m.set_compiler_version(std::string(compiler_version()));
+  m.set_compiler_version(std::string(version));
   m.set_key(c.key);
   m.set_name(c.program.name);
   m.set_float_type(std::string(to_string(c.program.float_type)));
@@ -140,35 +141,42 @@ std::optional<CompiledProgram> ProgramCache::load(const std::string& key) const 
   std::ifstream in(path(key), std::ios::binary);
   if (!in) return std::nullopt;
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 8) return std::nullopt;
+  const auto reject = [&](std::string_view why) -> std::optional<CompiledProgram> {
+    spdlog::warn("program cache: {} {}; recompiling", path(key).string(), why);
+    return std::nullopt;
+  };
+  if (bytes.size() < 8) return reject("is truncated");
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data(), 8);
-  if (stored != XXH64(bytes.data() + 8, bytes.size() - 8, 0)) return std::nullopt;
+  if (stored != XXH64(bytes.data() + 8, bytes.size() - 8, 0)) return reject("fails its checksum");
   proto::CompiledProgram m;
-  if (!m.ParseFromArray(bytes.data() + 8, static_cast<int>(bytes.size() - 8)) || m.key() != key ||
-      m.compiler_version() != compiler_version()) {
-    return std::nullopt;
+  if (!m.ParseFromArray(bytes.data() + 8, static_cast<int>(bytes.size() - 8))) {
+    return reject("does not parse");
+  }
+  if (m.key() != key) return reject(fmt::format("holds key {}", m.key()));
+  if (m.compiler_version() != compiler_version()) {
+    return reject(fmt::format("was compiled by {}, not {}", m.compiler_version(), compiler_version()));
   }
   try {
     CompiledProgram c = from_proto(m);
     verify(c.program);
     for (const ValueInfo& v : c.program.values) {
       if (v.role == Role::kTemp && v.offset >= 0 && v.offset + v.bytes() > c.plan.arena_bytes) {
-        return std::nullopt;
+        return reject(fmt::format("places '{}' outside its arena", v.name));
       }
     }
     c.from_cache = true;
     return c;
-  } catch (const std::exception&) {
-    return std::nullopt;
+  } catch (const std::exception& e) {
+    return reject(e.what());
   }
 }
 
-void ProgramCache::store(const CompiledProgram& compiled) const {
+void ProgramCache::store(const CompiledProgram& compiled, std::string_view version) const {
   if (dir_.empty()) return;
   std::filesystem::create_directories(dir_);
   std::string payload;
-  if (!to_proto(compiled).SerializeToString(&payload)) {
+  if (!to_proto(compiled, version).SerializeToString(&payload)) {
     throw std::runtime_error("cannot serialise program " + compiled.program.name);
   }
   const uint64_t sum = XXH64(payload.data(), payload.size(), 0);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/core.h"
 
@@ -25,8 +26,13 @@ class ProgramCache {
  public:
   explicit ProgramCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
 
+  // nullopt on a miss; an entry that exists but fails a check (checksum,
+  // parse, key, compiler version, plan bounds) is logged as a warning and
+  // treated as a miss, to be recompiled and overwritten.
   std::optional<CompiledProgram> load(const std::string& key) const;
-  void store(const CompiledProgram& compiled) const;  // throws std::runtime_error on I/O errors
+  // Throws std::runtime_error on I/O errors. `version` is compiler_version()
+  // except in tests of the version check.
+  void store(const CompiledProgram& compiled, std::string_view version = compiler_version()) const;
   std::filesystem::path path(const std::string& key) const;
 
  private:

@@ -19,6 +19,7 @@
 
 #include "model/dataset.h"
 #include "runtime/npy.h"
+#include "tests/common/datasets.h"
 
 namespace gnnrt::model {
 namespace {
@@ -63,7 +64,7 @@ int64_t count(const std::vector<uint8_t>& mask) { return std::count(mask.begin()
 
 TEST(NpyFolder, LoadsCoraWithTheReadmeFigures) {
   const fs::path cora = fs::path(GNNRT_DATASETS_DIR) / "cora";
-  if (!fs::exists(cora / "x.npy")) GTEST_SKIP() << cora << " is not present";
+  GNNRT_REQUIRE_DATASET(cora);
   const Dataset d = load_dataset(cora.string());
   EXPECT_EQ(d.name, "cora");
   EXPECT_EQ(d.num_nodes, 2708);
@@ -118,14 +119,26 @@ TEST(NpyFolder, ConvertsFloat64AndInt32AndReadsAnyNonZeroMaskByteAsTrue) {
   write_npy<double>(dir.path() / "x.npy", std::vector<double>(kN * kF, 0.1), {kN, kF});
   write_npy<int32_t>(dir.path() / "y.npy", std::vector<int32_t>{1, 1, 0, 4}, {kN});
   write_npy<int32_t>(dir.path() / "edge_index.npy", std::vector<int32_t>{3, 3, 0, 2}, {2, 2});
-  write_npy<uint8_t>(dir.path() / "val_mask.npy", std::vector<uint8_t>{0, 2, 0, 255}, {kN});
+  write_npy<uint8_t>(dir.path() / "val_mask.npy", std::vector<uint8_t>{0, 0, 255, 0}, {kN});
+  write_npy<uint8_t>(dir.path() / "test_mask.npy", std::vector<uint8_t>{0, 0, 0, 2}, {kN});
   const Dataset d = load_npy_folder(dir.path());
   EXPECT_EQ(d.x[5], 0.1f);
   EXPECT_EQ(d.y, (std::vector<int64_t>{1, 1, 0, 4}));
   EXPECT_EQ(d.num_classes, 5);
   EXPECT_EQ(d.src, (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(d.dst, (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(d.val_mask, (std::vector<uint8_t>{0, 1, 0, 1}));
+  EXPECT_EQ(d.val_mask, (std::vector<uint8_t>{0, 0, 1, 0}));
+  EXPECT_EQ(d.test_mask, (std::vector<uint8_t>{0, 0, 0, 1}));
+}
+
+// OGB stores one label per node as [N, 1]: read as [N].
+TEST(NpyFolder, ReadsLabelsOfShapeNByOne) {
+  TempDir dir("npy_labels_column");
+  write_valid_npy(dir.path());
+  write_npy<int64_t>(dir.path() / "y.npy", std::vector<int64_t>{2, 0, 1, 1}, {kN, 1});
+  const Dataset d = load_npy_folder(dir.path());
+  EXPECT_EQ(d.y, (std::vector<int64_t>{2, 0, 1, 1}));
+  EXPECT_EQ(d.num_classes, 3);
 }
 
 struct BadFolder {
@@ -189,7 +202,19 @@ const std::vector<BadFolder>& bad_npy_folders() {
        "x.npy: row 3, column 0 is 1e+300 (too large for float32)"},
       {"y_length",
        [](const fs::path& d) { write_npy<int64_t>(d / "y.npy", std::vector<int64_t>{0, 1, 2}, {3}); },
-       "y.npy: shape (3), expected [N] = (4) to match the 4 rows of x.npy"},
+       "y.npy: shape (3), expected [N] = (4) (or [N, 1]) to match the 4 rows of x.npy"},
+      {"y_two_columns",
+       [](const fs::path& d) { write_npy<int64_t>(d / "y.npy", std::vector<int64_t>(2 * kN), {kN, 2}); },
+       "y.npy: shape (4, 2), expected [N] = (4) (or [N, 1])"},
+      {"x_no_features",
+       [](const fs::path& d) { write_npy<float>(d / "x.npy", std::vector<float>(), {kN, 0}); },
+       "x.npy: shape (N, 0): nodes need at least one feature"},
+      {"masks_overlap",
+       [](const fs::path& d) {
+         write_npy<uint8_t>(d / "train_mask.npy", std::vector<uint8_t>{1, 1, 0, 0}, {kN});
+         write_npy<uint8_t>(d / "test_mask.npy", std::vector<uint8_t>{0, 1, 0, 1}, {kN});
+       },
+       "test_mask.npy: node 1 is also in train_mask.npy: the splits must not overlap"},
       {"y_negative",
        [](const fs::path& d) { write_npy<int64_t>(d / "y.npy", std::vector<int64_t>{0, 1, -1, 2}, {kN}); },
        "y.npy: node 2 has label -1: labels must be >= 0"},
