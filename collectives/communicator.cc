@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "collectives/blocking_deadline.h"
 #include "collectives/error.h"
 #include "collectives/work_state.h"
 
@@ -41,6 +42,8 @@ CommunicatorImpl::CommunicatorImpl(MPI_Comm user_, CommunicatorOptions options_)
   check_mpi(MPI_Comm_size(user, &size), "MPI_Comm_size");
   check_mpi(MPI_Comm_dup(user, &internal), "MPI_Comm_dup");
   check_mpi(MPI_Comm_set_errhandler(internal, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_dup(user, &check), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(check, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   int* tag_ub = nullptr;
   int found = 0;
   check_mpi(MPI_Comm_get_attr(user, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr(MPI_TAG_UB)");
@@ -53,6 +56,7 @@ CommunicatorImpl::~CommunicatorImpl() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (internal != MPI_COMM_NULL) MPI_Comm_free(&internal);
+  if (check != MPI_COMM_NULL) MPI_Comm_free(&check);
   if (user != MPI_COMM_NULL) MPI_Comm_free(&user);
 }
 
@@ -92,6 +96,13 @@ CommunicatorOptions CommunicatorOptions::from_environment() {
   }
   if (const char* text = std::getenv("GNNRT_COLLECTIVE_TUNING")) {
     options.tuning = std::make_shared<const TuningTable>(TuningTable::load(text));
+  }
+  if (const char* text = std::getenv("GNNRT_COLLECTIVE_CHECK")) {
+    const std::string v = text;
+    if (v != "0" && v != "1") {
+      throw std::invalid_argument("GNNRT_COLLECTIVE_CHECK='" + v + "' is not 0 or 1");
+    }
+    options.check_calls = v == "1";
   }
   return options;
 }
@@ -140,6 +151,21 @@ Algorithm Communicator::resolve(Collective op, std::size_t bytes, Algorithm requ
 }
 
 void Communicator::set_blocking(bool blocking) { impl_->blocking = blocking; }
+
+template <typename Checks>
+void Communicator::guard(const detail::CallFingerprint& fp, Checks&& checks) {
+  std::exception_ptr local;
+  try {
+    checks();
+  } catch (...) {
+    local = std::current_exception();
+  }
+  if (impl_->options.check_calls) {
+    detail::agree_on_call(*impl_, fp, std::move(local));
+  } else if (local) {
+    std::rethrow_exception(local);
+  }
+}
 
 Work Communicator::start(Call call, Algorithm requested) {
   call.chunk_bytes = impl_->options.chunk_bytes;
@@ -208,6 +234,20 @@ std::byte* bytes_of(std::span<T> s) {
   return reinterpret_cast<std::byte*>(s.data());
 }
 
+template <typename T>
+detail::CallFingerprint fingerprint(Collective op, std::size_t count, ReduceOp reduce = ReduceOp::sum,
+                                    int root = -1, std::span<const std::size_t> counts = {}) {
+  const ElementType type = element_type_v<T>;
+  detail::CallFingerprint fp;
+  fp.op = static_cast<int64_t>(op);
+  fp.type = static_cast<int64_t>(type.dtype) * 2 + (type.located ? 1 : 0);
+  fp.reduce = static_cast<int64_t>(reduce);
+  fp.count = static_cast<int64_t>(count);
+  fp.root = root;
+  fp.counts = counts.empty() ? 0 : detail::hash_counts(counts);
+  return fp;
+}
+
 // The fields every collective's Call has.
 template <typename T>
 Call make_call(Collective op, std::span<const T> send, std::span<T> recv) {
@@ -235,8 +275,11 @@ std::size_t total(std::span<const std::size_t> counts) {
 template <typename T>
 Work Communicator::allreduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op,
                                    Algorithm algorithm) {
-  check_reduce(op, element_type_v<T>);
-  check_size(*this, "allreduce", "recv", recv.size(), send.size());
+  guard(fingerprint<T>(Collective::allreduce, send.size(), op), [&] {
+    check_reduce(op, element_type_v<T>);
+    check_size(*this, "allreduce", "recv", recv.size(), send.size());
+    resolve(Collective::allreduce, send.size_bytes(), algorithm);
+  });
   Call call = make_call(Collective::allreduce, send, recv);
   call.reduce = op;
   call.count = send.size();
@@ -254,10 +297,12 @@ template <typename T>
 Work Communicator::reduce_scatter_v_async(std::span<const T> send, std::span<T> recv,
                                           std::span<const std::size_t> counts, ReduceOp op,
                                           Algorithm algorithm) {
-  check_reduce(op, element_type_v<T>);
-  check_counts(*this, "reduce_scatter", counts.size());
-  check_size(*this, "reduce_scatter", "send", send.size(), total(counts));
-  check_size(*this, "reduce_scatter", "recv", recv.size(), counts[rank()]);
+  guard(fingerprint<T>(Collective::reduce_scatter, send.size(), op, -1, counts), [&] {
+    check_reduce(op, element_type_v<T>);
+    check_counts(*this, "reduce_scatter", counts.size());
+    check_size(*this, "reduce_scatter", "send", send.size(), total(counts));
+    check_size(*this, "reduce_scatter", "recv", recv.size(), counts[rank()]);
+  });
   Call call = make_call(Collective::reduce_scatter, send, recv);
   call.reduce = op;
   set_blocks(call.counts, call.displs, counts);
@@ -273,9 +318,11 @@ Work Communicator::allgather_async(std::span<const T> send, std::span<T> recv, A
 template <typename T>
 Work Communicator::allgather_v_async(std::span<const T> send, std::span<T> recv,
                                      std::span<const std::size_t> counts, Algorithm algorithm) {
-  check_counts(*this, "allgather", counts.size());
-  check_size(*this, "allgather", "send", send.size(), counts[rank()]);
-  check_size(*this, "allgather", "recv", recv.size(), total(counts));
+  guard(fingerprint<T>(Collective::allgather, recv.size(), ReduceOp::sum, -1, counts), [&] {
+    check_counts(*this, "allgather", counts.size());
+    check_size(*this, "allgather", "send", send.size(), counts[rank()]);
+    check_size(*this, "allgather", "recv", recv.size(), total(counts));
+  });
   Call call = make_call(Collective::allgather, send, recv);
   set_blocks(call.counts, call.displs, counts);
   return start(std::move(call), algorithm);
@@ -283,7 +330,8 @@ Work Communicator::allgather_v_async(std::span<const T> send, std::span<T> recv,
 
 template <typename T>
 Work Communicator::broadcast_async(std::span<T> data, int root, Algorithm algorithm) {
-  check_peer(*this, "broadcast", root);
+  guard(fingerprint<T>(Collective::broadcast, data.size(), ReduceOp::sum, root),
+        [&] { check_peer(*this, "broadcast", root); });
   Call call = make_call(Collective::broadcast, std::span<const T>(data), data);
   call.count = data.size();
   call.root = root;
@@ -294,10 +342,31 @@ template <typename T>
 Work Communicator::alltoallv_async(std::span<const T> send, std::span<const std::size_t> send_counts,
                                    std::span<T> recv, std::span<const std::size_t> recv_counts,
                                    Algorithm algorithm) {
-  check_counts(*this, "alltoallv", send_counts.size());
-  check_counts(*this, "alltoallv", recv_counts.size());
-  check_size(*this, "alltoallv", "send", send.size(), total(send_counts));
-  check_size(*this, "alltoallv", "recv", recv.size(), total(recv_counts));
+  const auto fp = fingerprint<T>(Collective::alltoallv, 0);
+  guard(fp, [&] {
+    check_counts(*this, "alltoallv", send_counts.size());
+    check_counts(*this, "alltoallv", recv_counts.size());
+    check_size(*this, "alltoallv", "send", send.size(), total(send_counts));
+    check_size(*this, "alltoallv", "recv", recv.size(), total(recv_counts));
+  });
+  if (impl_->options.check_calls) {
+    // What each peer sends this rank must be what this rank expects from it.
+    std::vector<int64_t> sends(send_counts.begin(), send_counts.end()), theirs(size());
+    {
+      detail::BlockingDeadline deadline("call check", "native", sends.size() * 8, rank(),
+                                        impl_->options.timeout_seconds);
+      check_mpi(MPI_Alltoall(sends.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, impl_->check),
+                "MPI_Alltoall (call check)");
+    }
+    std::string problem;
+    for (int q = 0; q < size() && problem.empty(); ++q) {
+      if (static_cast<std::size_t>(theirs[q]) != recv_counts[q]) {
+        problem = fmt::format("rank {}: alltoallv: rank {} sends {} elements to this rank, which "
+                              "expects {} (recv_counts[{}])", rank(), q, theirs[q], recv_counts[q], q);
+      }
+    }
+    detail::agree_on_problem(*impl_, fp, problem);
+  }
   Call call = make_call(Collective::alltoallv, send, recv);
   set_blocks(call.counts, call.displs, send_counts);
   set_blocks(call.recv_counts, call.recv_displs, recv_counts);
@@ -305,6 +374,7 @@ Work Communicator::alltoallv_async(std::span<const T> send, std::span<const std:
 }
 
 Work Communicator::barrier_async() {
+  guard(fingerprint<int32_t>(Collective::barrier, 0), [] {});
   Call call;
   call.op = Collective::barrier;
   return start(std::move(call), Algorithm::native);

@@ -8,8 +8,9 @@
 // Buffers are spans of float, double, int32_t, int64_t, or ValueLoc<...> of
 // those for ReduceOp::maxloc. Zero-length buffers are fine. Sizes are
 // checked against each other on the calling rank (CollectiveError naming the
-// operation, the argument and the rank); ranks that disagree about sizes get
-// MPI's truncation error or the deadline, never a silent wrong answer.
+// operation, the argument and the rank); ranks that disagree about a call get
+// an error on every rank with check_calls (CommunicatorOptions), and MPI's
+// truncation error or the deadline without, never a silent wrong answer.
 //
 // The algorithm: the per-call argument if not `automatic`, else the
 // communicator's forced algorithm (if it implements the operation), else the
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "collectives/algorithm.h"
+#include "collectives/call_check.h"
 #include "collectives/tuning.h"
 #include "collectives/types.h"
 #include "collectives/work.h"
@@ -40,9 +42,14 @@ struct CommunicatorOptions {
   Algorithm algorithm = Algorithm::automatic;  // forced for every op it implements
   std::size_t chunk_bytes = 256 * 1024;        // ring pipelining granularity
   std::shared_ptr<const TuningTable> tuning;   // null: TuningTable::defaults()
+  // Compare every call's fingerprint across ranks first (call_check.h): a
+  // disagreement is an error on every rank instead of a hang. Costs one
+  // collective per call; every rank must set it alike.
+  bool check_calls = false;
 
   // Defaults overridden by the environment: GNNRT_COLLECTIVE_TIMEOUT (seconds),
-  // GNNRT_COLLECTIVE_ALGORITHM (name), GNNRT_COLLECTIVE_TUNING (file).
+  // GNNRT_COLLECTIVE_ALGORITHM (name), GNNRT_COLLECTIVE_TUNING (file),
+  // GNNRT_COLLECTIVE_CHECK (1: check_calls).
   static CommunicatorOptions from_environment();
 };
 
@@ -175,6 +182,10 @@ class Communicator {
     Communicator& c_;
   };
   void set_blocking(bool blocking);
+  // Runs this rank's argument checks, then (with check_calls) agrees on the
+  // call with every rank; throws on every rank if any disagrees or failed.
+  template <typename Checks>
+  void guard(const detail::CallFingerprint& fp, Checks&& checks);
 
   explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl);
   Work start(Call call, Algorithm algorithm);

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "collectives/call_check.h"
 #include "collectives/error.h"
 #include "collectives/work_state.h"
 
@@ -356,6 +357,14 @@ Work HaloExchange::start_keyed(std::span<T> values, std::span<int64_t> keys, int
   if (op != ReduceOp::max && op != ReduceOp::min) {
     throw CollectiveError(fmt::format("rank {}: keyed halo exchange: {} is not max or min", me, name(op)));
   }
+  if (comm_.options().check_calls) {
+    detail::CallFingerprint fp;
+    fp.op = detail::CallFingerprint::kKeyedHalo;
+    fp.type = static_cast<int64_t>(element_type_v<T>.dtype) * 2;
+    fp.reduce = static_cast<int64_t>(op);
+    fp.count = features;
+    detail::agree_on_call(comm_.impl(), fp, nullptr);
+  }
   const auto& impl = comm_.shared_impl();
   return detail::launch_task(
       impl,
@@ -369,21 +378,21 @@ Work HaloExchange::start_keyed(std::span<T> values, std::span<int64_t> keys, int
 
 template <typename T>
 Work HaloExchange::start(std::span<T> data, int64_t features, ReduceOp op, std::span<int32_t> winner) {
-  const int me = comm_.rank();
-  if (features < 0) {
-    throw CollectiveError(fmt::format("rank {}: halo exchange: features = {} is negative", me, features));
+  detail::CallFingerprint fp;
+  fp.op = detail::CallFingerprint::kHalo;
+  fp.type = static_cast<int64_t>(element_type_v<T>.dtype) * 2;
+  fp.reduce = static_cast<int64_t>(op);
+  fp.count = features;
+  std::exception_ptr local;
+  try {
+    check_start<T>(data.size(), features, op, winner.size());
+  } catch (...) {
+    local = std::current_exception();
   }
-  const std::size_t expected = static_cast<std::size_t>(rows_) * static_cast<std::size_t>(features);
-  if (data.size() != expected) {
-    throw CollectiveError(fmt::format("rank {}: halo exchange: data has {} elements, expected "
-                                      "rows * features = {} * {}", me, data.size(), rows_, features));
-  }
-  if (op == ReduceOp::maxloc && winner.size() != expected) {
-    throw CollectiveError(fmt::format("rank {}: halo exchange: maxloc needs winner with {} "
-                                      "elements, got {}", me, expected, winner.size()));
-  }
-  if (op != ReduceOp::maxloc && !winner.empty()) {
-    throw CollectiveError(fmt::format("rank {}: halo exchange: winner is only filled by maxloc", me));
+  if (comm_.options().check_calls) {
+    detail::agree_on_call(comm_.impl(), fp, local);
+  } else if (local) {
+    std::rethrow_exception(local);
   }
   const auto& impl = comm_.shared_impl();
   return detail::launch_task(
@@ -396,8 +405,31 @@ Work HaloExchange::start(std::span<T> data, int64_t features, ReduceOp op, std::
       });
 }
 
+template <typename T>
+void HaloExchange::check_start(std::size_t data_size, int64_t features, ReduceOp op,
+                               std::size_t winner_size) const {
+  const int me = comm_.rank();
+  if (features < 0) {
+    throw CollectiveError(fmt::format("rank {}: halo exchange: features = {} is negative", me, features));
+  }
+  const std::size_t expected = static_cast<std::size_t>(rows_) * static_cast<std::size_t>(features);
+  if (data_size != expected) {
+    throw CollectiveError(fmt::format("rank {}: halo exchange: data has {} elements, expected "
+                                      "rows * features = {} * {}", me, data_size, rows_, features));
+  }
+  if (op == ReduceOp::maxloc && winner_size != expected) {
+    throw CollectiveError(fmt::format("rank {}: halo exchange: maxloc needs winner with {} "
+                                      "elements, got {}", me, expected, winner_size));
+  }
+  if (op != ReduceOp::maxloc && winner_size != 0) {
+    throw CollectiveError(fmt::format("rank {}: halo exchange: winner is only filled by maxloc", me));
+  }
+}
+
 template Work HaloExchange::start<float>(std::span<float>, int64_t, ReduceOp, std::span<int32_t>);
 template Work HaloExchange::start<double>(std::span<double>, int64_t, ReduceOp, std::span<int32_t>);
+template void HaloExchange::check_start<float>(std::size_t, int64_t, ReduceOp, std::size_t) const;
+template void HaloExchange::check_start<double>(std::size_t, int64_t, ReduceOp, std::size_t) const;
 template Work HaloExchange::start_keyed<float>(std::span<float>, std::span<int64_t>, int64_t, ReduceOp);
 template Work HaloExchange::start_keyed<double>(std::span<double>, std::span<int64_t>, int64_t, ReduceOp);
 

@@ -98,6 +98,9 @@ class HaloExchange {
   std::vector<int32_t> contribution_rank_;
   std::vector<int64_t> contribution_slot_;
 
+  template <typename T>
+  void check_start(std::size_t data_size, int64_t features, ReduceOp op, std::size_t winner_size) const;
+
   friend struct HaloPlanAccess;
 };
 

@@ -84,14 +84,15 @@ Clock::duration deadline_of(const CommunicatorImpl& impl) {
       std::chrono::duration<double>(impl.options.timeout_seconds));
 }
 
-[[noreturn]] void deadline_passed(const CommunicatorImpl& impl, const std::string& what,
-                                  Clock::time_point started, const Transfers& transfers) {
+}  // namespace
+
+void deadline_passed(const CommunicatorImpl& impl, const std::string& what,
+                     std::chrono::steady_clock::time_point started, const std::string& waiting_for) {
   const double waited = std::chrono::duration<double>(Clock::now() - started).count();
   const std::string message =
       fmt::format("rank {}: {} timed out after {:.1f} s waiting for {} (deadline {} s; set "
                   "GNNRT_COLLECTIVE_TIMEOUT to change it)",
-                  impl.rank, what, waited, transfers.pending_description(),
-                  impl.options.timeout_seconds);
+                  impl.rank, what, waited, waiting_for, impl.options.timeout_seconds);
   if (impl.options.on_timeout == CommunicatorOptions::OnTimeout::raise) {
     throw CollectiveTimeout(message);
   }
@@ -102,8 +103,6 @@ Clock::duration deadline_of(const CommunicatorImpl& impl) {
   MPI_Abort(MPI_COMM_WORLD, 124);
   std::abort();
 }
-
-}  // namespace
 
 void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm) {
   Transfers& transfers = *impl.blocking_transfers;
@@ -119,7 +118,7 @@ void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm)
       // Operations started before this one advance too (see Work::wait).
       if (!impl.in_flight.empty()) impl.progress_all();
       if ((++polls & 63) == 0 && Clock::now() - started > limit) {
-        deadline_passed(impl, describe_call(call, algorithm), started, transfers);
+        deadline_passed(impl, describe_call(call, algorithm), started, transfers.pending_description());
       }
     }
   } catch (...) {
@@ -166,7 +165,8 @@ bool Work::test() {
   // registered until it finishes), so it is polled once per test().
   state_->owner->progress_all();
   const bool done = state_->finished;
-  if (done && state_->error) std::rethrow_exception(std::exchange(state_->error, nullptr));
+  // A failed operation stays failed: every wait() and test() rethrows.
+  if (done && state_->error) std::rethrow_exception(state_->error);
   return done;
 }
 
@@ -178,7 +178,7 @@ void Work::wait() {
     // The clock costs ~20 ns; read it every 64 polls.
     if ((++polls & 63) == 0 && detail::Clock::now() - state_->started > limit) {
       detail::deadline_passed(*state_->owner, state_->describe(), state_->started,
-                              state_->transfers);
+                              state_->transfers.pending_description());
     }
   }
 }

@@ -56,6 +56,8 @@ class CommunicatorImpl {
 
   MPI_Comm user = MPI_COMM_NULL;      // user point to point, splits, graph communicators
   MPI_Comm internal = MPI_COMM_NULL;  // every collective (native calls and algorithms)
+  MPI_Comm check = MPI_COMM_NULL;     // the call checks (call_check.h)
+  uint64_t calls = 0;                 // collective calls checked so far
   int rank = 0, size = 1;
   CommunicatorOptions options;
   ScratchPool pool;
@@ -99,6 +101,13 @@ struct WorkState {
   std::exception_ptr error;
   std::chrono::steady_clock::time_point started;
 };
+
+// The end of a wait past the communicator's deadline: logs which operation
+// and what it waits for, then aborts the job (exit code 124) or throws
+// CollectiveTimeout (CommunicatorOptions::on_timeout).
+[[noreturn]] void deadline_passed(const CommunicatorImpl& impl, const std::string& what,
+                                  std::chrono::steady_clock::time_point started,
+                                  const std::string& waiting_for);
 
 // Resumes `task` as far as its transfers allow; true once it has finished.
 // Throws what the task threw.

@@ -39,6 +39,7 @@ Communicator& comm() {
   static Communicator c = [] {
     CommunicatorOptions options;
     options.timeout_seconds = 120;
+    options.check_calls = true;  // as in debug mode: the matrix runs through the call checks
     options.chunk_bytes = from_environment("GNNRT_TEST_CHUNK_BYTES", options.chunk_bytes);
     return Communicator::world(options);
   }();

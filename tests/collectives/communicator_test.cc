@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -18,9 +20,11 @@
 namespace gnnrt::collectives {
 namespace {
 
-Communicator make_world(double timeout = 120) {
+// The tests run with the call checks on (call_check.h), as debug mode does.
+Communicator make_world(double timeout = 120, bool check_calls = true) {
   CommunicatorOptions options;
   options.timeout_seconds = timeout;
+  options.check_calls = check_calls;
   return Communicator::world(options);
 }
 
@@ -124,11 +128,140 @@ TEST(Communicator, PointToPointRing) {
   send.wait();
   receive.wait();
   EXPECT_EQ(in, std::vector<int32_t>(5, (r - 1 + p) % p));
-  // Zero-size messages.
-  std::vector<int32_t> empty;
+  // A zero-size message is a real message: it matches the first receive
+  // on its tag, and the one-element message after it the second (skipping
+  // the empty send would hand the second message to the first receive: a
+  // truncation error, and the second receive would never complete).
+  std::vector<int32_t> empty, one{-1};
+  std::vector<int32_t> payload{1000 + r};
   Work r0 = c.recv_async<int32_t>(empty, (r - 1 + p) % p, 8);
-  c.send_async<int32_t>(empty, (r + 1) % p, 8).wait();
+  Work r1 = c.recv_async<int32_t>(one, (r - 1 + p) % p, 8);
+  Work s0 = c.send_async<int32_t>(empty, (r + 1) % p, 8);
+  Work s1 = c.send_async<int32_t>(payload, (r + 1) % p, 8);
   r0.wait();
+  r1.wait();
+  s0.wait();
+  s1.wait();
+  EXPECT_TRUE(r0.completed());
+  EXPECT_EQ(one[0], 1000 + (r - 1 + p) % p);
+}
+
+TEST(Communicator, InvalidPeerIsNamed) {
+  auto c = make_world();
+  std::vector<float> data(2);
+  for (int peer : {-1, c.size()}) {
+    try {
+      c.send_async<float>(data, peer, 1);
+      ADD_FAILURE() << "no exception for peer " << peer;
+    } catch (const CollectiveError& e) {
+      EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(c.rank()) + ": send: rank " +
+                                           std::to_string(peer) + " is outside [0, " +
+                                           std::to_string(c.size()) + ")");
+    }
+  }
+  EXPECT_THROW(c.recv_async<float>(data, c.size() + 3, 1), CollectiveError);
+}
+
+TEST(Communicator, WaitingTwiceIsHarmlessAndAFailureStaysAFailure) {
+  auto c = make_world();
+  std::vector<float> data{1.0f, 2.0f};
+  Work w = c.allreduce_async<float>(data, data);
+  w.wait();
+  w.wait();  // a second wait returns at once, the result untouched
+  EXPECT_TRUE(w.test());
+  EXPECT_EQ(data[0], static_cast<float>(c.size()));
+  std::vector<float> one(1);
+  Work bad = c.send_async<float>(one, 0, -5);  // MPI_ERR_TAG
+  EXPECT_THROW(bad.wait(), CollectiveError);
+  EXPECT_THROW(bad.wait(), CollectiveError);  // not silently fine the second time
+  EXPECT_THROW(bad.test(), CollectiveError);
+}
+
+// Ranks that disagree about a call: an error on every rank, naming the call
+// and the ranks, never a hang. Rank 0 is the odd one out.
+void expect_disagreement(const std::function<void(Communicator&)>& call, const std::string& what) {
+  auto c = make_world(60);
+  if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    call(c);
+    ADD_FAILURE() << "rank " << c.rank() << ": no error for " << what;
+  } catch (const CollectiveError& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("rank " + std::to_string(c.rank()) + ":"), std::string::npos) << text;
+    EXPECT_NE(text.find(what), std::string::npos) << text;
+  }
+  c.barrier();  // every rank is still in step
+}
+
+TEST(CallChecks, CountsThatDiffer) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<float> data(c.rank() == 0 ? 4 : 5);
+    c.allreduce<float>(data);
+  }, "rank 0 called allreduce(f32, 4 elements, sum)");
+}
+
+TEST(CallChecks, DtypesThatDiffer) {
+  expect_disagreement([](Communicator& c) {
+    if (c.rank() == 0) {
+      std::vector<double> data(3);
+      c.allreduce<double>(data);
+    } else {
+      std::vector<float> data(3);
+      c.allreduce<float>(data);
+    }
+  }, "allreduce(f64, 3 elements, sum)");
+}
+
+TEST(CallChecks, ReduceOpsThatDiffer) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<int32_t> data(3);
+    c.allreduce<int32_t>(data, c.rank() == 0 ? ReduceOp::max : ReduceOp::sum);
+  }, "allreduce(i32, 3 elements, max)");
+}
+
+TEST(CallChecks, RootsThatDiffer) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<int64_t> data(2);
+    c.broadcast<int64_t>(data, c.rank() == 0 ? 1 : 0);
+  }, "broadcast(i64, 2 elements, root 1)");
+}
+
+TEST(CallChecks, OperationsThatDiffer) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<float> data(2);
+    if (c.rank() == 0) {
+      c.broadcast<float>(data, 0);
+    } else {
+      c.allreduce<float>(data);
+    }
+  }, "called broadcast(f32, 2 elements, root 0)");
+}
+
+TEST(CallChecks, AlltoallvCountsThatDisagree) {
+  expect_disagreement([](Communicator& c) {
+    const int p = c.size();
+    // Every rank sends one element to each rank; rank 1 expects two from rank 0.
+    std::vector<std::size_t> sends(p, 1), recvs(p, 1);
+    if (c.rank() == 1) recvs[0] = 2;
+    std::vector<float> out(p), in(c.rank() == 1 ? p + 1 : p);
+    c.alltoallv<float>(out, sends, in, recvs);
+  }, "alltoallv");
+}
+
+TEST(CallChecks, ALocalArgumentErrorReachesEveryRank) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<float> send(4), recv(c.rank() == 0 ? 3 : 4);
+    c.allreduce<float>(send, recv);
+  }, "allreduce");
+}
+
+// A call one rank skips shows where the ranks' next calls differ.
+TEST(CallChecks, ASkippedCallIsCaughtAtTheNextOne) {
+  expect_disagreement([](Communicator& c) {
+    std::vector<float> data(2);
+    if (c.rank() != 0) c.allreduce<float>(data);  // rank 0 skips it
+    c.barrier();
+  }, "rank 0 called barrier() as collective #0");
 }
 
 TEST(Communicator, MaxlocPicksLowestRankOnTies) {
@@ -176,7 +309,9 @@ TEST(Communicator, BadSizesNameOpArgumentAndRank) {
 TEST(Communicator, TimeoutRaisesWhenAPeerNeverComes) {
   auto c = make_world();
   if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
-  auto quick = make_world(0.5);
+  // Without the call check, which would time out first (and cannot tell
+  // which rank it waits for): the algorithm's own deadline names the peer.
+  auto quick = make_world(0.5, false);
   auto options = quick.options();
   options.on_timeout = CommunicatorOptions::OnTimeout::raise;
   quick.set_options(options);
@@ -210,8 +345,29 @@ TEST(Tuning, BuiltInTableParsesAndOnlyNamesAlgorithmsTheOpsHave) {
   const auto& table = TuningTable::defaults();
   ASSERT_FALSE(table.rules().empty());
   for (const auto& rule : table.rules()) EXPECT_TRUE(implements(rule.algorithm, rule.op));
-  // Round trip through the text format keeps every rule.
-  EXPECT_EQ(TuningTable::parse(table.text(), "round trip").rules().size(), table.rules().size());
+  // Round trip through the text format keeps every rule, field by field, and
+  // the provenance.
+  const TuningTable back = TuningTable::parse(table.text(), "round trip");
+  ASSERT_EQ(back.rules().size(), table.rules().size());
+  for (size_t i = 0; i < table.rules().size(); ++i) {
+    const TuningRule& a = table.rules()[i];
+    const TuningRule& b = back.rules()[i];
+    EXPECT_EQ(a.op, b.op) << "rule " << i;
+    EXPECT_EQ(a.min_bytes, b.min_bytes) << "rule " << i;
+    EXPECT_EQ(a.max_bytes, b.max_bytes) << "rule " << i;
+    EXPECT_EQ(a.ranks, b.ranks) << "rule " << i;
+    EXPECT_EQ(a.algorithm, b.algorithm) << "rule " << i;
+  }
+  EXPECT_EQ(back.measured_on(), table.measured_on());
+  EXPECT_FALSE(table.measured_on().empty());
+  // And the tables choose alike at every rule's edges.
+  for (const TuningRule& r : table.rules()) {
+    for (std::size_t bytes : {r.min_bytes, r.max_bytes}) {
+      for (int ranks : {2, 3, 4, 8}) {
+        EXPECT_EQ(back.choose(r.op, bytes, ranks), table.choose(r.op, bytes, ranks));
+      }
+    }
+  }
 }
 
 TEST(Tuning, SavesAndLoadsTextFormat) {

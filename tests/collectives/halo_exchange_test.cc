@@ -285,3 +285,108 @@ TEST(HaloErrors, WrongBufferSize) {
 
 }  // namespace
 }  // namespace gnnrt::collectives
+
+namespace gnnrt::collectives {
+namespace {
+
+// The keyed max/min of max/min aggregations across ranks: per element the
+// largest (smallest) value, a NaN first, ties to the smallest key; absent
+// keys take no part. Every rank computes every holder's contribution (a
+// closed form) and so the expected winner.
+struct Contribution {
+  float value;
+  int64_t key;
+};
+
+Contribution contribution(int rank, int64_t g, int64_t f) {
+  const uint32_t bits = draw(uint32_t(g * 100 + f), uint32_t(rank), 21);
+  if (bits % 11 == 0) return {0.0f, HaloExchange::kNoKey};  // no local edge here
+  const float v = bits % 13 == 0 ? std::nanf("") : static_cast<float>(int(bits % 5) - 2);
+  return {v, static_cast<int64_t>((bits >> 8) % 50)};  // small keys: equal keys never win twice
+}
+
+bool beats(const Contribution& a, const Contribution& b, bool max) {
+  if (a.key == HaloExchange::kNoKey) return false;
+  if (b.key == HaloExchange::kNoKey) return true;
+  const bool an = std::isnan(a.value), bn = std::isnan(b.value);
+  if (an != bn) return an;
+  if (!an && a.value != b.value) return max ? a.value > b.value : a.value < b.value;
+  return a.key < b.key;
+}
+
+TEST(KeyedHalo, MatchesTheRuleOnEveryReplica) {
+  auto comm = Communicator::world();
+  const int p = comm.size(), me = comm.rank();
+  const int64_t global_rows = 61, F = 3;
+  std::vector<int64_t> mine;
+  for (int64_t g = 0; g < global_rows; ++g) {
+    const auto h = holders(g, p, 4, 5);
+    if (std::find(h.begin(), h.end(), me) != h.end()) mine.push_back(g);
+  }
+  MirrorTable table;
+  for (size_t r = 0; r < mine.size(); ++r) {
+    std::vector<int32_t> others;
+    for (int q : holders(mine[r], p, 4, 5)) {
+      if (q != me) others.push_back(q);
+    }
+    if (!others.empty()) table.add(static_cast<int64_t>(r), mine[r], others);
+  }
+  HaloExchange halo(comm, table, static_cast<int64_t>(mine.size()));
+  for (bool max : {true, false}) {
+    std::vector<float> values(mine.size() * F);
+    std::vector<int64_t> keys(values.size());
+    for (size_t r = 0; r < mine.size(); ++r) {
+      for (int64_t f = 0; f < F; ++f) {
+        const Contribution c = contribution(me, mine[r], f);
+        values[r * F + f] = c.value;
+        keys[r * F + f] = c.key;
+      }
+    }
+    halo.start_keyed<float>(values, keys, F, max ? ReduceOp::max : ReduceOp::min).wait();
+    int bad = 0;
+    for (size_t r = 0; r < mine.size() && bad < 5; ++r) {
+      for (int64_t f = 0; f < F; ++f) {
+        Contribution best{0.0f, HaloExchange::kNoKey};
+        for (int q : holders(mine[r], p, 4, 5)) {
+          const Contribution c = contribution(q, mine[r], f);
+          if (beats(c, best, max)) best = c;
+        }
+        const float got = values[r * F + f];
+        const bool same_value = (std::isnan(got) && std::isnan(best.value)) ||
+                                (best.key == HaloExchange::kNoKey || got == best.value);
+        if (keys[r * F + f] != best.key || !same_value) {
+          ++bad;
+          ADD_FAILURE() << (max ? "max" : "min") << ": global row " << mine[r] << " feature " << f
+                        << ": (" << got << ", key " << keys[r * F + f] << "), expected ("
+                        << best.value << ", key " << best.key << ")";
+        }
+      }
+    }
+  }
+}
+
+// Ranks that disagree about a halo exchange (here its width) get an error
+// on every rank, with the call checks on.
+TEST(HaloErrors, FeaturesThatDifferAreNamed) {
+  CommunicatorOptions options;
+  options.timeout_seconds = 60;
+  options.check_calls = true;
+  auto comm = Communicator::world(options);
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  MirrorTable none;
+  HaloExchange halo(comm, none, 2);
+  const int64_t features = comm.rank() == 0 ? 3 : 4;
+  std::vector<float> data(2 * features);
+  try {
+    halo.run<float>(data, features, ReduceOp::sum);
+    ADD_FAILURE() << "no error";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 called halo exchange(f32, 3 features, sum)"),
+              std::string::npos)
+        << e.what();
+  }
+  comm.barrier();
+}
+
+}  // namespace
+}  // namespace gnnrt::collectives
