@@ -19,6 +19,7 @@
 #include "collectives/environment.h"
 #include "launch/bench_collectives.h"
 #include "launch/bench_halo.h"
+#include "launch/exit_status.h"
 #include "launch/info.h"
 #include "launch/selfcheck.h"
 #include "launch/train.h"
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
         // Every rank reports; MPI_Finalize would wait for ranks that did not fail.
         std::cerr << "gnnrt: error: " << e.what() << "\n";
         std::cerr.flush();
-        MPI_Abort(MPI_COMM_WORLD, 2);
+        MPI_Abort(MPI_COMM_WORLD, gnnrt::launch::exit_status(e));
       }
     }
     if (*info) {
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
     if (*train) return gnnrt::launch::run_train(train_command);
   } catch (const std::exception& e) {
     std::cerr << "gnnrt: error: " << e.what() << "\n";
-    return 2;
+    return gnnrt::launch::exit_status(e);
   }
   return 0;
 }
