@@ -20,6 +20,7 @@
 #include "ops/sddmm.h"
 #include "ops/segment_softmax.h"
 #include "ops/spmm.h"
+#include "runtime/builder.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -107,6 +108,35 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(5), out(5);
                    dropout_forward<float>({}, 0.5, 2, {}, x, out);
                  }, "dropout: x has 5 elements, expected rows*cols = 4"});
+    v.push_back({"bias_add_bias_size", [] {
+                   std::vector<float> x(6), b(2), out(6);
+                   bias_add_forward<float>(x, b, out, 2, 3);
+                 }, "bias_add: bias has 2 elements, expected cols = 3"});
+    v.push_back({"relu_out_size", [] {
+                   std::vector<float> x(6), out(5);
+                   relu_forward<float>(x, out);
+                 }, "relu: out has 5 elements, expected len(x) = 6"});
+    v.push_back({"leaky_relu_grad_size", [] {
+                   std::vector<float> x(6), g(4), gx(6);
+                   leaky_relu_backward<float>(x, 0.2f, g, gx);
+                 }, "leaky_relu_backward: grad_out has 4 elements, expected len(x) = 6"});
+    v.push_back({"elu_out_size", [] {
+                   std::vector<double> x(3), out(4);
+                   elu_forward<double>(x, 1.0, out);
+                 }, "elu: out has 4 elements, expected len(x) = 3"});
+    v.push_back({"log_softmax_x_size", [] {
+                   std::vector<float> x(5), out(6);
+                   log_softmax_forward<float>(x, 2, 3, out);
+                 }, "log_softmax: x has 5 elements, expected rows*cols = 6"});
+    v.push_back({"scale_out_size", [] {
+                   std::vector<float> x(3), out(2);
+                   ops::scale<float>(x, 2.0f, out);
+                 }, "scale: out has 2 elements, expected len(x) = 3"});
+    v.push_back({"layer_norm_moments_size", [] {
+                   std::vector<float> x(6);
+                   std::vector<double> m(2);
+                   layer_norm_moments<float>(x, {}, 2, 3, m);
+                 }, "layer_norm_moments: moments has 2 elements, expected 3 = 3"});
     // The small ops and the optimizers check their spans too.
     v.push_back({"add_b_size", [] {
                    std::vector<float> a(4), b(3), out(4);
@@ -232,6 +262,50 @@ TEST_P(BadInputTest, ThrowsOpErrorNamingTheProblem) {
     EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos)
         << "message: " << e.what() << "\nexpected to contain: " << b.message;
   }
+}
+
+// Ops the executor runs without a kernel of their own (fill, accumulate,
+// keep_winners) and the graph-level rules are checked by the Builder:
+// ShapeError naming the program, the op and the shapes, at build time.
+TEST(BadInputTest, BuilderRulesOfOpsWithoutAKernel) {
+  using runtime::Builder;
+  using runtime::ShapeError;
+  const auto expect = [](const std::function<void(Builder&)>& build, const std::string& message) {
+    Builder b("bad");
+    try {
+      build(b);
+      ADD_FAILURE() << "no ShapeError; expected: " << message;
+    } catch (const ShapeError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  expect([](Builder& b) { b.fill({2, -1}, 0.0); }, "program 'bad': value 'fill' has a negative size in [2, -1]");
+  expect([](Builder& b) {
+    const auto m = b.state("metrics", DType::kF64, {4});
+    b.accumulate(m, b.fill({1}, 1.0), 4);
+  }, "accumulate: slot 4 is outside metrics [4]");
+  expect([](Builder& b) {
+    b.graph("g", 2, 2, 3);
+    b.keep_winners(0, b.input("g", DType::kF32, {2, 3}), b.input("arg", DType::kI32, {2, 4}));
+  }, "keep_winners: g [2, 3] and arg [2, 4] must have the same shape");
+  expect([](Builder& b) {
+    b.graph("g", 3, 2, 5);
+    b.gcn_norm(0);
+  }, "gcn_norm: graph 'g' joins 3 source and 2 destination nodes");
+  expect([](Builder& b) { b.halo_sum(b.input("x", DType::kF32, {2, 3})); },
+         "halo_sum: only a partitioned program exchanges halo rows");
+  expect([](Builder& b) {
+    b.partition(4);
+    b.halo_sum(b.input("x", DType::kF32, {3, 2}));
+  }, "halo_sum: x [3, 2] must have a row per local vertex (4)");
+  expect([](Builder& b) { b.allreduce(b.input("i", DType::kI64, {2})); },
+         "allreduce: x must be float32 or float64, not int64");
+  expect([](Builder& b) {
+    b.layer_norm(b.input("x", DType::kF32, {2, 3}), b.input("w", DType::kF32, {3}),
+                 b.input("b", DType::kF32, {3}), false, 0.0);
+  }, "layer_norm: eps = 0 must be > 0");
+  expect([](Builder& b) { b.add(b.input("x", DType::kF32, {2}), b.input("y", DType::kF64, {2})); },
+         "add: b must be float32, not float64");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, BadInputTest,
