@@ -297,16 +297,18 @@ template <typename T>
 detail::Task HaloPlanAccess::keyed(detail::Transfers& t, detail::Scratch& scratch,
                                    const HaloExchange& plan, T* values, int64_t* keys,
                                    int64_t features, bool max) {
-  const std::size_t value_bytes = static_cast<std::size_t>(features) * sizeof(T);
+  // Each staged row: F keys, then F values, padded to 8 bytes so that every
+  // row's keys stay aligned.
   const std::size_t key_bytes = static_cast<std::size_t>(features) * sizeof(int64_t);
-  const std::size_t row_bytes = value_bytes + key_bytes;
+  const std::size_t value_bytes = static_cast<std::size_t>(features) * sizeof(T);
+  const std::size_t row_bytes = HaloExchange::keyed_row_bytes(features, sizeof(T));
   const std::size_t staged = plan.staged_row_.size();
   std::byte* out = scratch.get(staged * row_bytes);
   std::byte* in = scratch.get(staged * row_bytes);
   for (std::size_t s = 0; s < staged; ++s) {
     const int64_t row = plan.staged_row_[s];
-    std::memcpy(out + s * row_bytes, values + row * features, value_bytes);
-    std::memcpy(out + s * row_bytes + value_bytes, keys + row * features, key_bytes);
+    std::memcpy(out + s * row_bytes, keys + row * features, key_bytes);
+    std::memcpy(out + s * row_bytes + key_bytes, values + row * features, value_bytes);
   }
   for (std::size_t k = 0; k < plan.peers_.size(); ++k) {
     const std::size_t offset = plan.staged_offset_[k] * row_bytes;
@@ -323,8 +325,8 @@ detail::Task HaloPlanAccess::keyed(detail::Transfers& t, detail::Scratch& scratc
     for (std::size_t c = plan.contribution_offset_[i]; c < plan.contribution_offset_[i + 1]; ++c) {
       const int64_t slot = plan.contribution_slot_[c];
       if (slot < 0) continue;
-      const auto* rv = reinterpret_cast<const T*>(in + slot * row_bytes);
-      const auto* rk = reinterpret_cast<const int64_t*>(in + slot * row_bytes + value_bytes);
+      const auto* rk = reinterpret_cast<const int64_t*>(in + slot * row_bytes);
+      const auto* rv = reinterpret_cast<const T*>(in + slot * row_bytes + key_bytes);
       for (int64_t f = 0; f < features; ++f) {
         if (beats(rv[f], rk[f], v[f], k[f], max)) {
           v[f] = rv[f];

@@ -74,6 +74,12 @@ class HaloExchange {
   // contribution whose key is kNoKey takes no part. The result is the same
   // whatever the order of combination. values, keys: [rows, features].
   static constexpr int64_t kNoKey = INT64_MAX;
+  // Bytes a keyed exchange sends per shared row: the keys, then the values
+  // padded to 8 bytes.
+  static std::size_t keyed_row_bytes(int64_t features, std::size_t value_size) {
+    const auto f = static_cast<std::size_t>(features);
+    return f * 8 + (f * value_size + 7) / 8 * 8;
+  }
   template <typename T>
   Work start_keyed(std::span<T> values, std::span<int64_t> keys, int64_t features, ReduceOp op);
 

@@ -2,13 +2,17 @@
 //   info       what this build is and what it runs on
 //   selfcheck  checks the kernels on this machine (fused == unfused, bits
 //              identical across thread counts)
-//   train      full-batch training of a job on one simulated core
+//   train      full-batch training of a job, on one simulated core or (under
+//              mpirun) on one per rank over a vertex-cut partition
+//   partition  writes one shard per rank
 //   bench collectives | halo   MPI benchmarks (run under mpirun)
 // Exit status 0 on success, 1 on a failed check, 2 on bad usage or input
 // (one clear line on stderr).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <thread>
 #include <exception>
 #include <fmt/format.h>
 #include <memory>
@@ -21,6 +25,7 @@
 #include "launch/bench_halo.h"
 #include "launch/exit_status.h"
 #include "launch/info.h"
+#include "launch/partition.h"
 #include "launch/selfcheck.h"
 #include "launch/train.h"
 
@@ -59,10 +64,35 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
   return comm;
 }
 
+// A rank's error under MPI: one line on stderr; then, if every rank reaches
+// this point (an error they agreed on), a normal end with the exit status,
+// else (one rank failed alone) MPI_Abort, so that no rank waits forever.
+int end_with_error(const std::exception& e) {
+  const int status = gnnrt::launch::exit_status(e);
+  std::cerr << "gnnrt: error: " << e.what() << "\n";
+  std::cerr.flush();
+  int initialized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size <= 1) return status;
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  MPI_Abort(MPI_COMM_WORLD, status);
+  return status;
+}
+
 // `gnnrt train`'s flags (docs/cli.md).
 CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   auto* cmd = app.add_subcommand(
-      "train", "Train the job's model full-batch on one simulated NeuronCore");
+      "train", "Train the job's model full-batch: on one simulated NeuronCore, or under mpirun on "
+               "one per rank over a partition of the graph");
   cmd->add_option("job", c.job,
                   "Job file (Protobuf text, docs/job-format.md); default: a 2-layer GCN on the "
                   "synthetic dataset")
@@ -92,6 +122,35 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--profile", c.options.profile, "Device profile: trn1 (16 GiB/core) or trn2 (12 GiB/core)")
       ->check(CLI::IsMember({"trn1", "trn2"}));
+  cmd->add_option("--partition", c.partition,
+                  "Partition the graph in memory at start-up with this method (partition.method): "
+                  "random, destination, grid, hdrf or metis")
+      ->check(CLI::IsMember({"random", "destination", "grid", "hdrf", "metis"}));
+  cmd->add_option("--shards", c.shards,
+                  "Read each rank's shard from this folder, written by `gnnrt partition` (partition.shards)");
+  cmd->add_option("--halo", c.halo,
+                  "Halo exchange: sparse (shared rows only) or dense (an all-reduce of the whole "
+                  "matrix, the baseline) (partition.halo)")
+      ->check(CLI::IsMember({"sparse", "dense"}));
+  return cmd;
+}
+
+// `gnnrt partition`'s flags (docs/cli.md).
+CLI::App* add_partition_command(CLI::App& app, gnnrt::launch::PartitionCommand& c) {
+  auto* cmd = app.add_subcommand(
+      "partition", "Partition the job's dataset once and write one shard per rank");
+  cmd->add_option("job", c.job, "Job file (default: the default job of gnnrt train)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--parts", c.parts, "Number of shards (the rank count to train on)")
+      ->required()
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--method", c.method, "random, destination, grid, hdrf or metis (default: the job's)")
+      ->check(CLI::IsMember({"random", "destination", "grid", "hdrf", "metis"}));
+  cmd->add_option("--out", c.out, "Folder to write (replaced if it exists)")->required();
+  cmd->add_option("--seed", c.seed, "Seed of the partitioner (default: the job's)")
+      ->each([&c](const std::string&) { c.seed_given = true; });
+  cmd->add_option("--dataset", c.dataset, "Dataset, as dataset.path");
+  cmd->add_option("--set", c.sets, "Override a job field (repeatable)");
   return cmd;
 }
 
@@ -123,6 +182,10 @@ int main(int argc, char** argv) {
 
   gnnrt::launch::TrainCommand train_command;
   auto* train = add_train_command(app, train_command);
+  MpiOptions train_mpi;
+  add_mpi_options(train, train_mpi);
+  gnnrt::launch::PartitionCommand partition_command;
+  auto* partition = add_partition_command(app, partition_command);
 
   auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
   bench->require_subcommand(1);
@@ -210,10 +273,23 @@ int main(int argc, char** argv) {
         if (*bench_collectives) return gnnrt::launch::run_collective_bench(comm, collective_options);
         return gnnrt::launch::run_halo_bench(comm, halo_options);
       } catch (const std::exception& e) {
-        // Every rank reports; MPI_Finalize would wait for ranks that did not fail.
-        std::cerr << "gnnrt: error: " << e.what() << "\n";
-        std::cerr.flush();
-        MPI_Abort(MPI_COMM_WORLD, gnnrt::launch::exit_status(e));
+        return end_with_error(e);
+      }
+    }
+    if (*train) {
+      // One rank without mpirun (MPI's singleton mode), one per rank under it.
+      gnnrt::collectives::Environment mpi(&argc, &argv);
+      try {
+        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(train_mpi));
+        if (train_command.options.debug) {
+          auto options = comm->options();
+          options.check_calls = true;  // ranks that disagree: an error, not a hang
+          comm->set_options(options);
+        }
+        train_command.options.communicator = comm;
+        return gnnrt::launch::run_train(train_command);
+      } catch (const std::exception& e) {
+        return end_with_error(e);
       }
     }
     if (*info) {
@@ -229,7 +305,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
-    if (*train) return gnnrt::launch::run_train(train_command);
+    if (*partition) return gnnrt::launch::run_partition(partition_command);
   } catch (const std::exception& e) {
     std::cerr << "gnnrt: error: " << e.what() << "\n";
     return gnnrt::launch::exit_status(e);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "collectives/communicator.h"
 #include "model/job.h"
 #include "runtime/program_cache.h"
 
@@ -26,21 +27,41 @@ constexpr const char* kDefaultJob = R"pb(
 
 }  // namespace
 
+model::proto::Job load_job_with_overrides(const std::string& path, const std::string& dataset,
+                                          const std::vector<std::string>& sets) {
+  model::proto::Job job = path.empty() ? model::parse_job(kDefaultJob, "default job")
+                                       : model::load_job(path);
+  if (!dataset.empty()) model::apply_override(job, "dataset.path=" + dataset);
+  for (const std::string& s : sets) model::apply_override(job, s);
+  return job;
+}
+
 int run_train(TrainCommand& c) {
-  model::proto::Job job = c.job.empty() ? model::parse_job(kDefaultJob, "default job")
-                                        : model::load_job(c.job);
-  if (!c.dataset.empty()) model::apply_override(job, "dataset.path=" + c.dataset);
-  for (const std::string& s : c.sets) model::apply_override(job, s);
+  model::proto::Job job = load_job_with_overrides(c.job, c.dataset, c.sets);
+  if (!c.partition.empty()) model::apply_override(job, "partition.method=" + c.partition);
+  if (!c.shards.empty()) model::apply_override(job, "partition.shards=" + c.shards);
+  if (!c.halo.empty()) model::apply_override(job, "partition.halo=" + c.halo);
   c.options.cache_dir = c.cache_dir;
   c.options.metrics_path = c.metrics;
   c.options.logits_out = c.logits_out;
   c.options.params_in = c.params_in;
   c.options.params_out = c.params_out;
   c.options.trace_path = c.trace;
-  spdlog::info("job '{}': dataset {}, {} layers, {} epochs, optimizer {} lr {}", job.name(),
-               job.dataset().path(), job.model().layer_size(), job.schedule().epochs(),
-               job.optimizer().kind(), job.optimizer().lr());
+  const int ranks = c.options.communicator ? c.options.communicator->size() : 1;
+  const bool lead = !c.options.communicator || c.options.communicator->rank() == 0;
+  if (lead) {
+    spdlog::info("job '{}': dataset {}, {} layers, {} epochs, optimizer {} lr {}, {} rank(s){}",
+                 job.name(), job.dataset().path(), job.model().layer_size(), job.schedule().epochs(),
+                 job.optimizer().kind(), job.optimizer().lr(), ranks,
+                 ranks > 1 || !job.partition().shards().empty()
+                     ? fmt::format(", partition {} ({} halo)",
+                                   job.partition().shards().empty() ? job.partition().method()
+                                                                    : "shards " + job.partition().shards(),
+                                   job.partition().halo())
+                     : "");
+  }
   const model::TrainResult r = model::train(job, c.options);
+  if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;
   spdlog::info("program train_step: {} fused, {} reordered, {} backward ops; planned peak {:.1f} MiB "
@@ -51,9 +72,9 @@ int run_train(TrainCommand& c) {
                static_cast<double>(plan.graph_bytes) / (1 << 20),
                static_cast<double>(plan.arena_bytes) / (1 << 20));
   spdlog::info("counters: {} compiles, {} cache hits, {} ops run, {:.1f} MB moved, {} host syncs, "
-               "simulated {:.3f} s",
+               "{} collectives ({} halo exchanges, {:.2f} MB sent by rank 0), simulated {:.3f} s",
                k.compiles, k.cache_hits, k.ops_run, k.bytes_moved / 1e6, k.host_syncs,
-               k.simulated_seconds);
+               k.collective_calls, k.halo_calls, k.collective_bytes / 1e6, k.simulated_seconds);
   if (r.best_epoch > 0) {
     spdlog::info("best validation accuracy {:.4f} at epoch {}; test accuracy {:.4f}", r.best_val_acc,
                  r.best_epoch, r.test_acc);

@@ -1,10 +1,14 @@
-// `gnnrt train`: full-batch training of a job file on one simulated core
-// (the single-rank mode; debug it here before running on many ranks).
+// `gnnrt train`: full-batch training of a job file, on one simulated core
+// (no mpirun: the single-rank mode; debug it here) or on one per MPI rank
+// (`mpirun -np N gnnrt train JOB`: a vertex-cut partition of the graph,
+// with the single-core result).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "model/job.pb.h"
 #include "model/trainer.h"
 
 namespace gnnrt::launch {
@@ -13,13 +17,19 @@ struct TrainCommand {
   std::string job;                  // path; empty: a GCN on the synthetic default
   std::string dataset;              // --dataset SPEC: dataset.path, before the --set overrides
   std::vector<std::string> sets;    // --set path=value, in order
+  std::string partition, shards, halo;  // --partition, --shards, --halo: partition.* overrides
   model::TrainOptions options;
   std::string cache_dir, metrics, logits_out, params_in, params_out, trace;
 };
 
-// Reads the job (or the default one), applies --dataset and --set, trains,
-// and logs the summary. Returns the exit status; errors are exceptions.
-// (Its flags are declared in main.cc: CLI11 is compiled in one file only.)
+// The job file (or the default job) with --dataset, then every --set, applied.
+model::proto::Job load_job_with_overrides(const std::string& path, const std::string& dataset,
+                                          const std::vector<std::string>& sets);
+
+// Reads the job, applies the overrides, trains (on options.communicator's
+// ranks), and logs the summary (rank 0). Returns the exit status; errors are
+// exceptions. (Its flags are declared in main.cc: CLI11 is compiled in one
+// file only.)
 int run_train(TrainCommand& command);
 
 }  // namespace gnnrt::launch

@@ -186,6 +186,19 @@ void validate(const proto::Job& job) {
     throw JobError(fmt::format("job: device.profile '{}' must be trn1 or trn2", job.device().profile()));
   }
   if (job.device().hbm_bytes() < 0) throw JobError("job: device.hbm_bytes must be >= 0");
+  const auto& p = job.partition();
+  static const std::set<std::string> kMethods{"random", "destination", "grid", "hdrf", "metis"};
+  if (!kMethods.count(p.method())) {
+    throw JobError(fmt::format("job: partition.method '{}' must be random, destination, grid, hdrf or "
+                               "metis", p.method()));
+  }
+  if (p.halo() != "sparse" && p.halo() != "dense") {
+    throw JobError(fmt::format("job: partition.halo '{}' must be sparse or dense", p.halo()));
+  }
+  if (!(p.bucket_mb() > 0)) {
+    throw JobError(fmt::format("job: partition.bucket_mb = {} must be > 0", p.bucket_mb()));
+  }
+  if (p.checksum_every() < 0) throw JobError("job: partition.checksum_every must be >= 0");
 }
 
 std::string to_text(const proto::Job& job) {

@@ -14,7 +14,9 @@ using Init = ParamDecl::Init;
 
 class NetworkBuilder {
  public:
-  NetworkBuilder(std::string name, const NetworkShape& shape) : b_(std::move(name)), shape_(shape) {}
+  NetworkBuilder(std::string name, const NetworkShape& shape) : b_(std::move(name)), shape_(shape) {
+    if (shape.partitioned) b_.partition(shape.nodes);
+  }
 
   // Emits the layers; returns the last layer's output [N, width].
   ValueId forward(const proto::Model& model, bool training) {

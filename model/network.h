@@ -16,6 +16,8 @@
 // [N] bool ("y_onehot" [N, C] f32 for the mse loss). Graphs: "graph" (the
 // dataset's edges) and "graph_self_loops" (self loops removed, then one
 // added per node, as GCNConv and GATConv do). State: "metrics" [8] f64.
+// Partitioned programs also read the inputs runtime/builder.h lists (global
+// ids, degrees, master flags, mask counts), bound by bind_shard().
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,9 @@ struct ParamDecl {
 struct NetworkShape {
   int64_t nodes = 0, features = 0, classes = 0;
   int64_t edges = 0, edges_self_loops = 0;
+  // One rank's share of a vertex-cut graph: the programs are partitioned
+  // (runtime/builder.h) and `nodes` counts the rank's local vertices.
+  bool partitioned = false;
 };
 
 struct Network {

@@ -150,6 +150,7 @@ std::string_view name(PartitionMethod method) {
   switch (method) {
     case PartitionMethod::random: return "random";
     case PartitionMethod::destination: return "destination";
+    case PartitionMethod::grid: return "grid";
     case PartitionMethod::hdrf: return "hdrf";
     case PartitionMethod::metis: return "metis";
   }
@@ -157,12 +158,12 @@ std::string_view name(PartitionMethod method) {
 }
 
 PartitionMethod parse_partition_method(std::string_view text) {
-  for (auto method : {PartitionMethod::random, PartitionMethod::destination, PartitionMethod::hdrf,
-                      PartitionMethod::metis}) {
+  for (auto method : {PartitionMethod::random, PartitionMethod::destination, PartitionMethod::grid,
+                      PartitionMethod::hdrf, PartitionMethod::metis}) {
     if (text == name(method)) return method;
   }
   throw std::invalid_argument(fmt::format(
-      "unknown partition method '{}' (random, destination, hdrf or metis)", text));
+      "unknown partition method '{}' (random, destination, grid, hdrf or metis)", text));
 }
 
 EdgePartition partition_edges(int64_t n, std::span<const int64_t> src, std::span<const int64_t> dst,
@@ -176,6 +177,7 @@ EdgePartition partition_edges(int64_t n, std::span<const int64_t> src, std::span
   const std::size_t E = src.size();
 
   bool master_is_own_part = true;
+  bool balance_masters = false;
   switch (options.method) {
     case PartitionMethod::random:
       result.edge_part.resize(E);
@@ -187,6 +189,20 @@ EdgePartition partition_edges(int64_t n, std::span<const int64_t> src, std::span
     case PartitionMethod::destination:
       for (int64_t v = 0; v < n; ++v) result.master[v] = block_of(v, n, parts);
       break;
+    case PartitionMethod::grid: {
+      int rows = 1;
+      for (int r = 1; r * r <= parts; ++r) {
+        if (parts % r == 0) rows = r;
+      }
+      const int cols = parts / rows;
+      result.edge_part.resize(E);
+      for (std::size_t e = 0; e < E; ++e) {
+        result.edge_part[e] = block_of(src[e], n, rows) * cols + block_of(dst[e], n, cols);
+      }
+      master_is_own_part = false;
+      balance_masters = true;
+      break;
+    }
     case PartitionMethod::hdrf:
       result.edge_part = hdrf(n, src, dst, parts, options.hdrf_lambda);
       master_is_own_part = false;
@@ -206,9 +222,25 @@ EdgePartition partition_edges(int64_t n, std::span<const int64_t> src, std::span
     holders.add(src[e], result.edge_part[e]);
     holders.add(dst[e], result.edge_part[e]);
   }
+  if (balance_masters) {
+    // The replica with the fewest masters so far, vertices taken in a
+    // seeded random order (in id order the low blocks would fill first).
+    std::vector<std::pair<uint64_t, int64_t>> order(static_cast<std::size_t>(n));
+    for (int64_t v = 0; v < n; ++v) order[static_cast<std::size_t>(v)] = {draw(static_cast<uint64_t>(v), 2, options.seed), v};
+    std::sort(order.begin(), order.end());
+    std::vector<int64_t> masters(parts, 0);
+    for (const auto& [key, v] : order) {
+      int best = -1;
+      for (int p = 0; p < parts; ++p) {
+        if (holders.has(v, p) && (best < 0 || masters[p] < masters[best])) best = p;
+      }
+      result.master[v] = best >= 0 ? best : block_of(v, n, parts);
+      ++masters[result.master[v]];
+    }
+  }
   result.replica_offset.assign(n + 1, 0);
   for (int64_t v = 0; v < n; ++v) {
-    if (!master_is_own_part) {
+    if (!master_is_own_part && !balance_masters) {
       // One of the replicas, drawn; an isolated vertex goes to its block.
       int count = 0;
       for (int p = 0; p < parts; ++p) count += holders.has(v, p);
@@ -233,15 +265,61 @@ EdgePartition partition_edges(int64_t n, std::span<const int64_t> src, std::span
   return result;
 }
 
+EdgePartition assemble_partition(int64_t n, std::span<const int64_t> src,
+                                 std::span<const int64_t> dst, int parts,
+                                 std::vector<int32_t> edge_part, std::vector<int32_t> master) {
+  PartitionOptions options;
+  options.parts = parts;
+  check_input(n, src, dst, options);
+  if (edge_part.size() != src.size() || master.size() != static_cast<std::size_t>(n)) {
+    throw PartitionError(fmt::format("partition: {} edge parts for {} edges, {} masters for {} vertices",
+                                     edge_part.size(), src.size(), master.size(), n));
+  }
+  for (const auto* v : {&edge_part, &master}) {
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      if ((*v)[i] < 0 || (*v)[i] >= parts) {
+        throw PartitionError(fmt::format("partition: {} {} is in part {}, outside [0, {})",
+                                         v == &master ? "vertex" : "edge", i, (*v)[i], parts));
+      }
+    }
+  }
+  EdgePartition result;
+  result.parts = parts;
+  result.num_nodes = n;
+  result.edge_part = std::move(edge_part);
+  result.master = std::move(master);
+  Holders holders(n, parts);
+  for (std::size_t e = 0; e < src.size(); ++e) {
+    holders.add(src[e], result.edge_part[e]);
+    holders.add(dst[e], result.edge_part[e]);
+  }
+  result.replica_offset.assign(n + 1, 0);
+  for (int64_t v = 0; v < n; ++v) {
+    holders.add(v, result.master[v]);
+    for (int p = 0; p < parts; ++p) {
+      if (holders.has(v, p)) result.replica_parts.push_back(p);
+    }
+    result.replica_offset[v + 1] = static_cast<int64_t>(result.replica_parts.size());
+  }
+  return result;
+}
+
 PartitionStats EdgePartition::stats() const {
   PartitionStats s;
-  std::vector<int64_t> edges(parts, 0), rows(parts, 0);
+  std::vector<int64_t>& edges = s.part_edges;
+  std::vector<int64_t>& rows = s.part_rows;
+  edges.assign(parts, 0);
+  rows.assign(parts, 0);
+  s.part_masters.assign(parts, 0);
+  s.part_halo_rows.assign(parts, 0);
   for (int32_t p : edge_part) ++edges[p];
   for (int32_t p : replica_parts) ++rows[p];
+  for (int32_t p : master) ++s.part_masters[p];
   for (int64_t v = 0; v < num_nodes; ++v) {
     const int64_t c = replica_offset[v + 1] - replica_offset[v];
     if (c > 1) ++s.shared_vertices;
     s.halo_rows += c * (c - 1);
+    for (int32_t p : replicas(v)) s.part_halo_rows[p] += c - 1;
   }
   const auto balance = [&](const std::vector<int64_t>& count) {
     const double total = std::accumulate(count.begin(), count.end(), 0.0);

@@ -8,6 +8,11 @@
 // Methods:
 //   random       each edge to a part drawn from (seed, edge id) (Philox)
 //   destination  1D: edge (u, v) to the block of v's id (v * parts / N)
+//   grid         2D: the parts form an r x c grid (r * c = parts, r the
+//                largest divisor <= sqrt(parts)); edge (u, v) goes to
+//                (row block of u, column block of v), so a vertex's replicas
+//                lie in one row and one column: at most r + c - 1, about
+//                2 sqrt(parts) (PowerGraph's grid vertex-cut)
 //   hdrf         High-Degree Replicated First, the streaming vertex-cut of
 //                Petroni et al. (CIKM 2015): edges in order, each to the part
 //                maximising C_REP + lambda * C_BAL, which favours parts that
@@ -19,8 +24,9 @@
 //                then edge (u, v) to v's part: edges cut by METIS replicate u
 //
 // Masters: a vertex's own part under destination and metis; under random and
-// hdrf one of its replicas drawn from (seed, vertex); an isolated vertex's
-// master is its id block. Deterministic: the same input and options give the
+// hdrf one of its replicas drawn from (seed, vertex); under grid the replica
+// with the fewest masters so far (vertices in id order), which balances
+// them; an isolated vertex's master is its id block. Deterministic: the same input and options give the
 // same partition on every rank and machine.
 #pragma once
 
@@ -33,7 +39,7 @@
 
 namespace gnnrt::model {
 
-enum class PartitionMethod { random, destination, hdrf, metis };
+enum class PartitionMethod { random, destination, grid, hdrf, metis };
 std::string_view name(PartitionMethod method);
 // Throws std::invalid_argument naming the accepted methods.
 PartitionMethod parse_partition_method(std::string_view text);
@@ -54,6 +60,9 @@ struct PartitionStats {
   // replicas sends its row to the c - 1 others): bytes = halo_rows * F * 4
   // for F float32 features.
   int64_t halo_rows = 0;
+  // Per part: edges, rows (local vertices), masters, and the rows it sends
+  // in one halo exchange.
+  std::vector<int64_t> part_edges, part_rows, part_masters, part_halo_rows;
 };
 
 struct EdgePartition {
@@ -83,5 +92,12 @@ class PartitionError : public std::invalid_argument {
 // [0, num_nodes) (naming the edge), and METIS's own failures.
 EdgePartition partition_edges(int64_t num_nodes, std::span<const int64_t> src,
                               std::span<const int64_t> dst, const PartitionOptions& options);
+
+// A partition given as each edge's part and each vertex's master (e.g. one
+// made by hand for a test, or by another tool): the replicas computed.
+// Throws PartitionError for a part outside [0, parts) or mismatched lengths.
+EdgePartition assemble_partition(int64_t num_nodes, std::span<const int64_t> src,
+                                 std::span<const int64_t> dst, int parts,
+                                 std::vector<int32_t> edge_part, std::vector<int32_t> master);
 
 }  // namespace gnnrt::model

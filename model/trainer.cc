@@ -8,13 +8,19 @@
 #include <google/protobuf/text_format.h>
 
 #include <chrono>
+#include <cstring>
+#include <numeric>
+#include <xxhash.h>
 #include <tuple>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <numbers>
 
+#include "collectives/communicator.h"
 #include "model/checkpoint.h"
+#include "model/distributed.h"
+#include "model/shard.h"
 #include "model/dataset.h"
 #include "model/job.h"
 #include "runtime/npy.h"
@@ -97,7 +103,10 @@ std::string to_text_of(const google::protobuf::Message& m) {
 class Trainer {
  public:
   Trainer(const proto::Job& job, const TrainOptions& options)
-      : job_(job), options_(options), core_(profile(), core_options()) {}
+      : job_(job), options_(options), comm_(options.communicator),
+        distributed_((comm_ && comm_->size() > 1) || !job.partition().shards().empty()),
+        rank_(comm_ ? comm_->rank() : 0), ranks_(comm_ ? comm_->size() : 1),
+        core_(profile(), core_options()) {}
 
   TrainResult run();
 
@@ -119,10 +128,22 @@ class Trainer {
     }
     o.debug = options_.debug;
     o.trace = !options_.trace_path.empty();
+    o.communicator = comm_;
     return o;
   }
+  // Runs fn; on many ranks, agrees on its outcome (distributed.h).
+  template <typename Fn>
+  void step(std::string_view what, Fn&& fn) {
+    if (comm_ && comm_->size() > 1) {
+      on_every_rank(*comm_, what, std::forward<Fn>(fn));
+    } else {
+      fn();
+    }
+  }
+  bool writer() const { return rank_ == 0; }
 
   void load_data();
+  void load_shard();
   void compile();
   void init_parameters();
   bool resume();
@@ -130,12 +151,18 @@ class Trainer {
   void keep_best();
   void restore_best();
   void write_outputs();
+  void write_logits();
+  void check_parameters(int64_t step);
   EpochMetrics epoch(int64_t index);
 
   const proto::Job& job_;
   const TrainOptions& options_;
+  std::shared_ptr<collectives::Communicator> comm_;
+  const bool distributed_;
+  const int rank_, ranks_;
   Core core_;
   Dataset data_;
+  Shard shard_;  // distributed: this rank's share
   NetworkShape shape_;
   Network train_net_, infer_net_;
   std::shared_ptr<const runtime::CompiledProgram> train_step_, infer_;
@@ -145,15 +172,63 @@ class Trainer {
   int64_t best_epoch_ = -1;
 };
 
+void require_training_nodes(int64_t count, const std::string& name, const std::string& path) {
+  if (count == 0) {
+    throw std::invalid_argument(fmt::format(
+        "dataset '{}' ({}) has no training nodes (train_mask is empty)", name, path));
+  }
+}
+
 void Trainer::load_data() {
+  if (distributed_) return load_shard();
   data_ = load_dataset(job_.dataset().path());
   if (job_.dataset().normalize_features()) normalize_features(data_);
-  if (std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}) == 0) {
-    throw std::invalid_argument(fmt::format(
-        "dataset '{}' ({}) has no training nodes (train_mask is empty)", data_.name,
-        job_.dataset().path()));
-  }
+  require_training_nodes(std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}),
+                         data_.name, job_.dataset().path());
   shape_ = bind_dataset(core_, data_, job_.model());
+}
+
+// This rank's share: read from the job's shards, or cut in memory from the
+// whole dataset (every rank partitions alike) and the rest dropped.
+void Trainer::load_shard() {
+  if (!comm_) {
+    throw std::invalid_argument("a job with shards needs a communicator (run gnnrt train, under mpirun)");
+  }
+  const auto& part = job_.partition();
+  step(part.shards().empty() ? "partitioning the dataset" : "reading the shards", [&] {
+    if (!part.shards().empty()) {
+      shard_ = read_shard(part.shards(), rank_, ranks_, job_);
+      if (rank_ == 0) spdlog::info("read shards of {} ranks from {}", ranks_, part.shards());
+    } else {
+      Dataset data = load_dataset(job_.dataset().path());
+      if (job_.dataset().normalize_features()) normalize_features(data);
+      const EdgePartition partition =
+          partition_edges(data.num_nodes, data.src, data.dst, partition_options(job_, ranks_));
+      result_.partition = partition.stats();
+      shard_ = make_shard(data, partition, rank_);
+      if (rank_ == 0) {
+        const PartitionStats& s = result_.partition;
+        spdlog::info("partitioned '{}' ({} nodes, {} edges) with {} over {} ranks: replication "
+                     "factor {:.3f}, edge balance {:.3f}, vertex balance {:.3f}, {} halo rows",
+                     data.name, data.num_nodes, data.num_edges(), part.method(), ranks_,
+                     s.replication_factor, s.edge_balance, s.vertex_balance, s.halo_rows);
+      }
+    }
+    require_training_nodes(shard_.train_count, "the shards' dataset", job_.dataset().path());
+  });
+  result_.local_nodes = shard_.num_local();
+  result_.local_edges = static_cast<int64_t>(shard_.graph.src.size());
+  spdlog::info("shard: {} local vertices ({} masters, {} shared), {} edges", shard_.num_local(),
+               std::count(shard_.is_master.begin(), shard_.is_master.end(), uint8_t{1}),
+               shard_.mirrors.size(), shard_.graph.src.size());
+  step("binding the shard", [&] {
+    shape_ = bind_shard(core_, shard_, job_.model(), comm_,
+                        runtime::parse_halo_mode(job_.partition().halo()));
+  });
+  // Only what the core holds is needed from here on.
+  shard_.x = {};
+  shard_.graph = {};
+  shard_.self_loops = {};
 }
 
 void Trainer::compile() {
@@ -162,96 +237,143 @@ void Trainer::compile() {
   runtime::CompileOptions train_options;
   train_options.train =
       runtime::TrainStep{train_net_.loss, train_net_.param_ids, optimizer_config(job_.optimizer())};
-  train_step_ = core_.compile(train_net_.program, train_options);
-  infer_ = core_.compile(infer_net_.program, {});
+  train_options.bucket_bytes = static_cast<int64_t>(job_.partition().bucket_mb() * (1 << 20));
+  if (distributed_ && comm_->size() > 1) {
+    // The ranks must run the same programs: compare them built with sizes
+    // that do not depend on the rank's share.
+    NetworkShape canonical = shape_;
+    canonical.nodes = canonical.edges = canonical.edges_self_loops = 1;
+    const auto text = build_train_step(job_.model(), canonical).program.to_text() +
+                      build_inference(job_.model(), canonical).program.to_text() +
+                      core_.profile().to_text() + optimizer_config(job_.optimizer()).to_text() +
+                      fmt::format("debug={} bucket_bytes={}", options_.debug, train_options.bucket_bytes);
+    check_same(*comm_, XXH64(text.data(), text.size(), 0), "programs");
+  }
+  step("compiling", [&] {
+    train_step_ = core_.compile(train_net_.program, train_options);
+    infer_ = core_.compile(infer_net_.program, {});
+  });
   result_.train_plan = train_step_->plan;
   result_.infer_plan = infer_->plan;
   result_.train_passes = train_step_->passes;
 }
 
-// Fresh parameters (initialize_parameters), or --params-in's, shapes checked.
+// Fresh parameters (initialize_parameters: the same on every rank), or
+// --params-in's, shapes checked (read by rank 0, sent to every rank).
 void Trainer::init_parameters() {
   if (options_.params_in.empty()) {
     initialize_parameters(core_, train_net_.params, job_.seed());
     return;
   }
+  step("reading --params-in", [&] {
+    if (!writer()) return;
+    for (const ParamDecl& p : train_net_.params) {
+      const auto path = options_.params_in / (p.name + ".npy");
+      if (!std::filesystem::exists(path)) {
+        throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
+                                                path.string(), p.name, runtime::shape_string(p.shape)));
+      }
+      const Tensor in = read_npy(path);
+      if (in.shape() != p.shape) {
+        throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
+                                                path.string(), runtime::shape_string(in.shape()),
+                                                p.name, runtime::shape_string(p.shape)));
+      }
+      const auto values = in.to_vector<float>();  // any numeric dtype, as float32
+      core_.memory().put(p.name, Tensor::from<float>(values, p.shape));
+    }
+  });
+  if (!comm_ || comm_->size() == 1) return;
   for (const ParamDecl& p : train_net_.params) {
-    const auto path = options_.params_in / (p.name + ".npy");
-    if (!std::filesystem::exists(path)) {
-      throw std::invalid_argument(fmt::format("--params-in: {} is missing (parameter '{}' {})",
-                                              path.string(), p.name, runtime::shape_string(p.shape)));
-    }
-    const Tensor in = read_npy(path);
-    if (in.shape() != p.shape) {
-      throw std::invalid_argument(fmt::format("--params-in: {} has shape {}, parameter '{}' needs {}",
-                                              path.string(), runtime::shape_string(in.shape()),
-                                              p.name, runtime::shape_string(p.shape)));
-    }
-    const auto values = in.to_vector<float>();  // any numeric dtype, as float32
-    core_.memory().put(p.name, Tensor::from<float>(values, p.shape));
+    if (!writer()) core_.memory().put(p.name, Tensor(DType::kF32, p.shape));
+    comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
   }
 }
 
 bool Trainer::resume() {
   if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
   const auto path = std::filesystem::path(job_.checkpoint().dir()) / kCheckpointFile;
-  if (!std::filesystem::exists(path)) return false;
-  const proto::CheckpointState state = load_checkpoint(path);
-  if (state.seed() != job_.seed()) {
-    throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}",
-                                      path.string(), state.seed(), job_.seed()));
+  // Rank 0 reads the checkpoint and sends its bytes: the ranks need not
+  // share a file system, and every rank resumes from the same state.
+  std::string bytes;
+  bool found = false;
+  step("reading the checkpoint", [&] {
+    if (!writer()) return;
+    found = std::filesystem::exists(path);
+    if (found) load_checkpoint(path).SerializeToString(&bytes);
+  });
+  if (comm_ && comm_->size() > 1) {
+    std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
+    comm_->broadcast<int64_t>(head, 0);
+    found = head[0] != 0;
+    bytes.resize(static_cast<size_t>(head[1]));
+    std::vector<int32_t> words((bytes.size() + 3) / 4);
+    if (writer() && !bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
+    comm_->broadcast<int32_t>(words, 0);
+    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
   }
-  // Only the schedule may change across a resume (e.g. more epochs).
-  const proto::Job saved = parse_job(state.job(), path.string());
-  for (const auto& [what, a, b] : {std::tuple{"model", to_text_of(saved.model()), to_text_of(job_.model())},
-                                   std::tuple{"optimizer", to_text_of(saved.optimizer()), to_text_of(job_.optimizer())},
-                                   std::tuple{"dataset", to_text_of(saved.dataset()), to_text_of(job_.dataset())}}) {
-    if (a != b) {
-      throw CheckpointError(fmt::format(
-          "checkpoint {} was trained with another {}; remove it or set checkpoint.resume=false",
-          path.string(), what));
+  if (!found) return false;
+  step("resuming from the checkpoint", [&] {
+    proto::CheckpointState state;
+    if (!state.ParseFromString(bytes)) throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path.string()));
+    if (state.seed() != job_.seed()) {
+      throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}",
+                                        path.string(), state.seed(), job_.seed()));
     }
-  }
-  auto& mem = core_.memory();
-  for (const auto& t : state.tensors()) {
-    DType dtype;
-    try {
-      dtype = parse_dtype(t.dtype());
-    } catch (const TensorError& e) {
-      throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path.string(), t.name(), e.what()));
+    // Only the schedule and the partition may change across a resume (more
+    // epochs, another rank count).
+    const proto::Job saved = parse_job(state.job(), path.string());
+    for (const auto& [what, a, b] : {std::tuple{"model", to_text_of(saved.model()), to_text_of(job_.model())},
+                                     std::tuple{"optimizer", to_text_of(saved.optimizer()), to_text_of(job_.optimizer())},
+                                     std::tuple{"dataset", to_text_of(saved.dataset()), to_text_of(job_.dataset())}}) {
+      if (a != b) {
+        throw CheckpointError(fmt::format(
+            "checkpoint {} was trained with another {}; remove it or set checkpoint.resume=false",
+            path.string(), what));
+      }
     }
-    Tensor a(dtype, {t.shape().begin(), t.shape().end()});
-    if (a.bytes().size() != t.data().size()) {
-      throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}",
-                                        path.string(), t.name(), t.data().size(),
-                                        runtime::shape_string(a.shape())));
+    auto& mem = core_.memory();
+    for (const auto& t : state.tensors()) {
+      DType dtype;
+      try {
+        dtype = parse_dtype(t.dtype());
+      } catch (const TensorError& e) {
+        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path.string(), t.name(), e.what()));
+      }
+      Tensor a(dtype, {t.shape().begin(), t.shape().end()});
+      if (a.bytes().size() != t.data().size()) {
+        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}",
+                                          path.string(), t.name(), t.data().size(),
+                                          runtime::shape_string(a.shape())));
+      }
+      std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
+      mem.put(t.name(), std::move(a));
     }
-    std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
-    mem.put(t.name(), std::move(a));
-  }
-  // Every parameter must come back with the shape this job builds.
-  for (const ParamDecl& p : train_net_.params) {
-    if (!mem.has(p.name)) {
-      throw CheckpointError(fmt::format("checkpoint {}: has no parameter '{}' {}; was it written by "
-                                        "a different model?",
-                                        path.string(), p.name, runtime::shape_string(p.shape)));
+    // Every parameter must come back with the shape this job builds.
+    for (const ParamDecl& p : train_net_.params) {
+      if (!mem.has(p.name)) {
+        throw CheckpointError(fmt::format("checkpoint {}: has no parameter '{}' {}; was it written by "
+                                          "a different model?",
+                                          path.string(), p.name, runtime::shape_string(p.shape)));
+      }
+      if (mem.at(p.name).shape() != p.shape) {
+        throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' has shape {}, the model needs {}",
+                                          path.string(), p.name,
+                                          runtime::shape_string(mem.at(p.name).shape()),
+                                          runtime::shape_string(p.shape)));
+      }
     }
-    if (mem.at(p.name).shape() != p.shape) {
-      throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' has shape {}, the model needs {}",
-                                        path.string(), p.name,
-                                        runtime::shape_string(mem.at(p.name).shape()),
-                                        runtime::shape_string(p.shape)));
-    }
-  }
-  start_epoch_ = state.epoch();
-  best_val_ = state.best_val_acc();
-  best_epoch_ = state.best_epoch();
-  best_test_ = state.best_test_acc();
-  spdlog::info("resumed from {} at epoch {}", path.string(), start_epoch_);
+    start_epoch_ = state.epoch();
+    best_val_ = state.best_val_acc();
+    best_epoch_ = state.best_epoch();
+    best_test_ = state.best_test_acc();
+  });
+  if (writer()) spdlog::info("resumed from {} at epoch {}", path.string(), start_epoch_);
   return true;
 }
 
 void Trainer::save(int64_t epoch) const {
+  if (!writer()) return;  // parameters and optimizer state are the same on every rank
   proto::CheckpointState state;
   state.set_job(to_text(job_));
   state.set_epoch(epoch);
@@ -261,7 +383,7 @@ void Trainer::save(int64_t epoch) const {
   state.set_best_epoch(best_epoch_);
   state.set_best_test_acc(best_test_);
   for (const auto& [name, t] : core_.memory().tensors()) {
-    // Parameters, optimizer state and best parameters; not the dataset.
+    // Parameters, optimizer state and best parameters; not the data.
     const bool persistent = train_step_->program.find(name) != runtime::kNoValue &&
                             train_step_->program.value(train_step_->program.find(name)).role !=
                                 runtime::Role::kInput;
@@ -288,11 +410,26 @@ void Trainer::restore_best() {
   }
 }
 
+// Every rank's parameters must stay the same bits (the same all-reduced
+// gradients, the same updates): compared every checksum_every steps.
+void Trainer::check_parameters(int64_t step) {
+  const int every = job_.partition().checksum_every();
+  if (!comm_ || comm_->size() == 1 || every == 0 || step % every != 0) return;
+  const uint64_t sum = parameter_checksum(core_, train_net_.params);
+  try {
+    check_same(*comm_, sum, "parameters");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(fmt::format("after step {}, the ranks' parameters diverged: {}", step,
+                                         e.what()));
+  }
+}
+
 EpochMetrics Trainer::epoch(int64_t index) {
   EpochMetrics m;
   m.epoch = index + 1;
   m.lr = learning_rate(job_, index);
-  const double simulated_before = core_.counters().simulated_seconds;
+  const runtime::Counters before = core_.counters();
+  const auto epoch_start = std::chrono::steady_clock::now();
   core_.memory().put(kMetrics, Tensor(DType::kF64, {kMetricSlots}));
   const runtime::RunContext context{.step = index + 1, .lr = m.lr, .seed = job_.seed()};
   auto start = std::chrono::steady_clock::now();
@@ -301,26 +438,77 @@ EpochMetrics Trainer::epoch(int64_t index) {
   start = std::chrono::steady_clock::now();
   core_.run(*infer_, context);
   m.infer_ms = ms_since(start);
-  m.ms = m.train_ms + m.infer_ms;
-  m.simulated_ms = (core_.counters().simulated_seconds - simulated_before) * 1e3;
-  // The one host synchronisation of the epoch.
-  const Tensor metrics = core_.read(kMetrics);
-  const auto v = metrics.values<double>();
+  // The one host synchronisation of the epoch (and, on many ranks, one
+  // all-reduce of the sums).
+  Tensor metrics = core_.read(kMetrics);
+  auto v = metrics.values<double>();
+  if (comm_ && comm_->size() > 1) comm_->allreduce<double>(v);
+  m.ms = ms_since(epoch_start);
+  const runtime::Counters& after = core_.counters();
+  m.simulated_ms = (after.simulated_seconds - before.simulated_seconds) * 1e3;
+  m.compute_ms = (after.compute_seconds - before.compute_seconds) * 1e3;
+  m.halo_ms = (after.halo_seconds - before.halo_seconds) * 1e3;
+  m.grad_ms = (after.gradient_seconds - before.gradient_seconds) * 1e3;
+  m.wait_ms = std::max(0.0, m.ms - m.compute_ms - m.halo_ms - m.grad_ms);
+  m.halo_bytes = after.halo_bytes - before.halo_bytes;
+  if (comm_ && comm_->size() > 1) {
+    std::vector<double> bytes{m.halo_bytes};
+    comm_->allreduce<double>(bytes);
+    m.halo_bytes = bytes[0];
+  }
   const auto ratio = [&](MetricSlot s) { return v[s + 1] > 0 ? v[s] / v[s + 1] : 0.0; };
   m.loss = v[kLossSum];
   m.train_acc = ratio(kTrainCorrect);
   m.val_acc = ratio(kValCorrect);
   m.test_acc = ratio(kTestCorrect);
+  check_parameters(index + 1);
   return m;
+}
+
+// The logits of every vertex in global order: each rank's master rows,
+// gathered (rank 0 writes them).
+void Trainer::write_logits() {
+  const Tensor local = core_.read(*infer_, kLogits);
+  if (!distributed_) {
+    write_npy(options_.logits_out, local);
+    return;
+  }
+  const int64_t classes = local.shape()[1];
+  const auto values = local.values<float>();
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  for (int64_t i = 0; i < shard_.num_local(); ++i) {
+    if (!shard_.is_master[static_cast<size_t>(i)]) continue;
+    ids.push_back(shard_.global_id[static_cast<size_t>(i)]);
+    rows.insert(rows.end(), values.begin() + i * classes, values.begin() + (i + 1) * classes);
+  }
+  std::vector<int64_t> count(static_cast<size_t>(ranks_));
+  const int64_t mine = static_cast<int64_t>(ids.size());
+  comm_->allgather<int64_t>(std::span<const int64_t>(&mine, 1), count);
+  std::vector<size_t> id_counts(count.begin(), count.end()), row_counts;
+  for (int64_t c : count) row_counts.push_back(static_cast<size_t>(c * classes));
+  const int64_t total = std::accumulate(count.begin(), count.end(), int64_t{0});
+  std::vector<int64_t> all_ids(static_cast<size_t>(total));
+  std::vector<float> all_rows(static_cast<size_t>(total * classes));
+  comm_->allgather_v_async<int64_t>(ids, all_ids, id_counts).wait();
+  comm_->allgather_v_async<float>(rows, all_rows, row_counts).wait();
+  if (!writer()) return;
+  Tensor out(DType::kF32, {shard_.num_nodes, classes});
+  auto o = out.values<float>();
+  for (size_t k = 0; k < all_ids.size(); ++k) {
+    std::copy_n(all_rows.begin() + static_cast<std::ptrdiff_t>(k * classes), classes,
+                o.begin() + all_ids[k] * classes);
+  }
+  write_npy(options_.logits_out, out);
 }
 
 void Trainer::write_outputs() {
   restore_best();
   if (!options_.logits_out.empty()) {
     core_.run(*infer_, {.step = start_epoch_ + 1, .lr = 0, .seed = job_.seed()});
-    write_npy(options_.logits_out, core_.read(*infer_, kLogits));
+    write_logits();
   }
-  if (!options_.params_out.empty()) {
+  if (!options_.params_out.empty() && writer()) {
     std::filesystem::create_directories(options_.params_out);
     for (const ParamDecl& p : train_net_.params) {
       write_npy(options_.params_out / (p.name + ".npy"), core_.read(p.name));
@@ -328,8 +516,16 @@ void Trainer::write_outputs() {
   }
 }
 
+std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
+  if (rank == 0) return path;
+  return path.parent_path() / fmt::format("{}.rank-{}{}", path.stem().string(), rank,
+                                           path.extension().string());
+}
+
 TrainResult Trainer::run() {
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  result_.ranks = ranks_;
+  result_.partitioned = distributed_;
   // Output files may name folders that do not exist yet.
   for (const auto* path : {&options_.metrics_path, &options_.logits_out, &options_.trace_path}) {
     if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
@@ -338,14 +534,17 @@ TrainResult Trainer::run() {
   compile();
   if (!resume()) init_parameters();
   std::ofstream metrics_out;
-  if (!options_.metrics_path.empty()) {
+  if (!options_.metrics_path.empty() && writer()) {
     metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
   }
   const int64_t epochs = job_.schedule().epochs();
-  const bool has_val = std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1}) > 0;
-  if (!has_val) {
-    spdlog::warn("dataset '{}' has no validation nodes: the last epoch's model is kept", data_.name);
+  const int64_t val_nodes =
+      distributed_ ? shard_.val_count : std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1});
+  const bool has_val = val_nodes > 0;
+  if (!has_val && writer()) {
+    spdlog::warn("dataset '{}' has no validation nodes: the last epoch's model is kept",
+                 job_.dataset().path());
   }
   for (int64_t e = start_epoch_; e < epochs; ++e) {
     EpochMetrics m = epoch(e);
@@ -362,7 +561,7 @@ TrainResult Trainer::run() {
     }
     result_.epochs.push_back(m);
     const auto& c = core_.counters();
-    if (options_.progress) {
+    if (options_.progress && writer()) {
       spdlog::info("epoch {:>4}/{} loss {:.4f} train {:.4f} val {:.4f} test {:.4f} | {:.2f} ms "
                    "(simulated {:.3f} ms)",
                    m.epoch, epochs, m.loss, m.train_acc, m.val_acc, m.test_acc, m.ms, m.simulated_ms);
@@ -375,17 +574,21 @@ TrainResult Trainer::run() {
                                     {"simulated_ms", m.simulated_ms}, {"lr", m.lr},
                                     {"compiles", c.compiles},     {"cache_hits", c.cache_hits},
                                     {"ops_run", c.ops_run},       {"bytes_moved", c.bytes_moved},
-                                    {"host_syncs", c.host_syncs}}
+                                    {"host_syncs", c.host_syncs}, {"ranks", ranks_},
+                                    {"compute_ms", m.compute_ms}, {"halo_ms", m.halo_ms},
+                                    {"grad_ms", m.grad_ms},       {"wait_ms", m.wait_ms},
+                                    {"halo_bytes", m.halo_bytes}}
                          .dump()
                   << '\n'
                   << std::flush;
     }
+    if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
     if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) save(m.epoch);
   }
   if (!job_.checkpoint().dir().empty()) save(std::max(epochs, start_epoch_));
   write_outputs();
-  if (!options_.trace_path.empty()) core_.write_trace(options_.trace_path);
+  if (!options_.trace_path.empty()) core_.write_trace(rank_path(options_.trace_path, rank_));
   result_.best_epoch = best_epoch_;
   result_.best_val_acc = std::max(best_val_, 0.0);
   result_.test_acc = best_test_;
@@ -450,6 +653,14 @@ double learning_rate(const proto::Job& job, int64_t epoch) {
     return base * 0.5 * (1 + std::cos(std::numbers::pi * static_cast<double>(e) / static_cast<double>(total)));
   }
   return base;
+}
+
+PartitionOptions partition_options(const proto::Job& job, int parts) {
+  PartitionOptions o;
+  o.method = parse_partition_method(job.partition().method());
+  o.parts = parts;
+  o.seed = job.partition().seed();
+  return o;
 }
 
 TrainResult train(const proto::Job& job, const TrainOptions& options) {

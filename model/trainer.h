@@ -1,26 +1,41 @@
-// Full-batch training of a job on one simulated core: loads the dataset,
-// builds and compiles the train-step and inference programs (through the
-// program cache), initialises or imports the parameters, and runs epochs:
-// one optimizer step, one evaluation, one read of the metrics by the host
-// (the core accumulates loss and correct counts). It keeps the parameters
-// of the best validation accuracy (first best on ties), checkpoints
-// atomically, and resumes exactly: N epochs in one run equal K epochs plus
-// a resume for N - K, bit for bit.
+// Full-batch training of a job on one simulated core, or on many (one rank
+// each, a vertex-cut share of the graph per rank) with the single-core
+// result: loads the dataset (or this rank's shard), builds and compiles the
+// train-step and inference programs (through the program cache),
+// initialises or imports the parameters, and runs epochs: one optimizer
+// step, one evaluation, one read of the metrics by the host (the core
+// accumulates loss and correct counts; on many ranks they are summed across
+// ranks once per epoch). It keeps the parameters of the best validation
+// accuracy (first best on ties), checkpoints atomically (rank 0 writes one
+// global checkpoint), and resumes exactly, at any rank count: N epochs in one
+// run equal K epochs plus a resume for N - K.
 //
-// Errors (bad job, dataset, parameters, checkpoint, compile or run) are
-// exceptions naming what and where; the CLI prints one line.
+// On many ranks every step that can fail on some ranks only (loading data or
+// shards, reading parameters or a checkpoint, compiling) ends in an agreed
+// verdict: an error on every rank, never a rank left waiting
+// (model/distributed.h). Rank 0 writes the outputs (metrics, logits in
+// global node order, parameters); every rank logs with its rank.
+//
+// Errors (bad job, dataset, shards, parameters, checkpoint, compile or run)
+// are exceptions naming what and where; the CLI prints one line.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/dataset.h"
 #include "model/job.pb.h"
 #include "model/network.h"
+#include "model/partition.h"
 #include "runtime/core.h"
+
+namespace gnnrt::collectives {
+class Communicator;
+}
 
 namespace gnnrt::model {
 
@@ -31,18 +46,30 @@ struct TrainOptions {
   std::filesystem::path logits_out;    // .npy of the best model's logits [N, C]
   std::filesystem::path params_in;     // folder of <name>.npy initial parameters
   std::filesystem::path params_out;    // folder for the best model's parameters
-  std::filesystem::path trace_path;    // Chrome trace of op times
+  std::filesystem::path trace_path;    // Chrome trace of op times (rank K > 0: <stem>.rank-K<ext>)
   bool debug = false;                  // unfused, NaN/Inf check after every op
   int threads = 0;                     // OpenMP threads (0: leave as is)
   int64_t hbm_bytes = 0;               // > 0 overrides the device's capacity
   std::string profile;                 // non-empty overrides job.device.profile
-  bool progress = true;                // log one line per epoch
+  bool progress = true;                // log one line per epoch (rank 0)
+  // The ranks to train on; null: one rank, no MPI. With more than one rank
+  // (or shards named by the job) the graph is partitioned over them.
+  std::shared_ptr<collectives::Communicator> communicator;
+  // Called after every epoch (on every rank), e.g. for a launcher's progress.
+  std::function<void(const struct EpochMetrics&)> on_epoch;
 };
 
 struct EpochMetrics {
   int64_t epoch = 0;  // 1-based
   double lr = 0, loss = 0, train_acc = 0, val_acc = 0, test_acc = 0;
   double ms = 0, train_ms = 0, infer_ms = 0, simulated_ms = 0;
+  // This rank's wall time in the epoch's programs by kind: kernels, graph
+  // communication (halo exchanges and the all-reduces of graph statistics),
+  // gradient all-reduce (buckets started and waited for), and the rest of
+  // the epoch (the host, reading and summing metrics: waiting for the
+  // slowest rank shows here).
+  double compute_ms = 0, halo_ms = 0, grad_ms = 0, wait_ms = 0;
+  double halo_bytes = 0;  // sent by all ranks in the epoch's halo exchanges
 };
 
 struct TrainResult {
@@ -52,6 +79,11 @@ struct TrainResult {
   runtime::Counters counters;
   runtime::MemoryPlan train_plan, infer_plan;
   runtime::PassStats train_passes;
+  int ranks = 1;
+  bool partitioned = false;
+  // The partition (rank 0 knows it when it partitioned in memory).
+  PartitionStats partition;
+  int64_t local_nodes = 0, local_edges = 0;  // this rank's share
 };
 
 TrainResult train(const proto::Job& job, const TrainOptions& options);
@@ -69,5 +101,8 @@ void initialize_parameters(runtime::Core& core, const std::vector<ParamDecl>& pa
 
 // The learning rate of a 0-based epoch under the job's schedule.
 double learning_rate(const proto::Job& job, int64_t epoch);
+
+// The partition options a job names (parts: the rank count).
+PartitionOptions partition_options(const proto::Job& job, int parts);
 
 }  // namespace gnnrt::model

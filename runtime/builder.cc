@@ -33,18 +33,14 @@ Builder::Builder(std::string program_name, DType float_type) {
   program_.float_type = float_type;
 }
 
-Builder::Builder(Program program) : program_(std::move(program)) {
-  if (const ValueId ids = program_.find(kNodeGlobalId); ids != kNoValue) {
-    local_nodes_ = program_.value(ids).shape.at(0);
-  }
-}
+Builder::Builder(Program program) : program_(std::move(program)) {}
 
 void Builder::partition(int64_t local_nodes) {
   if (local_nodes < 0) {
     throw ShapeError(fmt::format("program '{}': {} local nodes", program_.name, local_nodes));
   }
   program_.partitioned = true;
-  local_nodes_ = local_nodes;
+  program_.local_nodes = local_nodes;
 }
 
 int64_t Builder::cols(ValueId v) const {
@@ -191,7 +187,7 @@ void Builder::emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attr
 // ---- a partitioned program's inputs ----
 
 ValueId Builder::node_input(const char* name, DType dtype) {
-  return input_once(name, dtype, {local_nodes_});
+  return input_once(name, dtype, {program_.local_nodes});
 }
 
 ValueId Builder::graph_input(int32_t graph, bool edges) {
@@ -562,9 +558,9 @@ ValueId Builder::halo_sum(ValueId x) {
   expect_partitioned(k);
   expect_rank(k, x, 2, "x");
   expect_float(k, x, "x");
-  if (rows(x) != local_nodes_) {
+  if (rows(x) != program_.local_nodes) {
     fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
-                        local_nodes_));
+                        program_.local_nodes));
   }
   return emit_float(k, {x}, {}, shape(x));
 }
@@ -576,9 +572,9 @@ std::pair<ValueId, ValueId> Builder::halo_max(Reduce reduce, ValueId x, ValueId 
   expect_rank(k, x, 2, "x");
   expect_float(k, x, "x");
   if (!ops::has_arg(reduce)) fail(k, fmt::format("reduce {} is not max or min", ops::to_string(reduce)));
-  if (rows(x) != local_nodes_) {
+  if (rows(x) != program_.local_nodes) {
     fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
-                        local_nodes_));
+                        program_.local_nodes));
   }
   OpAttrs a;
   a.set_reduce(to_proto(reduce));

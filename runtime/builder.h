@@ -254,7 +254,6 @@ class Builder {
 
   Program program_;
   std::string scope_;
-  int64_t local_nodes_ = 0;
 };
 
 }  // namespace gnnrt::runtime

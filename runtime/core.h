@@ -101,9 +101,10 @@ struct Counters {
   double bytes_moved = 0;
   double collective_bytes = 0, halo_bytes = 0;  // sent by this rank (halo_bytes: halo ops only)
   double simulated_seconds = 0;
-  // Wall time inside ops: communication (collective and halo ops, waits on
-  // gradient all-reduces) and the rest.
-  double comm_seconds = 0, compute_seconds = 0;
+  // Wall time inside ops: graph communication (halo ops and the all-reduce
+  // ops of graph statistics), gradient all-reduce (buckets started and
+  // waited for), and the rest (kernels).
+  double halo_seconds = 0, gradient_seconds = 0, compute_seconds = 0;
 };
 
 struct CoreOptions {
@@ -144,6 +145,8 @@ class Core {
   const DeviceMemory& memory() const { return memory_; }
 
   void bind_graph(const std::string& name, std::shared_ptr<const Adjacency> adjacency);
+  // The exchange behind a partitioned program's halo ops (CoreOptions::halo).
+  void bind_halo(std::shared_ptr<Halo> halo) { options_.halo = std::move(halo); }
 
   // Compiles `program`, or loads it from the cache when the key matches.
   std::shared_ptr<const CompiledProgram> compile(Program program, const CompileOptions& options);

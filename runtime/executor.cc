@@ -119,8 +119,10 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     if (options_.debug) check_finite(compiled, i, bound);
     const auto end = std::chrono::steady_clock::now();
     const double seconds = std::chrono::duration<double>(end - start).count();
-    (is_collective(op.kind) || op.kind == OpKind::kBucketWait ? counters_.comm_seconds
-                                                               : counters_.compute_seconds) += seconds;
+    const bool gradient = op.kind == OpKind::kBucketStart || op.kind == OpKind::kBucketWait;
+    (gradient                   ? counters_.gradient_seconds
+     : is_collective(op.kind)   ? counters_.halo_seconds
+                                : counters_.compute_seconds) += seconds;
     if (options_.trace) {
       const auto us = [&](auto t) {
         return std::chrono::duration<double, std::micro>(t - epoch_).count();
@@ -458,7 +460,10 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
         new_arg[k] = won ? arg[k] : edges;
         if (keys[k] == collectives::HaloExchange::kNoKey) o[k] = T(0);  // empty everywhere
       }
-      return options_.halo->bytes_sent(static_cast<double>(cols(out) * (sizeof(T) + sizeof(int64_t))));
+      return options_.halo->mode() == HaloMode::dense
+                 ? options_.halo->bytes_sent(static_cast<double>(cols(out) * (8 + sizeof(T) + 8)))
+                 : options_.halo->bytes_sent(static_cast<double>(
+                       collectives::HaloExchange::keyed_row_bytes(cols(out), sizeof(T))));
     }
     case OpKind::kBucketStart: {
       auto bucket = f();

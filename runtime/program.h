@@ -163,6 +163,7 @@ struct Program {
   // layer norm and losses combine their partial results across ranks (halo
   // and all-reduce ops), and the train step all-reduces gradients.
   bool partitioned = false;
+  int64_t local_nodes = 0;  // partitioned: the rows of the rank's vertex tensors
   std::vector<ValueInfo> values;
   std::vector<GraphInfo> graphs;
   std::vector<Op> ops;

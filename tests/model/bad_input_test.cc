@@ -68,6 +68,10 @@ const std::vector<Rule>& rules() {
       {"checkpoint.every=-1", "checkpoint.every must be >= 0"},
       {"device.profile=trn3", "device.profile 'trn3' must be trn1 or trn2"},
       {"device.hbm_bytes=-1", "device.hbm_bytes must be >= 0"},
+      {"partition.method=chaco", "partition.method 'chaco' must be random, destination, grid, hdrf or metis"},
+      {"partition.halo=ring", "partition.halo 'ring' must be sparse or dense"},
+      {"partition.bucket_mb=0", "partition.bucket_mb = 0 must be > 0"},
+      {"partition.checksum_every=-1", "partition.checksum_every must be >= 0"},
   };
   return list;
 }

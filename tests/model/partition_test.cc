@@ -16,7 +16,8 @@ namespace gnnrt::model {
 namespace {
 
 constexpr PartitionMethod kMethods[] = {PartitionMethod::random, PartitionMethod::destination,
-                                        PartitionMethod::hdrf, PartitionMethod::metis};
+                                        PartitionMethod::grid, PartitionMethod::hdrf,
+                                        PartitionMethod::metis};
 
 EdgePartition run(const Dataset& d, PartitionMethod method, int parts, uint64_t seed = 0) {
   PartitionOptions options;
@@ -62,7 +63,8 @@ TEST(Partition, VertexCutInvariantsForEveryMethodAndPartCount) {
       for (int64_t v = 0; v < d.num_nodes; ++v) {
         const int m = part.master[v];
         ASSERT_TRUE(m >= 0 && m < parts) << "vertex " << v;
-        if (method == PartitionMethod::random || method == PartitionMethod::hdrf) {
+        if (method == PartitionMethod::random || method == PartitionMethod::hdrf ||
+            method == PartitionMethod::grid) {
           // The master is one of the parts that own its edges, if it has any.
           if (!expected[v].empty()) {
             ASSERT_TRUE(expected[v].count(m)) << "vertex " << v;
@@ -77,6 +79,18 @@ TEST(Partition, VertexCutInvariantsForEveryMethodAndPartCount) {
       const PartitionStats s = part.stats();
       EXPECT_GE(s.replication_factor, 1.0);
       EXPECT_LE(s.replication_factor, parts);
+      // Per part: edges, rows, masters and halo rows add up.
+      int64_t edges = 0, rows = 0, masters = 0, halo = 0;
+      for (int p = 0; p < parts; ++p) {
+        edges += s.part_edges[p];
+        rows += s.part_rows[p];
+        masters += s.part_masters[p];
+        halo += s.part_halo_rows[p];
+      }
+      EXPECT_EQ(edges, d.num_edges());
+      EXPECT_EQ(rows, static_cast<int64_t>(part.replica_parts.size()));
+      EXPECT_EQ(masters, d.num_nodes);
+      EXPECT_EQ(halo, s.halo_rows);
       if (parts == 1) {
         EXPECT_EQ(s.replication_factor, 1.0);
         EXPECT_EQ(s.halo_rows, 0);
@@ -144,6 +158,24 @@ TEST(Partition, MetisAndHdrfReplicateFarLessThanRandomOnACommunityGraph) {
   }
 }
 
+// The 2D grid: a vertex's replicas lie in its row and its column of the
+// r x c grid, so at most r + c - 1 (about 2 sqrt(p)); its masters are
+// balanced.
+TEST(Partition, GridBoundsReplicationAndBalancesMasters) {
+  const Dataset d = community_graph(0.3);  // mostly random edges: the worst case
+  for (auto [parts, bound] : {std::pair{4, 3}, std::pair{6, 4}, std::pair{9, 5}, std::pair{16, 7}}) {
+    SCOPED_TRACE(parts);
+    const EdgePartition grid = run(d, PartitionMethod::grid, parts);
+    for (int64_t v = 0; v < d.num_nodes; ++v) {
+      ASSERT_LE(static_cast<int>(grid.replicas(v).size()), bound) << "vertex " << v;
+    }
+    const PartitionStats s = grid.stats();
+    EXPECT_LT(s.replication_factor, run(d, PartitionMethod::random, parts).stats().replication_factor);
+    const auto [low, high] = std::minmax_element(s.part_masters.begin(), s.part_masters.end());
+    EXPECT_LE(*high - *low, d.num_nodes / parts / 10 + 2) << "masters unbalanced";
+  }
+}
+
 TEST(Partition, SameInputSameOptionsSamePartition) {
   const Dataset d = community_graph(0.8);
   for (auto method : kMethods) {
@@ -176,6 +208,7 @@ TEST(Partition, BadInputNamesWhatAndWhere) {
     EXPECT_NE(std::string(e.what()).find("'grid3d'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(parse_partition_method("hdrf"), PartitionMethod::hdrf);
+  EXPECT_EQ(parse_partition_method("grid"), PartitionMethod::grid);
 }
 
 }  // namespace

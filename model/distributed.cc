@@ -1,0 +1,129 @@
+#include "model/distributed.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <map>
+
+#include "model/checkpoint.h"
+#include "model/dataset.h"
+#include "model/job.h"
+#include "runtime/builder.h"
+#include "runtime/halo.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+
+bool is_bad_input(const std::exception& e) {
+  if (const auto* peer = dynamic_cast<const PeerFailure*>(&e)) return peer->bad_input();
+  return dynamic_cast<const std::invalid_argument*>(&e) != nullptr ||
+         dynamic_cast<const DatasetError*>(&e) != nullptr ||
+         dynamic_cast<const CheckpointError*>(&e) != nullptr ||
+         dynamic_cast<const ShardError*>(&e) != nullptr ||
+         dynamic_cast<const NpyError*>(&e) != nullptr ||
+         dynamic_cast<const TensorError*>(&e) != nullptr;
+}
+
+void agree(collectives::Communicator& comm, std::string_view what, std::exception_ptr local) {
+  // 0: fine, 1: failed, 2: failed on bad input.
+  int32_t mine = 0;
+  if (local) {
+    try {
+      std::rethrow_exception(local);
+    } catch (const std::exception& e) {
+      mine = is_bad_input(e) ? 2 : 1;
+    } catch (...) {
+      mine = 1;
+    }
+  }
+  std::vector<int32_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather<int32_t>(std::span<const int32_t>(&mine, 1), all);
+  if (local) std::rethrow_exception(local);
+  std::vector<int> failed;
+  bool bad_input = false;
+  for (int q = 0; q < comm.size(); ++q) {
+    if (all[static_cast<size_t>(q)] == 0) continue;
+    failed.push_back(q);
+    bad_input = bad_input || all[static_cast<size_t>(q)] == 2;
+  }
+  if (failed.empty()) return;
+  throw PeerFailure(fmt::format("rank {}: {} failed on {} {} (see {} error)", comm.rank(), what,
+                                failed.size() == 1 ? "rank" : "ranks", fmt::join(failed, ", "),
+                                failed.size() == 1 ? "its" : "their"),
+                    bad_input);
+}
+
+NetworkShape bind_shard(runtime::Core& core, const Shard& s, const proto::Model& model,
+                        const std::shared_ptr<collectives::Communicator>& comm,
+                        runtime::HaloMode halo) {
+  using Adjacency = runtime::Core::Adjacency;
+  const int64_t n = s.num_local();
+  const auto bind = [&](const char* name, const LocalGraph& g) {
+    core.bind_graph(name, std::make_shared<const Adjacency>(Adjacency::build(g.src, g.dst, n, n)));
+    core.memory().put(runtime::in_degree_name(name), Tensor::from<int64_t>(g.in_degree, {n}));
+    core.memory().put(runtime::edge_id_name(name),
+                      Tensor::from<int64_t>(g.edge_id, {static_cast<int64_t>(g.edge_id.size())}));
+  };
+  bind(kGraph, s.graph);
+  bind(kGraphSelfLoops, s.self_loops);
+  auto& mem = core.memory();
+  mem.put(runtime::kNodeGlobalId, Tensor::from<int64_t>(s.global_id, {n}));
+  mem.put(runtime::kNodeIsMaster, Tensor::from<uint8_t>(s.is_master, {n}));
+  mem.put("x", Tensor::from<float>(s.x, {n, s.num_features}));
+  mem.put("y", Tensor::from<int64_t>(s.y, {n}));
+  const std::pair<const char*, const std::vector<uint8_t>*> masks[] = {
+      {"train_mask", &s.train_mask}, {"val_mask", &s.val_mask}, {"test_mask", &s.test_mask}};
+  const int64_t counts[] = {s.train_count, s.val_count, s.test_count};
+  for (size_t i = 0; i < 3; ++i) {
+    mem.put(masks[i].first, Tensor::from<uint8_t>(*masks[i].second, {n}));
+    const int64_t c = counts[i];
+    mem.put(runtime::count_name(masks[i].first), Tensor::from<int64_t>(std::span(&c, 1), {1}));
+  }
+  if (model.loss() == "mse") {
+    Tensor onehot(DType::kF32, {n, s.num_classes});
+    auto v = onehot.values<float>();
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * s.num_classes + s.y[static_cast<size_t>(i)])] = 1;
+    mem.put("y_onehot", std::move(onehot));
+  }
+  core.bind_halo(std::make_shared<runtime::Halo>(*comm, s.mirrors, s.global_id, s.num_nodes, halo));
+  NetworkShape shape;
+  shape.nodes = n;
+  shape.features = s.num_features;
+  shape.classes = s.num_classes;
+  shape.edges = static_cast<int64_t>(s.graph.src.size());
+  shape.edges_self_loops = static_cast<int64_t>(s.self_loops.src.size());
+  shape.partitioned = true;
+  return shape;
+}
+
+void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::string_view what) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  const auto mine = static_cast<int64_t>(fingerprint);
+  std::vector<int64_t> got(all.size());
+  comm.allgather<int64_t>(std::span<const int64_t>(&mine, 1), got);
+  std::map<int64_t, std::vector<int>> groups;
+  for (int q = 0; q < comm.size(); ++q) groups[got[static_cast<size_t>(q)]].push_back(q);
+  if (groups.size() == 1) return;
+  std::vector<std::string> parts;
+  for (const auto& [fp, ranks] : groups) {
+    parts.push_back(fmt::format("{} {} {:016x}", ranks.size() == 1 ? "rank" : "ranks",
+                                fmt::join(ranks, ", "), static_cast<uint64_t>(fp)));
+  }
+  throw std::invalid_argument(fmt::format(
+      "rank {}: the ranks would run different {} (another job or other shard shapes on some ranks): "
+      "{}", comm.rank(), what, fmt::join(parts, "; ")));
+}
+
+uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  for (const ParamDecl& p : params) {
+    const Tensor& t = core.memory().at(p.name);
+    XXH64_update(state, t.bytes().data(), t.bytes().size());
+  }
+  const uint64_t sum = XXH64_digest(state);
+  XXH64_freeState(state);
+  return sum;
+}
+
+}  // namespace gnnrt::model

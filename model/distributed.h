@@ -1,0 +1,73 @@
+// What the trainer needs beyond one core to run one rank of a partitioned
+// job: the agreement of every rank on each step that can fail on some ranks
+// only (so no rank waits for one that has left), binding a shard to a core,
+// and the checks that ranks run the same programs and keep the same
+// parameters. docs/distributed.md.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "model/job.pb.h"
+#include "model/network.h"
+#include "model/shard.h"
+#include "runtime/core.h"
+#include "runtime/halo.h"
+
+namespace gnnrt::model {
+
+// Errors about what the user gave (a job, a dataset, shards, parameter or
+// checkpoint files): `gnnrt` exits 2 for these, 1 for other failures.
+bool is_bad_input(const std::exception& e);
+
+// Thrown on every rank that did not fail itself when another rank did.
+class PeerFailure : public std::runtime_error {
+ public:
+  PeerFailure(const std::string& what, bool bad_input)
+      : std::runtime_error(what), bad_input_(bad_input) {}
+  bool bad_input() const { return bad_input_; }
+
+ private:
+  bool bad_input_;
+};
+
+// Collective: every rank reports whether `local` (this rank's error of the
+// step called `what`, or null) is set; then a rank with an error rethrows
+// it, and every other rank throws PeerFailure naming the ranks that failed,
+// if any did.
+void agree(collectives::Communicator& comm, std::string_view what, std::exception_ptr local);
+
+// Runs fn on every rank, then agree()s on its outcome.
+template <typename Fn>
+void on_every_rank(collectives::Communicator& comm, std::string_view what, Fn&& fn) {
+  std::exception_ptr local;
+  try {
+    fn();
+  } catch (...) {
+    local = std::current_exception();
+  }
+  agree(comm, what, local);
+}
+
+// Puts a shard on the core as network.h's programs expect it on a rank of
+// a partitioned graph: the local graphs, features, labels, master masks, the
+// global ids, degrees and mask counts the partitioned programs read, and the
+// core's Halo (collective: every rank calls it).
+NetworkShape bind_shard(runtime::Core& core, const Shard& shard, const proto::Model& model,
+                        const std::shared_ptr<collectives::Communicator>& comm,
+                        runtime::HaloMode halo);
+
+// Collective: every rank compares a fingerprint of what it is about to run
+// (e.g. its programs built with rank-independent sizes); ranks that differ
+// make every rank throw, naming them (another job, other shard shapes).
+void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::string_view what);
+
+// An xxHash64 of the parameters' bytes, in order.
+uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params);
+
+}  // namespace gnnrt::model

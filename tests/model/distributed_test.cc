@@ -1,0 +1,444 @@
+// Multi-core training gives the single-core result. Run by ctest under
+// `mpirun -np N --oversubscribe` for N in 1, 2, 3, 4, 6, 8:
+//   - every model (GCN, SAGE mean and max, GAT with concatenated and with
+//     averaged heads, GIN, graph-mode LayerNorm; dropout on) x every
+//     partitioner: the loss of each of 10 Adam steps, the parameters after
+//     them and the logits equal a single-rank run within rtol 1e-5 of the
+//     largest magnitude (on one rank the partitioned path runs from shards);
+//   - hand-made partitions: a rank with no edges, a rank that masters no
+//     labelled vertex;
+//   - gradients of every halo op (sum, mean, max and min with their global
+//     winner, the partitioned softmax, graph LayerNorm) against central
+//     differences of the global objective, in float64, across ranks;
+//   - resuming at another rank count, and a restart on the same shards
+//     compiling nothing.
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "model/checkpoint.h"
+#include "model/dataset.h"
+#include "model/job.h"
+#include "model/network.h"
+#include "model/partition.h"
+#include "model/shard.h"
+#include "model/trainer.h"
+#include "ops/rng.h"
+#include "runtime/autodiff.h"
+#include "runtime/builder.h"
+#include "runtime/core.h"
+#include "runtime/halo.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<collectives::Communicator> world() {
+  static auto comm = [] {
+    spdlog::set_level(spdlog::level::warn);  // the trainer's progress lines, once per rank and case
+    collectives::CommunicatorOptions options = collectives::CommunicatorOptions::from_environment();
+    options.timeout_seconds = 60;
+    options.check_calls = true;
+    return std::make_shared<collectives::Communicator>(collectives::Communicator::world(options));
+  }();
+  return comm;
+}
+
+// A folder every rank shares (rank 0 names it and makes it empty).
+fs::path shared_dir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("gnnrt_distributed_" + name + "_np" + std::to_string(world()->size()));
+  if (world()->rank() == 0) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  world()->barrier();
+  return dir;
+}
+
+// No validation nodes: the last epoch's model is the one written out, so a
+// tie in validation accuracy cannot pick different epochs.
+constexpr const char* kDataset =
+    "synthetic:nodes=90,classes=3,avg_degree=5,features=12,seed=3,train_per_class=8,num_val=0,num_test=20";
+
+struct ModelCase {
+  std::string name;
+  std::string layers;  // job text
+};
+
+const std::vector<ModelCase>& models() {
+  static const std::vector<ModelCase> list = {
+      {"gcn", R"(layer { type: "dropout" p: 0.5 } layer { type: "gcn" out: 8 } layer { type: "relu" }
+                 layer { type: "dropout" p: 0.5 } layer { type: "gcn" })"},
+      {"sage_mean", R"(layer { type: "sage" out: 8 aggr: "mean" } layer { type: "relu" }
+                       layer { type: "dropout" p: 0.4 } layer { type: "sage" aggr: "mean" })"},
+      {"sage_max", R"(layer { type: "sage" out: 8 aggr: "max" } layer { type: "relu" }
+                      layer { type: "dropout" p: 0.4 } layer { type: "sage" aggr: "max" })"},
+      {"gat_concat", R"(layer { type: "dropout" p: 0.3 }
+                        layer { type: "gat" out: 4 heads: 2 attention_dropout: 0.3 }
+                        layer { type: "elu" } layer { type: "gat" heads: 1 concat: false })"},
+      {"gat_mean", R"(layer { type: "gat" out: 4 heads: 3 negative_slope: 0.1 } layer { type: "elu" }
+                      layer { type: "gat" heads: 3 concat: false attention_dropout: 0.2 })"},
+      {"gin", R"(layer { type: "gin" out: 8 hidden: 8 eps: 0.2 } layer { type: "relu" }
+                 layer { type: "dropout" p: 0.3 } layer { type: "gin" hidden: 8 })"},
+      {"gcn_layernorm", R"(layer { type: "gcn" out: 8 } layer { type: "layer_norm" mode: "graph" }
+                           layer { type: "relu" } layer { type: "dropout" p: 0.5 } layer { type: "gcn" })"},
+  };
+  return list;
+}
+
+proto::Job job_for(const ModelCase& m, int epochs = 10) {
+  return parse_job("dataset { path: \"" + std::string(kDataset) + "\" } model { " + m.layers +
+                       " } optimizer { kind: \"adam\" lr: 0.02 } schedule { epochs: " +
+                       std::to_string(epochs) + " } seed: 4",
+                   m.name);
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::map<std::string, Tensor> params;
+  Tensor logits;
+};
+
+// Trains and reads what rank 0 wrote.
+Outcome run(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm,
+            const fs::path& out) {
+  TrainOptions options;
+  options.no_cache = true;
+  options.progress = false;
+  options.communicator = std::move(comm);
+  options.params_out = out / "params";
+  options.logits_out = out / "logits.npy";
+  const TrainResult r = train(job, options);
+  Outcome o;
+  for (const auto& e : r.epochs) o.losses.push_back(e.loss);
+  if (!options.communicator || options.communicator->rank() == 0) {
+    for (const auto& entry : fs::directory_iterator(out / "params")) {
+      o.params.emplace(entry.path().stem().string(), read_npy(entry.path()));
+    }
+    o.logits = read_npy(out / "logits.npy");
+  }
+  return o;
+}
+
+// |a - b| <= rtol * max |b| over the whole tensor.
+::testing::AssertionResult close(const std::vector<double>& a, const std::vector<double>& b,
+                                 const std::string& what, double rtol = 1e-5) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << what << ": " << a.size() << " values, expected " << b.size();
+  }
+  double scale = 0;
+  for (double v : b) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::abs(a[i] - b[i]) <= rtol * std::max(scale, 1e-30))) {
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << a[i] << ", one rank: "
+                                           << b[i] << " (scale " << scale << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void expect_same_as_one_rank(const Outcome& many, const Outcome& one, const std::string& what) {
+  EXPECT_TRUE(close(many.losses, one.losses, what + " losses"));
+  if (world()->rank() != 0) return;
+  ASSERT_EQ(many.params.size(), one.params.size()) << what;
+  for (const auto& [name, t] : one.params) {
+    ASSERT_TRUE(many.params.count(name)) << what << ": no " << name;
+    EXPECT_TRUE(close(many.params.at(name).to_vector<double>(), t.to_vector<double>(),
+                      what + " " + name));
+  }
+  EXPECT_TRUE(close(many.logits.to_vector<double>(), one.logits.to_vector<double>(), what + " logits"));
+}
+
+// The single-rank reference of a job, computed once per process.
+const Outcome& reference(const ModelCase& m) {
+  static std::map<std::string, Outcome> cache;
+  auto it = cache.find(m.name);
+  if (it == cache.end()) {
+    const fs::path dir = fs::path(::testing::TempDir()) /
+                         ("gnnrt_reference_" + m.name + "_" + std::to_string(world()->rank()));
+    fs::remove_all(dir);
+    it = cache.emplace(m.name, run(job_for(m), nullptr, dir)).first;
+    fs::remove_all(dir);
+  }
+  return it->second;
+}
+
+class Equivalence : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(Equivalence, EqualsOneRank) {
+  const ModelCase& m = models()[static_cast<size_t>(std::get<0>(GetParam()))];
+  const std::string method = std::get<1>(GetParam());
+  const std::string what = m.name + " / " + method + " / " + std::to_string(world()->size()) + " ranks";
+  const fs::path dir = shared_dir(m.name + "_" + method);
+  proto::Job job = job_for(m);
+  apply_override(job, "partition.method=" + method);
+  if (world()->size() == 1) {
+    // One rank: the partitioned path, from shards of one part.
+    const Dataset data = load_dataset(kDataset);
+    const PartitionOptions options = partition_options(job, 1);
+    write_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
+                 options, job);
+    apply_override(job, "partition.shards=" + (dir / "shards").string());
+  }
+  const Outcome many = run(job, world(), dir);
+  expect_same_as_one_rank(many, reference(m), what);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, Equivalence,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(models().size())),
+                       ::testing::Values("random", "destination", "grid", "hdrf", "metis")),
+    [](const auto& info) {
+      return models()[static_cast<size_t>(std::get<0>(info.param))].name + "_" + std::get<1>(info.param);
+    });
+
+// Partitions no partitioner makes, written as shards: every edge on rank 0
+// (the other ranks hold only the vertices they master), and masters such
+// that the last rank masters no labelled vertex.
+TEST(Equivalence, RanksWithNoEdgesAndNoLabelledMasters) {
+  const int p = world()->size();
+  const Dataset data = load_dataset(kDataset);
+  for (const ModelCase& m : {models()[0], models()[2], models()[3], models()[6]}) {
+    const fs::path dir = shared_dir("handmade_" + m.name);
+    proto::Job job = job_for(m);
+    std::vector<int32_t> master(static_cast<size_t>(data.num_nodes));
+    int32_t next = 0;
+    for (int64_t v = 0; v < data.num_nodes; ++v) {
+      // Labelled vertices go to ranks 0 .. p-2, the rest round-robin.
+      const bool labelled = data.train_mask[v] || data.test_mask[v];
+      master[static_cast<size_t>(v)] = p == 1 ? 0 : labelled ? next++ % (p - 1) : static_cast<int32_t>(v % p);
+    }
+    const auto partition = assemble_partition(data.num_nodes, data.src, data.dst, p,
+                                              std::vector<int32_t>(data.src.size(), 0), master);
+    if (world()->rank() == 0) write_shards(dir / "shards", data, partition, partition_options(job, p), job);
+    world()->barrier();
+    apply_override(job, "partition.shards=" + (dir / "shards").string());
+    const Outcome many = run(job, world(), dir);
+    expect_same_as_one_rank(many, reference(m), "hand-made partition, " + m.name);
+  }
+}
+
+// A checkpoint written on these ranks resumes on one rank (and the reverse)
+// with the result of an uninterrupted run; a restart on the same shards
+// compiles nothing.
+TEST(Checkpoints, ResumeAtAnotherRankCountAndCacheHitsOnRestart) {
+  const ModelCase& m = models()[0];
+  const fs::path dir = shared_dir("resume");
+  const Outcome one = reference(m);
+
+  // 6 epochs on these ranks, then 4 more on one rank.
+  proto::Job job = job_for(m, 6);
+  apply_override(job, "checkpoint.dir=" + (dir / "ckpt").string());
+  apply_override(job, "partition.method=metis");
+  run(job, world(), dir / "a");
+  if (world()->rank() == 0) {
+    proto::Job rest = job_for(m, 10);
+    apply_override(rest, "checkpoint.dir=" + (dir / "ckpt").string());
+    const Outcome resumed = run(rest, nullptr, dir / "b");
+    ASSERT_EQ(resumed.losses.size(), 4u);
+    EXPECT_TRUE(close(resumed.losses, std::vector<double>(one.losses.begin() + 6, one.losses.end()),
+                      "resumed losses"));
+    for (const auto& [name, t] : one.params) {
+      EXPECT_TRUE(close(resumed.params.at(name).to_vector<double>(), t.to_vector<double>(),
+                        "resumed on one rank: " + name));
+    }
+  }
+  world()->barrier();
+
+  // 6 epochs on one rank (rank 0 writes), then 4 on these ranks from shards;
+  // a second run on the same shards hits the program cache.
+  if (world()->rank() == 0) {
+    proto::Job first = job_for(m, 6);
+    apply_override(first, "checkpoint.dir=" + (dir / "ckpt2").string());
+    run(first, nullptr, dir / "c");
+    const Dataset data = load_dataset(kDataset);
+    const PartitionOptions options = partition_options(first, world()->size());
+    write_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
+                 options, first);
+  }
+  world()->barrier();
+  proto::Job rest = job_for(m, 10);
+  apply_override(rest, "checkpoint.dir=" + (dir / "ckpt2").string());
+  apply_override(rest, "partition.shards=" + (dir / "shards").string());
+  TrainOptions options;
+  options.cache_dir = dir / ("cache-" + std::to_string(world()->rank()));
+  options.progress = false;
+  options.communicator = world();
+  options.params_out = dir / "d";
+  const TrainResult resumed = train(rest, options);
+  ASSERT_EQ(resumed.epochs.size(), 4u);
+  std::vector<double> losses;
+  for (const auto& e : resumed.epochs) losses.push_back(e.loss);
+  EXPECT_TRUE(close(losses, std::vector<double>(one.losses.begin() + 6, one.losses.end()),
+                    "resumed on many ranks"));
+  EXPECT_EQ(resumed.counters.compiles, 2);
+  apply_override(rest, "checkpoint.resume=false");
+  apply_override(rest, "schedule.epochs=1");
+  const TrainResult again = train(rest, options);
+  EXPECT_EQ(again.counters.compiles, 0) << "a restart on the same shards recompiled";
+  EXPECT_EQ(again.counters.cache_hits, 2);
+}
+
+// ---- finite differences of the halo ops across ranks ----
+
+// One rank's share of a small graph, in float64 programs.
+struct Rig {
+  Shard shard;
+  std::shared_ptr<runtime::Halo> halo;
+};
+
+Rig make_rig(const std::string& method) {
+  const Dataset data = load_dataset("synthetic:nodes=40,classes=2,avg_degree=4,features=3,seed=9");
+  PartitionOptions options;
+  options.method = parse_partition_method(method);
+  options.parts = world()->size();
+  const EdgePartition p = partition_edges(data.num_nodes, data.src, data.dst, options);
+  Rig rig;
+  rig.shard = make_shard(data, p, world()->rank());
+  rig.halo = std::make_shared<runtime::Halo>(*world(), rig.shard.mirrors, rig.shard.global_id,
+                                             rig.shard.num_nodes, runtime::HaloMode::sparse);
+  return rig;
+}
+
+// out = build(b, x): a partitioned float64 program on the rig's graph.
+using Build = std::function<runtime::ValueId(runtime::Builder&, runtime::ValueId x, int32_t graph)>;
+
+// Checks d(global objective)/dx against central differences, where the
+// global objective sums <out, seed> over every vertex once (its master's
+// row) and x's replicas move together.
+void check_gradient(const std::string& what, const Build& build, int64_t width = 3) {
+  const Rig rig = make_rig("random");
+  const Shard& s = rig.shard;
+  const int64_t n = s.num_local(), F = width;
+  runtime::CoreOptions core_options;
+  core_options.communicator = world();
+  core_options.halo = rig.halo;
+  runtime::Core core(runtime::DeviceProfile::named("trn1"), core_options);
+  using Adjacency = runtime::Core::Adjacency;
+  core.bind_graph("g", std::make_shared<const Adjacency>(Adjacency::build(s.graph.src, s.graph.dst, n, n)));
+  core.memory().put(runtime::in_degree_name("g"), Tensor::from<int64_t>(s.graph.in_degree, {n}));
+  core.memory().put(runtime::edge_id_name("g"), Tensor::from<int64_t>(
+      s.graph.edge_id, {static_cast<int64_t>(s.graph.edge_id.size())}));
+  core.memory().put(runtime::kNodeIsMaster, Tensor::from<uint8_t>(s.is_master, {n}));
+  core.memory().put(runtime::kNodeGlobalId, Tensor::from<int64_t>(s.global_id, {n}));
+
+  runtime::Builder b(what, DType::kF64);
+  b.partition(n);
+  const runtime::ValueId x = b.input("x", DType::kF64, {n, F});
+  const int32_t g = b.graph("g", n, n, static_cast<int64_t>(s.graph.src.size()));
+  const runtime::ValueId out = build(b, x, g);
+  const runtime::Program forward = b.program();
+  const auto out_shape = b.shape(out);
+  const runtime::ValueId seed = b.input("seed", DType::kF64, out_shape);
+  const runtime::ValueId outs[] = {out}, seeds[] = {seed}, wrt[] = {x};
+  const runtime::ValueId grad = runtime::append_backward(b, outs, seeds, wrt)[0];
+  b.output(out);
+  ASSERT_NE(grad, runtime::kNoValue);
+  b.output(grad);
+  const auto with_grad = core.compile(b.take(), {});
+  runtime::Builder fb(forward);
+  fb.output(out);
+  const auto only_forward = core.compile(fb.take(), {});
+
+  // x and the seed are functions of the global vertex: replicas agree.
+  const int64_t cols = out_shape[1];
+  std::vector<double> xv(static_cast<size_t>(n * F)), sv(static_cast<size_t>(n * cols), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto gid = static_cast<uint64_t>(s.global_id[static_cast<size_t>(i)]);
+    for (int64_t f = 0; f < F; ++f) {
+      xv[static_cast<size_t>(i * F + f)] = ops::unit(ops::philox(1, gid, {static_cast<uint64_t>(f), 0, 0, 0})[0]) * 2 - 1;
+    }
+    if (!s.is_master[static_cast<size_t>(i)]) continue;  // each vertex counted once
+    for (int64_t c = 0; c < cols; ++c) {
+      sv[static_cast<size_t>(i * cols + c)] = ops::unit(ops::philox(2, gid, {static_cast<uint64_t>(c), 0, 0, 0})[0]) - 0.5;
+    }
+  }
+  core.memory().put("seed", Tensor::from<double>(sv, out_shape));
+  const auto objective = [&](const std::vector<double>& xs) {
+    core.memory().put("x", Tensor::from<double>(xs, {n, F}));
+    core.run(*only_forward, {});
+    const auto o = core.read(*only_forward, out).to_vector<double>();
+    std::vector<double> total{0.0};
+    for (size_t k = 0; k < o.size(); ++k) total[0] += o[k] * sv[k];
+    world()->allreduce<double>(total);
+    return total[0];
+  };
+  core.memory().put("x", Tensor::from<double>(xv, {n, F}));
+  core.run(*with_grad, {});
+  const auto local_grad = core.read(*with_grad, grad).to_vector<double>();
+  // The global gradient of x[v]: the sum of its replicas' gradients.
+  std::vector<double> global(static_cast<size_t>(s.num_nodes * F), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t f = 0; f < F; ++f) {
+      global[static_cast<size_t>(s.global_id[static_cast<size_t>(i)] * F + f)] += local_grad[static_cast<size_t>(i * F + f)];
+    }
+  }
+  world()->allreduce<double>(global);
+  constexpr double h = 1e-6;
+  int checked = 0;
+  for (int64_t v = 0; v < s.num_nodes; v += 3) {
+    for (int64_t f = 0; f < F; ++f) {
+      auto plus = xv, minus = xv;
+      for (int64_t i = 0; i < n; ++i) {
+        if (s.global_id[static_cast<size_t>(i)] != v) continue;
+        plus[static_cast<size_t>(i * F + f)] += h;
+        minus[static_cast<size_t>(i * F + f)] -= h;
+      }
+      const double numeric = (objective(plus) - objective(minus)) / (2 * h);
+      const double analytic = global[static_cast<size_t>(v * F + f)];
+      EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-5 * std::abs(numeric))
+          << what << ": d/dx[" << v << ", " << f << "] on " << world()->size() << " ranks";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+TEST(HaloGradients, Sum) {
+  check_gradient("halo sum", [](runtime::Builder& b, runtime::ValueId x, int32_t g) {
+    return b.aggregate(ops::Reduce::kSum, g, b.scale(x, 1.5));
+  });
+}
+
+TEST(HaloGradients, MeanByGlobalDegree) {
+  check_gradient("halo mean", [](runtime::Builder& b, runtime::ValueId x, int32_t g) {
+    return b.aggregate(ops::Reduce::kMean, g, x);
+  });
+}
+
+TEST(HaloGradients, MaxAndMinWithAGlobalWinner) {
+  check_gradient("halo max", [](runtime::Builder& b, runtime::ValueId x, int32_t g) {
+    return b.add(b.aggregate(ops::Reduce::kMax, g, x), b.aggregate(ops::Reduce::kMin, g, b.scale(x, 0.5)));
+  });
+}
+
+TEST(HaloGradients, SoftmaxOverGlobalSegments) {
+  check_gradient("partitioned softmax", [](runtime::Builder& b, runtime::ValueId x, int32_t g) {
+    // GAT's pattern: per-edge scores, softmax over each destination's edges,
+    // then the attention-weighted sum.
+    const runtime::ValueId score = b.sddmm_add(g, b.head_dot(x, b.fill({3}, 0.7), 1),
+                                               b.head_dot(x, b.fill({3}, -0.4), 1));
+    const runtime::ValueId alpha = b.softmax(g, b.leaky_relu(score, 0.2));
+    return b.aggregate(ops::Reduce::kSum, g, x, alpha);
+  });
+}
+
+TEST(HaloGradients, GraphLayerNormOverMasters) {
+  check_gradient("graph layer norm", [](runtime::Builder& b, runtime::ValueId x, int32_t g) {
+    const runtime::ValueId h = b.aggregate(ops::Reduce::kSum, g, x);
+    return b.layer_norm(h, b.fill({3}, 1.3), b.fill({3}, 0.1), false, 1e-5);
+  });
+}
+
+}  // namespace
+}  // namespace gnnrt::model
