@@ -11,6 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <chrono>
 #include <thread>
 #include <exception>
@@ -22,6 +24,7 @@
 #include "collectives/communicator.h"
 #include "collectives/environment.h"
 #include "launch/bench_collectives.h"
+#include "launch/bench_common.h"
 #include "launch/bench_halo.h"
 #include "launch/exit_status.h"
 #include "launch/info.h"
@@ -67,10 +70,17 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
 // A rank's error under MPI: one line on stderr; then, if every rank reaches
 // this point (an error they agreed on), a normal end with the exit status,
 // else (one rank failed alone) MPI_Abort, so that no rank waits forever.
+// One line, written with one write(2) so that lines of several ranks sharing
+// a terminal or pipe never interleave.
+void print_error(const std::exception& e) {
+  const std::string line = std::string("gnnrt: error: ") + e.what() + "\n";
+  std::cout.flush();
+  [[maybe_unused]] const ssize_t written = ::write(2, line.data(), line.size());
+}
+
 int end_with_error(const std::exception& e) {
   const int status = gnnrt::launch::exit_status(e);
-  std::cerr << "gnnrt: error: " << e.what() << "\n";
-  std::cerr.flush();
+  print_error(e);
   int initialized = 0, size = 1;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -287,6 +297,17 @@ int main(int argc, char** argv) {
           comm->set_options(options);
         }
         train_command.options.communicator = comm;
+        if (comm->size() > 1) {
+          // The node's cores shared among its ranks, unless --threads says.
+          const auto place = gnnrt::launch::placement(*comm);
+          auto& threads = train_command.options.threads;
+          if (threads == 0) {
+            threads = std::max(1, static_cast<int>(place.cores) / std::max(1, place.ranks_on_node));
+          }
+          if (comm->rank() == 0) {
+            spdlog::info("{}; {} OpenMP thread(s) per rank", place.describe(), threads);
+          }
+        }
         return gnnrt::launch::run_train(train_command);
       } catch (const std::exception& e) {
         return end_with_error(e);
@@ -307,7 +328,7 @@ int main(int argc, char** argv) {
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
     if (*partition) return gnnrt::launch::run_partition(partition_command);
   } catch (const std::exception& e) {
-    std::cerr << "gnnrt: error: " << e.what() << "\n";
+    print_error(e);
     return gnnrt::launch::exit_status(e);
   }
   return 0;

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""`gnnrt partition` and `gnnrt train --shards` end to end, and every way the
+shards or the ranks can be wrong: each must end in an error on every rank
+(one `gnnrt: error:` line per rank, exit status 2), before any step, within
+the test's timeout, never in a hang.
+
+Usage: shards_cli_test.py GNNRT MPIRUN... (run by ctest; WORK from $GNNRT_WORK)
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+GNNRT = sys.argv[1]
+MPIRUN = sys.argv[2:]
+WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_shards_cli"))
+DATASET = "synthetic:nodes=240,classes=3,features=8,avg_degree=6,seed=5"
+COMMON = ["--no-cache", "--dataset", DATASET, "--set", "schedule.epochs=2"]
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAILED:", what)
+
+
+def run(args, timeout=120):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def train(ranks, *extra, mpmd=None):
+    if mpmd:
+        args = list(MPIRUN)
+        for i, part in enumerate(mpmd):
+            args += (["-np", "1", GNNRT, "train", *COMMON, *part] + ([":"] if i + 1 < len(mpmd) else []))
+        return run(args)
+    return run([*MPIRUN, "-np", str(ranks), GNNRT, "train", *COMMON, *extra])
+
+
+def expect_refused(ranks, message, *extra, mpmd=None, status=2):
+    code, out = train(ranks, *extra, mpmd=mpmd)
+    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+    check(code == status, f"{message!r}: exit {code}, expected {status}\n{out[-3000:]}")
+    check(len(errors) == ranks, f"{message!r}: {len(errors)} error lines for {ranks} ranks:\n" + "\n".join(errors))
+    check(any(message in line for line in errors), f"no error says {message!r}:\n" + "\n".join(errors))
+    check(re.search(r"epoch +1/", out) is None, f"{message!r}: a step ran before the error")
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+WORK.mkdir(parents=True)
+shards = WORK / "s2"
+
+# Partition once; the statistics are printed and in the manifest.
+code, out = run([GNNRT, "partition", "--parts", "2", "--method", "metis", "--out", str(shards),
+                 "--dataset", DATASET])
+check(code == 0, f"gnnrt partition: exit {code}\n{out}")
+for text in ("replication factor", "edge balance", "halo rows", "halo bytes per epoch"):
+    check(text in out, f"gnnrt partition prints no {text!r}")
+manifest = (shards / "manifest.pbtxt").read_text()
+check("replication_factor" in manifest and "xxh64" in manifest, "manifest lacks statistics or checksums")
+
+# Training from the shards works, and gives the in-memory partition's numbers.
+code, from_shards = train(2, "--shards", str(shards))
+check(code == 0, f"train --shards: exit {code}\n{from_shards[-3000:]}")
+code, in_memory = train(2, "--partition", "metis")
+check(code == 0, f"train --partition metis: exit {code}")
+last = [line.split("loss")[1].split("|")[0] for line in from_shards.splitlines() if "epoch    2/2" in line]
+last_memory = [line.split("loss")[1].split("|")[0] for line in in_memory.splitlines() if "epoch    2/2" in line]
+check(last and last == last_memory, f"shards {last} != in memory {last_memory}")
+
+expect_refused(3, "holds shards for 2 ranks, but the job runs on 3", "--shards", str(shards))
+
+
+def damaged(name, damage):
+    copy = WORK / name
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(shards, copy)
+    damage(copy)
+    return copy
+
+
+missing = damaged("missing", lambda d: (d / "rank-1" / "x.npy").unlink())
+expect_refused(2, "x.npy: missing", "--shards", str(missing))
+expect_refused(2, "reading the shards failed on rank 1", "--shards", str(missing))
+
+
+def truncate(d):
+    f = d / "rank-0" / "y.npy"
+    f.write_bytes(f.read_bytes()[:-16])
+
+
+expect_refused(2, "y.npy: data has", "--shards", str(damaged("truncated", truncate)))
+
+
+def flip(d):
+    f = d / "rank-1" / "x.npy"
+    b = bytearray(f.read_bytes())
+    b[-5] ^= 0x20
+    f.write_bytes(bytes(b))
+
+
+expect_refused(2, "checksum mismatch", "--shards", str(damaged("corrupt", flip)))
+
+other = WORK / "other"
+code, _ = run([GNNRT, "partition", "--parts", "2", "--method", "hdrf", "--out", str(other), "--dataset", DATASET])
+check(code == 0, "partition hdrf")
+
+
+def swap_rank(d):
+    shutil.rmtree(d / "rank-1")
+    shutil.copytree(other / "rank-1", d / "rank-1")
+
+
+expect_refused(2, "belongs to another partition run", "--shards", str(damaged("mixed", swap_rank)))
+expect_refused(2, "holds another dataset", "--shards", str(shards), "--set",
+               "dataset.path=synthetic:nodes=250,classes=3,features=8,avg_degree=6,seed=5")
+expect_refused(2, "written for another model", "--shards", str(shards), "--set", "model.layer[1].out=32")
+expect_refused(2, "missing: the shards folder does not exist", "--shards", str(WORK / "nowhere"))
+
+# Ranks that run different jobs (MPMD): caught by the program fingerprint.
+expect_refused(2, "the ranks would run different programs",
+               mpmd=[["--partition", "metis", "--set", "model.layer[1].out=16"],
+                     ["--partition", "metis", "--set", "model.layer[1].out=17"]])
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
