@@ -442,3 +442,32 @@ TEST(HaloGradients, GraphLayerNormOverMasters) {
 
 }  // namespace
 }  // namespace gnnrt::model
+
+namespace gnnrt::model {
+namespace {
+
+// The aggregation/matmul reordering still fires with a halo between the
+// aggregation and the matmul, and so the halo moves the narrower side: SAGE's
+// lin_l(mean(x)) on 64 features to 8 becomes mean(lin_l(x)), whose halo sum
+// is 8 wide. (Compiling only: no collective.)
+TEST(Reorder, HaloOfTheNarrowerSide) {
+  const proto::Job job = parse_job(R"(model { layer { type: "sage" out: 8 aggr: "mean" } })", "sage");
+  NetworkShape shape{50, 64, 8, 200, 250, true};
+  const Network net = build_train_step(job.model(), shape);
+  runtime::Core core(runtime::DeviceProfile::named("trn1"), {});
+  runtime::CompileOptions options;
+  options.train = runtime::TrainStep{net.loss, net.param_ids, optimizer_config(job.optimizer())};
+  const auto compiled = core.compile(net.program, options);
+  EXPECT_GE(compiled->passes.reordered, 1);
+  int halos = 0;
+  for (const runtime::Op& op : compiled->program.ops) {
+    if (op.kind != runtime::OpKind::kHaloSum) continue;
+    ++halos;
+    EXPECT_EQ(compiled->program.value(op.outputs[0]).shape[1], 8) << compiled->program.describe(&op - compiled->program.ops.data());
+  }
+  EXPECT_EQ(halos, 2);  // forward, and its gradient's
+  EXPECT_GE(compiled->passes.buckets, 1);
+}
+
+}  // namespace
+}  // namespace gnnrt::model
