@@ -53,16 +53,26 @@ void agree(collectives::Communicator& comm, std::string_view what, std::exceptio
                     bad_input);
 }
 
-NetworkShape bind_shard(runtime::Core& core, const Shard& s, const proto::Model& model,
+NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model,
                         const std::shared_ptr<collectives::Communicator>& comm,
                         runtime::HaloMode halo) {
   using Adjacency = runtime::Core::Adjacency;
   const int64_t n = s.num_local();
-  const auto bind = [&](const char* name, const LocalGraph& g) {
+  NetworkShape shape;
+  shape.nodes = n;
+  shape.features = s.num_features;
+  shape.classes = s.num_classes;
+  shape.edges = static_cast<int64_t>(s.graph.src.size());
+  shape.edges_self_loops = static_cast<int64_t>(s.self_loops.src.size());
+  shape.partitioned = true;
+  // Each array goes to the core and leaves the shard at once: per-rank
+  // memory holds one copy of the share.
+  const auto bind = [&](const char* name, LocalGraph& g) {
     core.bind_graph(name, std::make_shared<const Adjacency>(Adjacency::build(g.src, g.dst, n, n)));
     core.memory().put(runtime::in_degree_name(name), Tensor::from<int64_t>(g.in_degree, {n}));
     core.memory().put(runtime::edge_id_name(name),
                       Tensor::from<int64_t>(g.edge_id, {static_cast<int64_t>(g.edge_id.size())}));
+    g = {};
   };
   bind(kGraph, s.graph);
   bind(kGraphSelfLoops, s.self_loops);
@@ -70,6 +80,7 @@ NetworkShape bind_shard(runtime::Core& core, const Shard& s, const proto::Model&
   mem.put(runtime::kNodeGlobalId, Tensor::from<int64_t>(s.global_id, {n}));
   mem.put(runtime::kNodeIsMaster, Tensor::from<uint8_t>(s.is_master, {n}));
   mem.put("x", Tensor::from<float>(s.x, {n, s.num_features}));
+  s.x = {};
   mem.put("y", Tensor::from<int64_t>(s.y, {n}));
   const std::pair<const char*, const std::vector<uint8_t>*> masks[] = {
       {"train_mask", &s.train_mask}, {"val_mask", &s.val_mask}, {"test_mask", &s.test_mask}};
@@ -86,13 +97,6 @@ NetworkShape bind_shard(runtime::Core& core, const Shard& s, const proto::Model&
     mem.put("y_onehot", std::move(onehot));
   }
   core.bind_halo(std::make_shared<runtime::Halo>(*comm, s.mirrors, s.global_id, s.num_nodes, halo));
-  NetworkShape shape;
-  shape.nodes = n;
-  shape.features = s.num_features;
-  shape.classes = s.num_classes;
-  shape.edges = static_cast<int64_t>(s.graph.src.size());
-  shape.edges_self_loops = static_cast<int64_t>(s.self_loops.src.size());
-  shape.partitioned = true;
   return shape;
 }
 

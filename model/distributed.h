@@ -57,8 +57,9 @@ void on_every_rank(collectives::Communicator& comm, std::string_view what, Fn&& 
 // Puts a shard on the core as network.h's programs expect it on a rank of
 // a partitioned graph: the local graphs, features, labels, master masks, the
 // global ids, degrees and mask counts the partitioned programs read, and the
-// core's Halo (collective: every rank calls it).
-NetworkShape bind_shard(runtime::Core& core, const Shard& shard, const proto::Model& model,
+// core's Halo (collective: every rank calls it). The shard's features and
+// edges move to the core (they are emptied); ids, masks and counts stay.
+NetworkShape bind_shard(runtime::Core& core, Shard& shard, const proto::Model& model,
                         const std::shared_ptr<collectives::Communicator>& comm,
                         runtime::HaloMode halo);
 

@@ -298,10 +298,13 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
     }
     arrays.emplace(a.name(), std::move(t));
   }
-  const auto get = [&](const char* name) -> const Tensor& {
+  // Each array converted and dropped at once: one copy of the data at a time.
+  const auto take = [&]<typename T>(const std::string& name) {
     auto it = arrays.find(name);
     if (it == arrays.end()) fail(manifest, fmt::format("rank {} has no array '{}'", rank, name));
-    return it->second;
+    std::vector<T> v = it->second.template to_vector<T>();
+    arrays.erase(it);
+    return v;
   };
   Shard s;
   s.rank = rank;
@@ -312,26 +315,26 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
   s.train_count = m.train_count();
   s.val_count = m.val_count();
   s.test_count = m.test_count();
-  s.global_id = get("global_id").to_vector<int64_t>();
-  s.is_master = get("is_master").to_vector<uint8_t>();
+  s.global_id = take.template operator()<int64_t>("global_id");
+  s.is_master = take.template operator()<uint8_t>("is_master");
   const auto load = [&](const char* prefix, LocalGraph& g) {
     const std::string p = prefix;
-    g.src = get((p + "_src").c_str()).to_vector<int32_t>();
-    g.dst = get((p + "_dst").c_str()).to_vector<int32_t>();
-    g.edge_id = get((p + "_edge_id").c_str()).to_vector<int64_t>();
-    g.in_degree = get((p + "_in_degree").c_str()).to_vector<int64_t>();
+    g.src = take.template operator()<int32_t>(p + "_src");
+    g.dst = take.template operator()<int32_t>(p + "_dst");
+    g.edge_id = take.template operator()<int64_t>(p + "_edge_id");
+    g.in_degree = take.template operator()<int64_t>(p + "_in_degree");
   };
   load("graph", s.graph);
   load("self_loops", s.self_loops);
-  s.mirrors.local_row = get("mirror_row").to_vector<int64_t>();
-  s.mirrors.global_id = get("mirror_global_id").to_vector<int64_t>();
-  s.mirrors.offset = get("mirror_offset").to_vector<int64_t>();
-  s.mirrors.ranks = get("mirror_ranks").to_vector<int32_t>();
-  s.x = get("x").to_vector<float>();
-  s.y = get("y").to_vector<int64_t>();
-  s.train_mask = get("train_mask").to_vector<uint8_t>();
-  s.val_mask = get("val_mask").to_vector<uint8_t>();
-  s.test_mask = get("test_mask").to_vector<uint8_t>();
+  s.mirrors.local_row = take.template operator()<int64_t>("mirror_row");
+  s.mirrors.global_id = take.template operator()<int64_t>("mirror_global_id");
+  s.mirrors.offset = take.template operator()<int64_t>("mirror_offset");
+  s.mirrors.ranks = take.template operator()<int32_t>("mirror_ranks");
+  s.x = take.template operator()<float>("x");
+  s.y = take.template operator()<int64_t>("y");
+  s.train_mask = take.template operator()<uint8_t>("train_mask");
+  s.val_mask = take.template operator()<uint8_t>("val_mask");
+  s.test_mask = take.template operator()<uint8_t>("test_mask");
   // Sizes that must agree with each other (the checksums only vouch for
   // what was written).
   const auto n = static_cast<size_t>(s.num_local());

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <malloc.h>
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
@@ -162,6 +163,7 @@ class Trainer {
   const int rank_, ranks_;
   Core core_;
   Dataset data_;
+  int64_t val_count_ = 0;
   Shard shard_;  // distributed: this rank's share
   NetworkShape shape_;
   Network train_net_, infer_net_;
@@ -186,6 +188,10 @@ void Trainer::load_data() {
   require_training_nodes(std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}),
                          data_.name, job_.dataset().path());
   shape_ = bind_dataset(core_, data_, job_.model());
+  // The core holds its copy now: keep only what the host still reads.
+  val_count_ = std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1});
+  data_ = Dataset{};
+  malloc_trim(0);
 }
 
 // This rank's share: read from the job's shards, or cut in memory from the
@@ -221,14 +227,13 @@ void Trainer::load_shard() {
   spdlog::info("shard: {} local vertices ({} masters, {} shared), {} edges", shard_.num_local(),
                std::count(shard_.is_master.begin(), shard_.is_master.end(), uint8_t{1}),
                shard_.mirrors.size(), shard_.graph.src.size());
+  // Loaded from the whole dataset: every rank held it for a moment; give
+  // the memory back now that only the share is kept.
+  malloc_trim(0);
   step("binding the shard", [&] {
     shape_ = bind_shard(core_, shard_, job_.model(), comm_,
                         runtime::parse_halo_mode(job_.partition().halo()));
   });
-  // Only what the core holds is needed from here on.
-  shard_.x = {};
-  shard_.graph = {};
-  shard_.self_loops = {};
 }
 
 void Trainer::compile() {
@@ -540,7 +545,7 @@ TrainResult Trainer::run() {
   }
   const int64_t epochs = job_.schedule().epochs();
   const int64_t val_nodes =
-      distributed_ ? shard_.val_count : std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1});
+      distributed_ ? shard_.val_count : val_count_;
   const bool has_val = val_nodes > 0;
   if (!has_val && writer()) {
     spdlog::warn("dataset '{}' has no validation nodes: the last epoch's model is kept",
