@@ -80,7 +80,7 @@ NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model
   mem.put(runtime::kNodeGlobalId, Tensor::from<int64_t>(s.global_id, {n}));
   mem.put(runtime::kNodeIsMaster, Tensor::from<uint8_t>(s.is_master, {n}));
   mem.put("x", Tensor::from<float>(s.x, {n, s.num_features}));
-  s.x = {};
+  s.x = std::vector<float>();  // frees (`= {}` would keep the capacity)
   mem.put("y", Tensor::from<int64_t>(s.y, {n}));
   const std::pair<const char*, const std::vector<uint8_t>*> masks[] = {
       {"train_mask", &s.train_mask}, {"val_mask", &s.val_mask}, {"test_mask", &s.test_mask}};

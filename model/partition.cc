@@ -119,7 +119,7 @@ std::vector<int32_t> metis_vertex_parts(int64_t n, std::span<const int64_t> src,
       throw PartitionError("partition: metis: too many adjacency entries for METIS's ids");
     }
     xadj[v + 1] = static_cast<idx_t>(adjncy.size());
-    list = {};
+    list = std::vector<idx_t>();  // frees (`= {}` would keep the capacity)
   }
   idx_t nvtxs = static_cast<idx_t>(n), ncon = 1, nparts = parts, objval = 0;
   idx_t options[METIS_NOPTIONS];

@@ -191,7 +191,6 @@ void Trainer::load_data() {
   // The core holds its copy now: keep only what the host still reads.
   val_count_ = std::count(data_.val_mask.begin(), data_.val_mask.end(), uint8_t{1});
   data_ = Dataset{};
-  malloc_trim(0);
 }
 
 // This rank's share: read from the job's shards, or cut in memory from the
@@ -227,9 +226,6 @@ void Trainer::load_shard() {
   spdlog::info("shard: {} local vertices ({} masters, {} shared), {} edges", shard_.num_local(),
                std::count(shard_.is_master.begin(), shard_.is_master.end(), uint8_t{1}),
                shard_.mirrors.size(), shard_.graph.src.size());
-  // Loaded from the whole dataset: every rank held it for a moment; give
-  // the memory back now that only the share is kept.
-  malloc_trim(0);
   step("binding the shard", [&] {
     shape_ = bind_shard(core_, shard_, job_.model(), comm_,
                         runtime::parse_halo_mode(job_.partition().halo()));
@@ -258,6 +254,17 @@ void Trainer::compile() {
     train_step_ = core_.compile(train_net_.program, train_options);
     infer_ = core_.compile(infer_net_.program, {});
   });
+  // What was bound for programs that do not read it leaves the core (edge
+  // ids, say, are read only by max aggregation's tie rule and attention
+  // dropout). Parameters are not bound yet.
+  std::vector<std::string> unread;
+  for (const auto& [name, t] : core_.memory().tensors()) {
+    if (train_step_->program.find(name) == runtime::kNoValue &&
+        infer_->program.find(name) == runtime::kNoValue) {
+      unread.push_back(name);
+    }
+  }
+  for (const auto& name : unread) core_.memory().erase(name);
   result_.train_plan = train_step_->plan;
   result_.infer_plan = infer_->plan;
   result_.train_passes = train_step_->passes;
@@ -528,6 +535,11 @@ std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
 }
 
 TrainResult Trainer::run() {
+  // Arrays of 1 MiB or more are mapped and unmapped whole, so what is freed
+  // (the dataset once partitioned and bound) goes back to the system at
+  // once: glibc's default threshold rises to the largest block freed, after
+  // which such arrays stay in the heap's free lists and count in the peak.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
   result_.ranks = ranks_;
   result_.partitioned = distributed_;
