@@ -12,6 +12,7 @@
 
 #include "runtime/atomic_file.h"
 #include "runtime/npy.h"
+#include "model/trainer.h"
 
 namespace gnnrt::model {
 namespace {
@@ -197,6 +198,13 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
   m.set_test_count(count(data.test_mask));
   const PartitionStats stats = p.stats();
   describe_partition(stats, m);
+  int64_t epoch_row_bytes = 0;  // all exchanges of one epoch, per shared row
+  for (proto::HaloExchangePlan& h : halo_exchanges(job, data.num_features, data.num_classes)) {
+    h.set_bytes(stats.halo_rows * h.row_bytes());
+    epoch_row_bytes += h.row_bytes();
+    *m.add_halo() = std::move(h);
+  }
+  m.set_halo_bytes_per_epoch(stats.halo_rows * epoch_row_bytes);
 
   // A fresh folder, renamed into place at the end.
   const fs::path partial = dir.string() + fmt::format(".partial-{}", ::getpid());
@@ -211,6 +219,7 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
     rs->set_edges(static_cast<int64_t>(s.graph.src.size()));
     rs->set_edges_self_loops(static_cast<int64_t>(s.self_loops.src.size()));
     rs->set_halo_rows(stats.part_halo_rows[static_cast<size_t>(r)]);
+    rs->set_halo_bytes_per_epoch(rs->halo_rows() * epoch_row_bytes);
     const fs::path rd = rank_dir(partial, r);
     fs::create_directories(rd);
     for (const auto& [file, tensor] : arrays_of(s)) {

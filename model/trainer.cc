@@ -19,6 +19,7 @@
 #include <numbers>
 
 #include "collectives/communicator.h"
+#include "collectives/halo_exchange.h"
 #include "model/checkpoint.h"
 #include "model/distributed.h"
 #include "model/shard.h"
@@ -670,6 +671,39 @@ double learning_rate(const proto::Job& job, int64_t epoch) {
     return base * 0.5 * (1 + std::cos(std::numbers::pi * static_cast<double>(e) / static_cast<double>(total)));
   }
   return base;
+}
+
+std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
+                                                    int64_t classes) {
+  // Sizes do not change which exchanges there are, or their widths.
+  const NetworkShape shape{1, features, classes, 1, 1, true};
+  Core core(runtime::DeviceProfile::named(job.device().profile()), {});
+  std::vector<proto::HaloExchangePlan> plans;
+  const auto collect = [&](const Network& net, const runtime::CompileOptions& options) {
+    const auto compiled = core.compile(net.program, options);
+    const runtime::Program& p = compiled->program;
+    for (const runtime::Op& op : p.ops) {
+      if (op.kind != runtime::OpKind::kHaloSum && op.kind != runtime::OpKind::kHaloMax) continue;
+      const int64_t width = p.value(op.outputs[0]).shape[1];
+      const std::size_t value_bytes = item_size(p.float_type);
+      proto::HaloExchangePlan& plan = plans.emplace_back();
+      plan.set_program(p.name);
+      plan.set_op(std::string(runtime::to_string(op.kind)));
+      plan.set_layer(op.scope);
+      plan.set_width(width);
+      // Keyed (max/min with a winner): the edge ids travel too.
+      const std::size_t row = op.inputs.size() > 1
+                                  ? collectives::HaloExchange::keyed_row_bytes(width, value_bytes)
+                                  : static_cast<std::size_t>(width) * value_bytes;
+      plan.set_row_bytes(static_cast<int64_t>(row));
+    }
+  };
+  const Network train_net = build_train_step(job.model(), shape);
+  runtime::CompileOptions train_options;
+  train_options.train = runtime::TrainStep{train_net.loss, train_net.param_ids, optimizer_config(job.optimizer())};
+  collect(train_net, train_options);
+  collect(build_inference(job.model(), shape), {});
+  return plans;
 }
 
 PartitionOptions partition_options(const proto::Job& job, int parts) {

@@ -31,6 +31,7 @@
 #include "model/job.pb.h"
 #include "model/network.h"
 #include "model/partition.h"
+#include "model/shard.pb.h"
 #include "runtime/core.h"
 
 namespace gnnrt::collectives {
@@ -101,6 +102,13 @@ void initialize_parameters(runtime::Core& core, const std::vector<ParamDecl>& pa
 
 // The learning rate of a 0-based epoch under the job's schedule.
 double learning_rate(const proto::Job& job, int64_t epoch);
+
+// The halo exchanges the job's programs make on a partitioned graph with
+// this many features and classes, in program order (train step, then
+// inference), with their widths and row bytes (bytes left 0: they follow
+// from a partition's halo rows). Compiles both programs (no cache).
+std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
+                                                    int64_t classes);
 
 // The partition options a job names (parts: the rank count).
 PartitionOptions partition_options(const proto::Job& job, int parts);

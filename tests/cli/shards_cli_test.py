@@ -6,6 +6,7 @@ the test's timeout, never in a hang.
 
 Usage: shards_cli_test.py GNNRT MPIRUN... (run by ctest; WORK from $GNNRT_WORK)
 """
+import json
 import os
 import re
 import shutil
@@ -71,6 +72,51 @@ check(code == 0, f"train --partition metis: exit {code}")
 last = [line.split("loss")[1].split("|")[0] for line in from_shards.splitlines() if "epoch    2/2" in line]
 last_memory = [line.split("loss")[1].split("|")[0] for line in in_memory.splitlines() if "epoch    2/2" in line]
 check(last and last == last_memory, f"shards {last} != in memory {last_memory}")
+
+
+
+def manifest_field(text, name):
+    return [int(v) for v in re.findall(rf"^\s*{name}: (\d+)$", text, re.M)]
+
+
+def measured_halo_bytes(job_args, shard_dir):
+    metrics = WORK / "metrics.jsonl"
+    metrics.unlink(missing_ok=True)
+    code, out = run([*MPIRUN, "-np", "2", GNNRT, "train", *job_args, *COMMON, "--shards", str(shard_dir),
+                     "--metrics", str(metrics)])
+    check(code == 0, f"train --shards {shard_dir}: exit {code}\n{out[-3000:]}")
+    if not metrics.exists():
+        return []
+    return [json.loads(line)["halo_bytes"] for line in metrics.read_text().splitlines()]
+
+
+# The bytes the trainer's halo ops send are the bytes the partition predicts,
+# exactly: per epoch, all ranks, and per rank summing to it. A GCN (halo sums
+# only) and a model with every kind of exchange (SAGE max: keyed rows with
+# edge ids; GAT: the softmax's max and sums).
+whole = manifest_field(manifest, "halo_bytes_per_epoch")
+check(len(whole) == 3 and whole[-1] > 0 and whole[0] + whole[1] == whole[2],
+      f"manifest halo_bytes_per_epoch (2 ranks, then all): {whole}")
+measured = measured_halo_bytes([], shards)
+check(measured and all(b == whole[-1] for b in measured),
+      f"GCN: measured halo bytes {measured} != predicted {whole[-1]}")
+job = WORK / "sage_gat.pbtxt"
+job.write_text("""model {
+  layer { type: "sage" out: 8 aggr: "max" }
+  layer { type: "relu" }
+  layer { type: "dropout" p: 0.5 }
+  layer { type: "gat" heads: 2 concat: false }
+}
+""")
+mixed = WORK / "mixed_model"
+code, out = run([GNNRT, "partition", str(job), "--parts", "2", "--method", "random", "--out", str(mixed),
+                 "--dataset", DATASET])
+check(code == 0 and "halo_max (conv1)" in out and "halo_max (conv2)" in out,
+      f"gnnrt partition of SAGE max + GAT: exit {code}\n{out}")
+predicted = manifest_field((mixed / "manifest.pbtxt").read_text(), "halo_bytes_per_epoch")[-1]
+measured = measured_halo_bytes([str(job)], mixed)
+check(measured and all(b == predicted for b in measured),
+      f"SAGE max + GAT: measured halo bytes {measured} != predicted {predicted}")
 
 expect_refused(3, "holds shards for 2 ranks, but the job runs on 3", "--shards", str(shards))
 
