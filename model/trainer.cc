@@ -266,6 +266,11 @@ void Trainer::compile() {
     }
   }
   for (const auto& name : unread) core_.memory().erase(name);
+  // The whole dataset (or the shard as read) and the unread inputs are
+  // freed: give their pages back before the arena is used. (A lower
+  // M_MMAP_THRESHOLD would do it on every free, but then MPI's large
+  // per-call buffers would be paged in afresh on every collective.)
+  malloc_trim(0);
   result_.train_plan = train_step_->plan;
   result_.infer_plan = infer_->plan;
   result_.train_passes = train_step_->passes;
@@ -452,23 +457,19 @@ EpochMetrics Trainer::epoch(int64_t index) {
   core_.run(*infer_, context);
   m.infer_ms = ms_since(start);
   // The one host synchronisation of the epoch (and, on many ranks, one
-  // all-reduce of the sums).
-  Tensor metrics = core_.read(kMetrics);
-  auto v = metrics.values<double>();
+  // all-reduce of the sums, with the halo bytes sent).
+  const runtime::Counters& after = core_.counters();
+  const Tensor metrics = core_.read(kMetrics);
+  std::vector<double> v = metrics.to_vector<double>();
+  v.push_back(after.halo_bytes - before.halo_bytes);
   if (comm_ && comm_->size() > 1) comm_->allreduce<double>(v);
   m.ms = ms_since(epoch_start);
-  const runtime::Counters& after = core_.counters();
+  m.halo_bytes = v.back();
   m.simulated_ms = (after.simulated_seconds - before.simulated_seconds) * 1e3;
   m.compute_ms = (after.compute_seconds - before.compute_seconds) * 1e3;
   m.halo_ms = (after.halo_seconds - before.halo_seconds) * 1e3;
   m.grad_ms = (after.gradient_seconds - before.gradient_seconds) * 1e3;
   m.wait_ms = std::max(0.0, m.ms - m.compute_ms - m.halo_ms - m.grad_ms);
-  m.halo_bytes = after.halo_bytes - before.halo_bytes;
-  if (comm_ && comm_->size() > 1) {
-    std::vector<double> bytes{m.halo_bytes};
-    comm_->allreduce<double>(bytes);
-    m.halo_bytes = bytes[0];
-  }
   const auto ratio = [&](MetricSlot s) { return v[s + 1] > 0 ? v[s] / v[s + 1] : 0.0; };
   m.loss = v[kLossSum];
   m.train_acc = ratio(kTrainCorrect);
@@ -536,11 +537,6 @@ std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
 }
 
 TrainResult Trainer::run() {
-  // Arrays of 1 MiB or more are mapped and unmapped whole, so what is freed
-  // (the dataset once partitioned and bound) goes back to the system at
-  // once: glibc's default threshold rises to the largest block freed, after
-  // which such arrays stay in the heap's free lists and count in the peak.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
   result_.ranks = ranks_;
   result_.partitioned = distributed_;

@@ -43,13 +43,13 @@ double Halo::bytes_sent(double row_bytes) const {
 
 namespace {
 
-// Dense mode: the local rows scattered into a zero (or `fill`) global
-// matrix, all-reduced, and the local rows read back.
+// Dense mode: the local rows scattered into a `fill` global matrix,
+// all-reduced, and the local rows read back.
 template <typename T>
 void dense_reduce(collectives::Communicator& comm, std::span<const int64_t> global_id,
-                  int64_t num_global, std::span<T> rows, int64_t features, ReduceOp op, T fill) {
+                  std::span<T> global, std::span<T> rows, int64_t features, ReduceOp op, T fill) {
   const auto f = static_cast<size_t>(features);
-  std::vector<T> global(static_cast<size_t>(num_global) * f, fill);
+  std::fill(global.begin(), global.end(), fill);
   for (size_t i = 0; i < global_id.size(); ++i) {
     std::copy_n(rows.data() + i * f, f, global.data() + static_cast<size_t>(global_id[i]) * f);
   }
@@ -82,9 +82,17 @@ int64_t encode(float v, int64_t key, bool max) {
 }  // namespace
 
 template <typename T>
+std::span<T> Halo::dense_buffer(std::size_t count, std::size_t offset_bytes) {
+  const std::size_t end = offset_bytes + count * sizeof(T);
+  if (dense_.size() < end) dense_.resize(end);
+  return {reinterpret_cast<T*>(dense_.data() + offset_bytes), count};
+}
+
+template <typename T>
 void Halo::sum(std::span<T> rows, int64_t features) {
   if (mode_ == HaloMode::dense) {
-    dense_reduce<T>(comm_, global_id_, num_global_, rows, features, ReduceOp::sum, T(0));
+    dense_reduce<T>(comm_, global_id_, dense_buffer<T>(static_cast<size_t>(num_global_ * features)),
+                    rows, features, ReduceOp::sum, T(0));
     return;
   }
   exchange_->run<T>(rows, features, ReduceOp::sum);
@@ -93,8 +101,8 @@ void Halo::sum(std::span<T> rows, int64_t features) {
 template <typename T>
 void Halo::max(std::span<T> rows, int64_t features) {
   if (mode_ == HaloMode::dense) {
-    dense_reduce<T>(comm_, global_id_, num_global_, rows, features, ReduceOp::max,
-                    -std::numeric_limits<T>::infinity());
+    dense_reduce<T>(comm_, global_id_, dense_buffer<T>(static_cast<size_t>(num_global_ * features)),
+                    rows, features, ReduceOp::max, -std::numeric_limits<T>::infinity());
     return;
   }
   exchange_->run<T>(rows, features, ReduceOp::max);
@@ -113,15 +121,19 @@ void Halo::keyed(std::span<T> values, std::span<int64_t> keys, int64_t features,
     // of the winner, from the rank holding it (a sum: one rank contributes).
     const auto f = static_cast<size_t>(features);
     const auto n = static_cast<size_t>(num_global_) * f;
-    std::vector<int64_t> code(n, std::numeric_limits<int64_t>::min());
+    dense_buffer<std::byte>(n * (2 * sizeof(int64_t) + sizeof(float)));  // one allocation for the three
+    const std::span<int64_t> code = dense_buffer<int64_t>(n);
+    const std::span<int64_t> key = dense_buffer<int64_t>(n, n * sizeof(int64_t));
+    const std::span<float> value = dense_buffer<float>(n, 2 * n * sizeof(int64_t));
+    std::fill(code.begin(), code.end(), std::numeric_limits<int64_t>::min());
     for (size_t i = 0; i < global_id_.size(); ++i) {
       for (size_t c = 0; c < f; ++c) {
         code[static_cast<size_t>(global_id_[i]) * f + c] = encode(values[i * f + c], keys[i * f + c], max);
       }
     }
     comm_.allreduce<int64_t>(code, ReduceOp::max);
-    std::vector<float> value(n, 0.0f);
-    std::vector<int64_t> key(n, 0);
+    std::fill(value.begin(), value.end(), 0.0f);
+    std::fill(key.begin(), key.end(), 0);
     for (size_t i = 0; i < global_id_.size(); ++i) {
       for (size_t c = 0; c < f; ++c) {
         const size_t g = static_cast<size_t>(global_id_[i]) * f + c;

@@ -57,6 +57,12 @@ class Halo {
   std::vector<int64_t> global_id_;
   int64_t num_global_;
   HaloMode mode_;
+  // Dense mode: the global matrix (and the keyed exchange's codes and
+  // keys), kept between calls: a fresh buffer would be paged in (zeroed by
+  // the kernel) on every exchange.
+  std::vector<std::byte> dense_;
+  template <typename T>
+  std::span<T> dense_buffer(std::size_t count, std::size_t offset_bytes = 0);
 };
 
 }  // namespace gnnrt::runtime

@@ -5,6 +5,7 @@
 //     partitioner: the loss of each of 10 Adam steps, the parameters after
 //     them and the logits equal a single-rank run within rtol 1e-5 of the
 //     largest magnitude (on one rank the partitioned path runs from shards);
+//   - the dense halo mode, every model;
 //   - hand-made partitions: a rank with no edges, a rank that masters no
 //     labelled vertex;
 //   - gradients of every halo op (sum, mean, max and min with their global
@@ -201,6 +202,20 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return models()[static_cast<size_t>(std::get<0>(info.param))].name + "_" + std::get<1>(info.param);
     });
+
+// The dense halo mode (an all-reduce of the whole matrix: bench/scaling's
+// baseline) gives the same numbers as the sparse exchange, for every model:
+// sums, keyed max/min winners and the softmax's max.
+TEST(Equivalence, DenseHaloModeEqualsOneRank) {
+  for (const ModelCase& m : models()) {
+    const fs::path dir = shared_dir("dense_" + m.name);
+    proto::Job job = job_for(m);
+    apply_override(job, "partition.method=metis");
+    apply_override(job, "partition.halo=dense");
+    const Outcome many = run(job, world(), dir);
+    expect_same_as_one_rank(many, reference(m), "dense halo, " + m.name);
+  }
+}
 
 // Partitions no partitioner makes, written as shards: every edge on rank 0
 // (the other ranks hold only the vertices they master), and masters such

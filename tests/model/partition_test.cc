@@ -158,6 +158,32 @@ TEST(Partition, MetisAndHdrfReplicateFarLessThanRandomOnACommunityGraph) {
   }
 }
 
+// METIS balances a part's vertices (the rows of every dense op) and its
+// edges (the scatter work) at once. The graph: a dense community (500
+// vertices of in-degree 16) beside a sparse one (1500 on a ring, in-degree
+// 2): balancing one combined weight (1 + in-degree) would give one part
+// about 400 vertices and the other about 1600.
+TEST(Partition, MetisBalancesVerticesAndEdgesTogether) {
+  Dataset d;
+  d.num_nodes = 2000;
+  const auto edge = [&](int64_t a, int64_t b) {
+    d.src.insert(d.src.end(), {a, b});
+    d.dst.insert(d.dst.end(), {b, a});
+  };
+  for (int64_t i = 0; i < 500; ++i) {
+    for (int64_t k = 1; k <= 8; ++k) edge(i, (i + k) % 500);
+  }
+  for (int64_t j = 500; j < 2000; ++j) edge(j, j + 1 < 2000 ? j + 1 : 500);
+  edge(0, 500);
+  for (int parts : {2, 4}) {
+    SCOPED_TRACE(parts);
+    const PartitionStats s = run(d, PartitionMethod::metis, parts).stats();
+    const auto [low, high] = std::minmax_element(s.part_masters.begin(), s.part_masters.end());
+    EXPECT_LE(*high, 1.05 * d.num_nodes / parts) << "masters " << *low << ".." << *high;
+    EXPECT_LE(s.edge_balance, 1.05);
+  }
+}
+
 // The 2D grid: a vertex's replicas lie in its row and its column of the
 // r x c grid, so at most r + c - 1 (about 2 sqrt(p)); its masters are
 // balanced.
