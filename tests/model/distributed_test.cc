@@ -13,6 +13,7 @@
 //     differences of the global objective, in float64, across ranks;
 //   - resuming at another rank count, and a restart on the same shards
 //     compiling nothing.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
@@ -131,14 +132,36 @@ Outcome run(const proto::Job& job, std::shared_ptr<collectives::Communicator> co
   return o;
 }
 
-// |a - b| <= rtol * max |b| over the whole tensor.
+// The largest |a - b| / max |b| seen per model, printed at the end (the
+// equivalence figures of docs/distributed.md).
+std::map<std::string, double>& worst_differences() {
+  static std::map<std::string, double> worst;
+  return worst;
+}
+
+struct PrintWorstDifferences : ::testing::Environment {
+  void TearDown() override {
+    if (world()->rank() != 0 || worst_differences().empty()) return;
+    std::string line;
+    for (const auto& [model, d] : worst_differences()) line += fmt::format(" {} {:.2e};", model, d);
+    fmt::print("worst relative difference from one rank at {} ranks (losses, parameters, logits):{}\n",
+               world()->size(), line);
+  }
+};
+const auto* const kPrintWorst = ::testing::AddGlobalTestEnvironment(new PrintWorstDifferences);
+
+// |a - b| <= rtol * max |b| over the whole tensor. `what` starts with the
+// model's name.
 ::testing::AssertionResult close(const std::vector<double>& a, const std::vector<double>& b,
                                  const std::string& what, double rtol = 1e-5) {
   if (a.size() != b.size()) {
     return ::testing::AssertionFailure() << what << ": " << a.size() << " values, expected " << b.size();
   }
-  double scale = 0;
+  double scale = 0, worst = 0;
   for (double v : b) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  double& model_worst = worst_differences()[what.substr(0, what.find(' '))];
+  model_worst = std::max(model_worst, worst / std::max(scale, 1e-30));
   for (size_t i = 0; i < a.size(); ++i) {
     if (!(std::abs(a[i] - b[i]) <= rtol * std::max(scale, 1e-30))) {
       return ::testing::AssertionFailure() << what << "[" << i << "] = " << a[i] << ", one rank: "
@@ -213,7 +236,7 @@ TEST(Equivalence, DenseHaloModeEqualsOneRank) {
     apply_override(job, "partition.method=metis");
     apply_override(job, "partition.halo=dense");
     const Outcome many = run(job, world(), dir);
-    expect_same_as_one_rank(many, reference(m), "dense halo, " + m.name);
+    expect_same_as_one_rank(many, reference(m), m.name + " (dense halo)");
   }
 }
 
@@ -239,7 +262,7 @@ TEST(Equivalence, RanksWithNoEdgesAndNoLabelledMasters) {
     world()->barrier();
     apply_override(job, "partition.shards=" + (dir / "shards").string());
     const Outcome many = run(job, world(), dir);
-    expect_same_as_one_rank(many, reference(m), "hand-made partition, " + m.name);
+    expect_same_as_one_rank(many, reference(m), m.name + " (hand-made partition)");
   }
 }
 
