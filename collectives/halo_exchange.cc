@@ -214,6 +214,7 @@ struct HaloPlanAccess {
         }
         counts[k] = static_cast<int>(bytes);
         displs[k] = static_cast<int>(offset);
+        plan.bytes_posted_ += bytes;
       }
       MPI_Request request;
       check_mpi(MPI_Ineighbor_alltoallv(out, counts.data(), displs.data(), MPI_BYTE, in,
@@ -226,6 +227,7 @@ struct HaloPlanAccess {
         const std::size_t bytes = (plan.staged_offset_[k + 1] - plan.staged_offset_[k]) * row_bytes;
         t.irecv(plan.peers_[k], in + offset, bytes);
         t.isend(plan.peers_[k], out + offset, bytes);
+        plan.bytes_posted_ += bytes;
       }
       co_await t.wait_all();
     }
@@ -315,6 +317,7 @@ detail::Task HaloPlanAccess::keyed(detail::Transfers& t, detail::Scratch& scratc
     const std::size_t bytes = (plan.staged_offset_[k + 1] - plan.staged_offset_[k]) * row_bytes;
     t.irecv(plan.peers_[k], in + offset, bytes);
     t.isend(plan.peers_[k], out + offset, bytes);
+    plan.bytes_posted_ += bytes;
   }
   co_await t.wait_all();
   // The rule is a total order, so folding the received rows into this

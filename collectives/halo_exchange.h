@@ -86,6 +86,9 @@ class HaloExchange {
   const std::vector<int>& peers() const { return peers_; }
   // Rows this rank sends per exchange (each shared row once per peer).
   std::size_t rows_sent() const { return staged_offset_.back(); }
+  // Bytes this rank has handed to MPI's sends, over every exchange so far
+  // (counted where the messages are posted).
+  uint64_t bytes_sent() const { return bytes_posted_; }
   int64_t rows() const { return rows_; }
   HaloTransport transport() const { return transport_; }
 
@@ -103,6 +106,7 @@ class HaloExchange {
   std::vector<std::size_t> contribution_offset_{0};
   std::vector<int32_t> contribution_rank_;
   std::vector<int64_t> contribution_slot_;
+  mutable uint64_t bytes_posted_ = 0;  // see bytes_sent()
 
   template <typename T>
   void check_start(std::size_t data_size, int64_t features, ReduceOp op, std::size_t winner_size) const;

@@ -151,8 +151,8 @@ CLI::App* add_partition_command(CLI::App& app, gnnrt::launch::PartitionCommand& 
       "partition", "Partition the job's dataset once and write one shard per rank");
   cmd->add_option("job", c.job, "Job file (default: the default job of gnnrt train)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--parts", c.parts, "Number of shards (the rank count to train on)")
-      ->required()
+  cmd->add_option("--parts", c.parts,
+                  "Number of shards, the rank count to train on (default: the job's partition.parts)")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--method", c.method, "random, destination, grid, hdrf or metis (default: the job's)")
       ->check(CLI::IsMember({"random", "destination", "grid", "hdrf", "metis"}));

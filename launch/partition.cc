@@ -16,7 +16,10 @@ int run_partition(PartitionCommand& c) {
   if (!c.method.empty()) model::apply_override(job, "partition.method=" + c.method);
   if (c.seed_given) model::apply_override(job, fmt::format("partition.seed={}", c.seed));
   model::validate(job);
-  if (c.parts < 1) throw std::invalid_argument(fmt::format("--parts {} must be >= 1", c.parts));
+  if (c.parts == 0) c.parts = job.partition().parts();
+  if (c.parts < 1) {
+    throw std::invalid_argument("gnnrt partition needs --parts N (or the job's partition.parts)");
+  }
 
   model::Dataset data = model::load_dataset(job.dataset().path());
   if (job.dataset().normalize_features()) model::normalize_features(data);

@@ -16,7 +16,7 @@ struct PartitionCommand {
   std::string job;                // path; empty: the default job
   std::string dataset;            // --dataset: dataset.path
   std::vector<std::string> sets;  // --set path=value
-  int parts = 2;
+  int parts = 0;                  // 0: the job's partition.parts
   std::string method;             // empty: the job's partition.method
   std::string out;
   uint64_t seed = 0;

@@ -53,9 +53,7 @@ void agree(collectives::Communicator& comm, std::string_view what, std::exceptio
                     bad_input);
 }
 
-NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model,
-                        const std::shared_ptr<collectives::Communicator>& comm,
-                        runtime::HaloMode halo) {
+NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model) {
   using Adjacency = runtime::Core::Adjacency;
   const int64_t n = s.num_local();
   NetworkShape shape;
@@ -96,8 +94,12 @@ NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model
     for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * s.num_classes + s.y[static_cast<size_t>(i)])] = 1;
     mem.put("y_onehot", std::move(onehot));
   }
-  core.bind_halo(std::make_shared<runtime::Halo>(*comm, s.mirrors, s.global_id, s.num_nodes, halo));
   return shape;
+}
+
+void bind_halo(runtime::Core& core, const Shard& s, const collectives::Communicator& comm,
+               runtime::HaloMode mode) {
+  core.bind_halo(std::make_shared<runtime::Halo>(comm, s.mirrors, s.global_id, s.num_nodes, mode));
 }
 
 void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::string_view what) {

@@ -55,13 +55,17 @@ void on_every_rank(collectives::Communicator& comm, std::string_view what, Fn&& 
 }
 
 // Puts a shard on the core as network.h's programs expect it on a rank of
-// a partitioned graph: the local graphs, features, labels, master masks, the
-// global ids, degrees and mask counts the partitioned programs read, and the
-// core's Halo (collective: every rank calls it). The shard's features and
-// edges move to the core (they are emptied); ids, masks and counts stay.
-NetworkShape bind_shard(runtime::Core& core, Shard& shard, const proto::Model& model,
-                        const std::shared_ptr<collectives::Communicator>& comm,
-                        runtime::HaloMode halo);
+// a partitioned graph: the local graphs, features, labels, master masks, and
+// the global ids, degrees and mask counts the partitioned programs read.
+// Local (no communication), so its errors can be agreed on before anything
+// collective starts. The shard's features and edges move to the core (they
+// are emptied); ids, masks, counts and the mirror table stay.
+NetworkShape bind_shard(runtime::Core& core, Shard& shard, const proto::Model& model);
+
+// The core's Halo over the shard's mirror table (collective: every rank
+// calls it; a bad or inconsistent table throws on every rank).
+void bind_halo(runtime::Core& core, const Shard& shard, const collectives::Communicator& comm,
+               runtime::HaloMode mode);
 
 // Collective: every rank compares a fingerprint of what it is about to run
 // (e.g. its programs built with rank-independent sizes); ranks that differ

@@ -199,6 +199,7 @@ void validate(const proto::Job& job) {
     throw JobError(fmt::format("job: partition.bucket_mb = {} must be > 0", p.bucket_mb()));
   }
   if (p.checksum_every() < 0) throw JobError("job: partition.checksum_every must be >= 0");
+  if (p.parts() < 0) throw JobError(fmt::format("job: partition.parts = {} must be >= 0", p.parts()));
 }
 
 std::string to_text(const proto::Job& job) {

@@ -19,9 +19,10 @@
 //                already hold an endpoint, the lower-degree one first (the
 //                high-degree vertex gets replicated), and light parts
 //   metis        METIS k-way vertex partition of the symmetrised graph
-//                (METIS_PartGraphKway, seed = options.seed, vertex weight
-//                1 + in-degree, so that parts get balanced edge counts),
-//                then edge (u, v) to v's part: edges cut by METIS replicate u
+//                (METIS_PartGraphKway, seed = options.seed, two balance
+//                constraints per vertex: 1 and its in-degree, so that parts
+//                get balanced vertex and edge counts), then edge (u, v) to
+//                v's part: edges cut by METIS replicate u
 //
 // Masters: a vertex's own part under destination and metis; under random and
 // hdrf one of its replicas drawn from (seed, vertex); under grid the replica

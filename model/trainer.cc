@@ -183,6 +183,12 @@ void require_training_nodes(int64_t count, const std::string& name, const std::s
 }
 
 void Trainer::load_data() {
+  // The same verdict on every rank, before anything collective.
+  if (const int parts = job_.partition().parts(); parts > 0 && parts != ranks_) {
+    throw std::invalid_argument(fmt::format(
+        "the job is for {} ranks (partition.parts) but runs on {}; run mpirun -np {} or set "
+        "partition.parts={}", parts, ranks_, parts, ranks_));
+  }
   if (distributed_) return load_shard();
   data_ = load_dataset(job_.dataset().path());
   if (job_.dataset().normalize_features()) normalize_features(data_);
@@ -227,10 +233,10 @@ void Trainer::load_shard() {
   spdlog::info("shard: {} local vertices ({} masters, {} shared), {} edges", shard_.num_local(),
                std::count(shard_.is_master.begin(), shard_.is_master.end(), uint8_t{1}),
                shard_.mirrors.size(), shard_.graph.src.size());
-  step("binding the shard", [&] {
-    shape_ = bind_shard(core_, shard_, job_.model(), comm_,
-                        runtime::parse_halo_mode(job_.partition().halo()));
-  });
+  step("binding the shard", [&] { shape_ = bind_shard(core_, shard_, job_.model()); });
+  // Collective, and agreed inside: a mirror table the ranks disagree on
+  // throws on every rank.
+  bind_halo(core_, shard_, *comm_, runtime::parse_halo_mode(job_.partition().halo()));
 }
 
 void Trainer::compile() {
@@ -547,11 +553,14 @@ TrainResult Trainer::run() {
   load_data();
   compile();
   if (!resume()) init_parameters();
+  // Rank 0 writes the files; its failures are agreed on, so every rank
+  // stops with the error instead of waiting in the next collective.
   std::ofstream metrics_out;
-  if (!options_.metrics_path.empty() && writer()) {
+  step("opening --metrics", [&] {
+    if (options_.metrics_path.empty() || !writer()) return;
     metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
-  }
+  });
   const int64_t epochs = job_.schedule().epochs();
   const int64_t val_nodes =
       distributed_ ? shard_.val_count : val_count_;
@@ -580,7 +589,7 @@ TrainResult Trainer::run() {
                    "(simulated {:.3f} ms)",
                    m.epoch, epochs, m.loss, m.train_acc, m.val_acc, m.test_acc, m.ms, m.simulated_ms);
     }
-    if (metrics_out) {
+    if (metrics_out.is_open()) {
       metrics_out << nlohmann::json{{"epoch", m.epoch},           {"loss", m.loss},
                                     {"train_acc", m.train_acc},   {"val_acc", m.val_acc},
                                     {"test_acc", m.test_acc},     {"ms", m.ms},
@@ -598,11 +607,17 @@ TrainResult Trainer::run() {
     }
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
-    if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) save(m.epoch);
+    if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) {
+      step("writing the checkpoint", [&] { save(m.epoch); });
+    }
   }
-  if (!job_.checkpoint().dir().empty()) save(std::max(epochs, start_epoch_));
-  write_outputs();
-  if (!options_.trace_path.empty()) core_.write_trace(rank_path(options_.trace_path, rank_));
+  if (!job_.checkpoint().dir().empty()) {
+    step("writing the checkpoint", [&] { save(std::max(epochs, start_epoch_)); });
+  }
+  step("writing the outputs", [&] { write_outputs(); });
+  if (!options_.trace_path.empty()) {
+    step("writing --trace", [&] { core_.write_trace(rank_path(options_.trace_path, rank_)); });
+  }
   result_.best_epoch = best_epoch_;
   result_.best_val_acc = std::max(best_val_, 0.0);
   result_.test_acc = best_test_;

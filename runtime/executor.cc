@@ -432,17 +432,19 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kHaloSum: {
       auto o = f();
       std::copy(in(0).begin(), in(0).end(), o.begin());
+      const double before = options_.halo->bytes_sent();
       options_.halo->sum<T>(o, cols(out));
-      return options_.halo->bytes_sent(static_cast<double>(cols(out) * sizeof(T)));
+      return options_.halo->bytes_sent() - before;
     }
     case OpKind::kHaloMax: {
       auto o = f();
       std::copy(in(0).begin(), in(0).end(), o.begin());
       const bool max = reduce_of(a) == ops::Reduce::kMax;
+      const double before = options_.halo->bytes_sent();
       if (op.inputs.size() == 1) {
         if (!max) throw RunError("halo_max without arg is a max");
         options_.halo->max<T>(o, cols(out));
-        return options_.halo->bytes_sent(static_cast<double>(cols(out) * sizeof(T)));
+        return options_.halo->bytes_sent() - before;
       }
       // Keys: the global id of each element's local winning edge.
       const auto arg = in.template operator()<int32_t>(1);
@@ -460,10 +462,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
         new_arg[k] = won ? arg[k] : edges;
         if (keys[k] == collectives::HaloExchange::kNoKey) o[k] = T(0);  // empty everywhere
       }
-      return options_.halo->mode() == HaloMode::dense
-                 ? options_.halo->bytes_sent(static_cast<double>(cols(out) * (8 + sizeof(T) + 8)))
-                 : options_.halo->bytes_sent(static_cast<double>(
-                       collectives::HaloExchange::keyed_row_bytes(cols(out), sizeof(T))));
+      return options_.halo->bytes_sent() - before;
     }
     case OpKind::kBucketStart: {
       auto bucket = f();

@@ -36,9 +36,8 @@ Halo::Halo(collectives::Communicator comm, const collectives::MirrorTable& mirro
   }
 }
 
-double Halo::bytes_sent(double row_bytes) const {
-  if (mode_ == HaloMode::dense) return static_cast<double>(num_global_) * row_bytes;
-  return static_cast<double>(exchange_->rows_sent()) * row_bytes;
+double Halo::bytes_sent() const {
+  return static_cast<double>(mode_ == HaloMode::dense ? dense_bytes_ : exchange_->bytes_sent());
 }
 
 namespace {
@@ -91,8 +90,9 @@ std::span<T> Halo::dense_buffer(std::size_t count, std::size_t offset_bytes) {
 template <typename T>
 void Halo::sum(std::span<T> rows, int64_t features) {
   if (mode_ == HaloMode::dense) {
-    dense_reduce<T>(comm_, global_id_, dense_buffer<T>(static_cast<size_t>(num_global_ * features)),
-                    rows, features, ReduceOp::sum, T(0));
+    const std::span<T> global = dense_buffer<T>(static_cast<size_t>(num_global_ * features));
+    dense_reduce<T>(comm_, global_id_, global, rows, features, ReduceOp::sum, T(0));
+    dense_bytes_ += global.size_bytes();
     return;
   }
   exchange_->run<T>(rows, features, ReduceOp::sum);
@@ -101,8 +101,10 @@ void Halo::sum(std::span<T> rows, int64_t features) {
 template <typename T>
 void Halo::max(std::span<T> rows, int64_t features) {
   if (mode_ == HaloMode::dense) {
-    dense_reduce<T>(comm_, global_id_, dense_buffer<T>(static_cast<size_t>(num_global_ * features)),
-                    rows, features, ReduceOp::max, -std::numeric_limits<T>::infinity());
+    const std::span<T> global = dense_buffer<T>(static_cast<size_t>(num_global_ * features));
+    dense_reduce<T>(comm_, global_id_, global, rows, features, ReduceOp::max,
+                    -std::numeric_limits<T>::infinity());
+    dense_bytes_ += global.size_bytes();
     return;
   }
   exchange_->run<T>(rows, features, ReduceOp::max);
@@ -147,6 +149,7 @@ void Halo::keyed(std::span<T> values, std::span<int64_t> keys, int64_t features,
     // Exactly one rank holds each winning edge, so the sums are its values.
     comm_.allreduce<int64_t>(key, ReduceOp::sum);
     comm_.allreduce<float>(value, ReduceOp::sum);
+    dense_bytes_ += code.size_bytes() + key.size_bytes() + value.size_bytes();
     for (size_t i = 0; i < global_id_.size(); ++i) {
       for (size_t c = 0; c < f; ++c) {
         const size_t g = static_cast<size_t>(global_id_[i]) * f + c;

@@ -47,9 +47,9 @@ class Halo {
   HaloMode mode() const { return mode_; }
   int ranks() const { return comm_.size(); }
   int peers() const { return static_cast<int>(exchange_->peers().size()); }
-  // Bytes this rank sends in one exchange of `row_bytes`-byte rows (the
-  // sparse exchange's shared rows; the dense all-reduce's whole matrix).
-  double bytes_sent(double row_bytes) const;
+  // Bytes this rank has handed to MPI for its exchanges so far: the sparse
+  // exchange's posted messages, or the dense mode's all-reduced buffers.
+  double bytes_sent() const;
 
  private:
   collectives::Communicator comm_;
@@ -61,6 +61,7 @@ class Halo {
   // keys), kept between calls: a fresh buffer would be paged in (zeroed by
   // the kernel) on every exchange.
   std::vector<std::byte> dense_;
+  uint64_t dense_bytes_ = 0;  // all-reduced by the dense mode
   template <typename T>
   std::span<T> dense_buffer(std::size_t count, std::size_t offset_bytes = 0);
 };

@@ -64,14 +64,29 @@ for text in ("replication factor", "edge balance", "halo rows", "halo bytes per 
 manifest = (shards / "manifest.pbtxt").read_text()
 check("replication_factor" in manifest and "xxh64" in manifest, "manifest lacks statistics or checksums")
 
-# Training from the shards works, and gives the in-memory partition's numbers.
-code, from_shards = train(2, "--shards", str(shards))
+
+
+def metrics_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# Training from the shards works, and gives the in-memory partition's numbers
+# exactly (the same arrays, read back instead of cut at start-up). Every
+# rank traces its ops, halo exchanges among them.
+trace = WORK / "trace.json"
+code, from_shards = train(2, "--shards", str(shards), "--metrics", str(WORK / "shards.jsonl"),
+                          "--trace", str(trace))
 check(code == 0, f"train --shards: exit {code}\n{from_shards[-3000:]}")
-code, in_memory = train(2, "--partition", "metis")
+code, in_memory = train(2, "--partition", "metis", "--metrics", str(WORK / "memory.jsonl"))
 check(code == 0, f"train --partition metis: exit {code}")
-last = [line.split("loss")[1].split("|")[0] for line in from_shards.splitlines() if "epoch    2/2" in line]
-last_memory = [line.split("loss")[1].split("|")[0] for line in in_memory.splitlines() if "epoch    2/2" in line]
-check(last and last == last_memory, f"shards {last} != in memory {last_memory}")
+keys = ("loss", "train_acc", "val_acc", "test_acc", "halo_bytes")
+a = [[e[k] for k in keys] for e in metrics_of(WORK / "shards.jsonl")]
+b = [[e[k] for k in keys] for e in metrics_of(WORK / "memory.jsonl")]
+check(len(a) == 2 and a == b, f"shards {a} != in memory {b}")
+for path in (trace, WORK / "trace.rank-1.json"):
+    events = json.loads(path.read_text())["traceEvents"] if path.exists() else []
+    check(any(e.get("name") == "halo_sum" and e.get("ph") == "X" for e in events),
+          f"{path.name}: no halo_sum events")
 
 
 
@@ -171,6 +186,64 @@ expect_refused(2, "missing: the shards folder does not exist", "--shards", str(W
 expect_refused(2, "the ranks would run different programs",
                mpmd=[["--partition", "metis", "--set", "model.layer[1].out=16"],
                      ["--partition", "metis", "--set", "model.layer[1].out=17"]])
+
+# A job meant for another rank count (partition.parts).
+expect_refused(2, "the job is for 3 ranks (partition.parts) but runs on 2", "--partition", "metis",
+               "--set", "partition.parts=3")
+
+
+def expect_failed_everywhere(ranks, message, *extra, status=1, job=()):
+    """A failure on rank 0 only (the ranks' writer) ends every rank with an error."""
+    code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", *job, *COMMON, *extra])
+    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+    check(code == status, f"{message!r}: exit {code}, expected {status}\n{out[-3000:]}")
+    check(len(errors) == ranks, f"{message!r}: {len(errors)} error lines for {ranks} ranks:\n" + "\n".join(errors))
+    check(any(message in line for line in errors), f"no error says {message!r}:\n" + "\n".join(errors))
+    return out
+
+
+# Files only rank 0 writes: an unwritable --metrics (a folder) before the
+# first step, an unwritable --params-out (a file) after the last.
+expect_failed_everywhere(2, "cannot write --metrics", "--partition", "metis", "--metrics", str(WORK))
+a_file = WORK / "a_file"
+a_file.write_text("not a folder\n")
+out = expect_failed_everywhere(2, "writing the outputs failed on rank 0", "--partition", "metis",
+                               "--params-out", str(a_file / "params"))
+check(re.search(r"epoch +2/2", out) is not None, "the run should have trained before failing")
+
+# --debug on many ranks: a feature too large for the first matmul makes Inf
+# on the one rank holding that (isolated) vertex; the error names the rank,
+# the op and its layer, and the job ends within the timeout although the
+# other rank is waiting in a halo exchange.
+try:
+    import numpy as np
+except ImportError:
+    np = None
+    check(False, "numpy is needed (scripts/setup.sh installs python3-numpy)")
+if np is not None:
+    data = WORK / "huge"
+    data.mkdir(exist_ok=True)
+    n = 60
+    x = np.linspace(0, 1, n * 4, dtype=np.float32).reshape(n, 4)
+    x[7, :] = 3e38
+    ring = np.arange(n)
+    others = ring[ring != 7]  # a ring through every vertex but 7
+    nxt = np.roll(others, -1)
+    np.save(data / "x.npy", x)
+    np.save(data / "y.npy", (ring % 3).astype(np.int64))
+    np.save(data / "edge_index.npy", np.stack([np.concatenate([others, nxt]),
+                                              np.concatenate([nxt, others])]).astype(np.int64))
+    np.save(data / "train_mask.npy", ring < 30)
+    np.save(data / "val_mask.npy", (ring >= 30) & (ring < 45))
+    np.save(data / "test_mask.npy", ring >= 45)
+    started = __import__("time").monotonic()
+    code, out = run([*MPIRUN, "-np", "2", GNNRT, "train", "--no-cache", "--debug", "--dataset", str(data),
+                     "--partition", "random", "--set", "schedule.epochs=2"], timeout=90)
+    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+    check(code == 1, f"--debug with Inf: exit {code}, expected 1\n{out[-3000:]}")
+    named = [line for line in errors if re.search(r"rank \d", line) and "produced Inf" in line and "(conv1)" in line]
+    check(len(named) == 1, "--debug on 2 ranks: not one error naming the rank, the op and the layer:\n" + out[-3000:])
+    check(__import__("time").monotonic() - started < 60, "--debug with Inf took a minute or more")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

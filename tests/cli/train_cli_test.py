@@ -20,7 +20,8 @@ import numpy as np
 GNNRT, WORK = sys.argv[1], Path(sys.argv[2])
 DATASET = "synthetic:nodes=300,features=16,classes=4,seed=3"
 FIELDS = {"epoch", "loss", "train_acc", "val_acc", "test_acc", "ms", "train_ms", "infer_ms",
-          "simulated_ms", "lr", "compiles", "cache_hits", "ops_run", "bytes_moved", "host_syncs"}
+          "simulated_ms", "lr", "compiles", "cache_hits", "ops_run", "bytes_moved", "host_syncs",
+          "ranks", "compute_ms", "halo_ms", "grad_ms", "wait_ms", "halo_bytes"}
 failures = []
 
 
@@ -58,6 +59,11 @@ for i, r in enumerate(rows):
     check(r.get("ms", 0) > 0 and r.get("simulated_ms", 0) > 0, f"row {i}: times {r.get('ms')}")
     check(r.get("lr") == 0.01, f"row {i}: lr {r.get('lr')}")
     check(r.get("compiles") == 2 and r.get("ops_run", 0) > 0, f"row {i}: counters {r}")
+    # One rank: no halo; the epoch's time is the kernels' plus the host's.
+    check(r.get("ranks") == 1 and r.get("halo_bytes") == 0 and r.get("halo_ms") == 0
+          and r.get("grad_ms") == 0, f"row {i}: one rank has halo or gradient traffic: {r}")
+    check(0 < r.get("compute_ms", 0) <= r["ms"] * 1.01 and r.get("wait_ms", -1) >= 0,
+          f"row {i}: time split {r.get('compute_ms')} + {r.get('wait_ms')} of {r.get('ms')}")
 
 logits = np.load(out / "logits.npy")
 check(logits.shape == (300, 4) and logits.dtype == np.float32, f"logits {logits.shape} {logits.dtype}")

@@ -72,6 +72,7 @@ const std::vector<Rule>& rules() {
       {"partition.halo=ring", "partition.halo 'ring' must be sparse or dense"},
       {"partition.bucket_mb=0", "partition.bucket_mb = 0 must be > 0"},
       {"partition.checksum_every=-1", "partition.checksum_every must be >= 0"},
+      {"partition.parts=-2", "partition.parts = -2 must be >= 0"},
   };
   return list;
 }

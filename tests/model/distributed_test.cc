@@ -27,6 +27,7 @@
 #include "collectives/communicator.h"
 #include "model/checkpoint.h"
 #include "model/dataset.h"
+#include "model/distributed.h"
 #include "model/job.h"
 #include "model/network.h"
 #include "model/partition.h"
@@ -237,6 +238,73 @@ TEST(Equivalence, DenseHaloModeEqualsOneRank) {
     apply_override(job, "partition.halo=dense");
     const Outcome many = run(job, world(), dir);
     expect_same_as_one_rank(many, reference(m), m.name + " (dense halo)");
+  }
+}
+
+// Gradients in many buckets (each parameter its own: several all-reduces in
+// flight, overlapping backward), parameter checksums compared after every
+// step, and normalised features (normalised over the whole graph before
+// partitioning): still the single-rank numbers. The counters see the halo.
+TEST(Equivalence, SmallBucketsChecksumsEveryStepAndNormalizedFeatures) {
+  for (const ModelCase& m : {models()[0], models()[2], models()[3]}) {
+    const fs::path dir = shared_dir("buckets_" + m.name);
+    proto::Job job = job_for(m);
+    apply_override(job, "dataset.normalize_features=true");
+    Outcome one;
+    if (world()->rank() == 0) one = run(job, nullptr, dir / "one");
+    apply_override(job, "partition.method=hdrf");
+    apply_override(job, "partition.bucket_mb=0.00001");  // 10 bytes: a bucket per gradient
+    apply_override(job, "partition.checksum_every=1");
+    TrainOptions options;
+    options.no_cache = true;
+    options.progress = false;
+    options.communicator = world();
+    options.params_out = dir / "params";
+    options.logits_out = dir / "logits.npy";
+    const TrainResult r = train(job, options);
+    if (world()->size() > 1) {
+      EXPECT_GE(r.train_passes.buckets, 4) << m.name;
+      EXPECT_GT(r.counters.halo_calls, 0) << m.name;
+      EXPECT_GT(r.counters.halo_bytes, 0) << m.name;
+    }
+    Outcome many;
+    for (const auto& e : r.epochs) many.losses.push_back(e.loss);
+    if (world()->rank() == 0) {
+      for (const auto& entry : fs::directory_iterator(dir / "params")) {
+        many.params.emplace(entry.path().stem().string(), read_npy(entry.path()));
+      }
+      many.logits = read_npy(dir / "logits.npy");
+    }
+    // Rank 0 holds the reference; the others compare their losses with it.
+    std::vector<double> losses = one.losses;
+    losses.resize(many.losses.size());
+    world()->broadcast<double>(losses, 0);
+    one.losses = losses;
+    expect_same_as_one_rank(many, one, m.name + " (buckets, normalized)");
+  }
+}
+
+// Ranks whose parameters differ are found by the checksum comparison, and
+// every rank stops naming the odd one out.
+TEST(Checksums, DivergedParametersStopEveryRankNamingTheRanks) {
+  const int p = world()->size();
+  runtime::Core core(runtime::DeviceProfile::named("trn1"), {});
+  const std::vector<ParamDecl> params = {{"w", {3, 2}, ParamDecl::Init::kGlorot, 2, 3},
+                                         {"b", {2}, ParamDecl::Init::kZeros}};
+  initialize_parameters(core, params, 7);
+  const uint64_t same = parameter_checksum(core, params);
+  EXPECT_NO_THROW(check_same(*world(), same, "parameters"));
+  if (world()->rank() == p - 1) core.memory().at("b").values<float>()[1] = 1e-30f;
+  const uint64_t sum = parameter_checksum(core, params);
+  if (world()->rank() == p - 1) {
+    EXPECT_NE(sum, same);
+  }
+  if (p == 1) return;
+  try {
+    check_same(*world(), sum, "parameters");
+    ADD_FAILURE() << "rank " << world()->rank() << ": no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", p - 1)), std::string::npos) << e.what();
   }
 }
 

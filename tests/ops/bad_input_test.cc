@@ -298,6 +298,25 @@ TEST(BadInputTest, BuilderRulesOfOpsWithoutAKernel) {
     b.partition(4);
     b.halo_sum(b.input("x", DType::kF32, {3, 2}));
   }, "halo_sum: x [3, 2] must have a row per local vertex (4)");
+  expect([](Builder& b) { b.halo_max(ops::Reduce::kMax, b.input("x", DType::kF32, {2, 3})); },
+         "halo_max: only a partitioned program exchanges halo rows");
+  expect([](Builder& b) {
+    b.partition(4);
+    b.halo_max(ops::Reduce::kMax, b.input("x", DType::kF32, {3, 2}));
+  }, "halo_max: x [3, 2] must have a row per local vertex (4)");
+  expect([](Builder& b) {
+    b.partition(4);
+    b.halo_max(ops::Reduce::kSum, b.input("x", DType::kF32, {4, 2}));
+  }, "halo_max: reduce sum is not max or min");
+  expect([](Builder& b) {
+    b.partition(4);
+    b.halo_max(ops::Reduce::kMax, b.input("x", DType::kI64, {4, 2}));
+  }, "halo_max: x must be float32, not int64");
+  expect([](Builder& b) {
+    b.partition(4);
+    b.graph("g", 4, 4, 6);
+    b.halo_max(ops::Reduce::kMax, b.input("x", DType::kF32, {4, 2}), b.input("arg", DType::kI32, {4, 3}), 0);
+  }, "halo_max: x [4, 2] and arg [4, 3] must have the same shape");
   expect([](Builder& b) { b.allreduce(b.input("i", DType::kI64, {2})); },
          "allreduce: x must be float32 or float64, not int64");
   expect([](Builder& b) {

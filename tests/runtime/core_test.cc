@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <random>
 
 #include "runtime/npy.h"
 #include "runtime/builder.h"
+#include "ops/rng.h"
 #include "runtime/core.h"
 #include "runtime/memory_plan.h"
 #include "runtime/passes.h"
@@ -35,11 +35,10 @@ struct Graph {
 
 Graph random_graph(int64_t edges, uint32_t seed) {
   Graph g;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> node(1, kNodes - 1);
   for (int64_t e = 0; e < edges; ++e) {
-    g.src.push_back(node(rng));
-    g.dst.push_back(node(rng));
+    const ops::RngWords w = ops::philox(seed, 0, {static_cast<uint64_t>(e), 0, 0, 0});
+    g.src.push_back(1 + static_cast<int32_t>(ops::below(w[0], kNodes - 1)));
+    g.dst.push_back(1 + static_cast<int32_t>(ops::below(w[1], kNodes - 1)));
   }
   g.adj = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(g.src, g.dst, kNodes, kNodes));
   return g;
@@ -47,9 +46,11 @@ Graph random_graph(int64_t edges, uint32_t seed) {
 
 Tensor random_array(std::vector<int64_t> shape, uint32_t seed) {
   Tensor a(DType::kF32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  for (float& v : a.values<float>()) v = normal(rng);
+  auto v = a.values<float>();
+  for (size_t i = 0; i < v.size(); i += 4) {
+    const auto z = ops::normals(ops::philox(seed, 1, {i / 4, 0, 0, 0}));
+    for (size_t k = 0; k < 4 && i + k < v.size(); ++k) v[i + k] = static_cast<float>(z[k]);
+  }
   return a;
 }
 
