@@ -6,8 +6,11 @@
 //              mpirun) on one per rank over a vertex-cut partition
 //   partition  writes one shard per rank
 //   bench collectives | halo   MPI benchmarks (run under mpirun)
+//   launch     starts, watches and restarts a job under mpirun (docs/launcher.md)
 // Exit status 0 on success, 1 on a failed check, 2 on bad usage or input
 // (one clear line on stderr).
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +29,8 @@
 #include "launch/bench_collectives.h"
 #include "launch/bench_common.h"
 #include "launch/bench_halo.h"
+#include "launch/control_client.h"
+#include "launch/launcher.h"
 #include "launch/exit_status.h"
 #include "launch/info.h"
 #include "launch/partition.h"
@@ -63,7 +68,23 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
   if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
   if (!o.algorithm.empty()) options.algorithm = parse_algorithm(o.algorithm);
   auto comm = Communicator::world(options);
-  spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {}] [%^%l%$] %v", comm.rank()));
+  const char* log_dir = std::getenv("GNNRT_LOG_DIR");
+  if (log_dir == nullptr || *log_dir == '\0') {
+    spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {}] [%^%l%$] %v", comm.rank()));
+    return comm;
+  }
+  // Under `gnnrt launch`: every line to RUN_DIR/logs/rank-K.log (appended
+  // across restarts) with the rank and host; errors on stderr too.
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+      fmt::format("{}/rank-{}.log", log_dir, comm.rank()));
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  console->set_level(spdlog::level::err);
+  auto logger = std::make_shared<spdlog::logger>("rank", spdlog::sinks_init_list{file, console});
+  logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {} host {}] [%^%l%$] %v", comm.rank(), host));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
   return comm;
 }
 
@@ -164,6 +185,100 @@ CLI::App* add_partition_command(CLI::App& app, gnnrt::launch::PartitionCommand& 
   return cmd;
 }
 
+
+// `gnnrt launch`'s flags (docs/cli.md, docs/launcher.md).
+CLI::App* add_launch_command(CLI::App& app, gnnrt::launch::LaunchCommand& c, std::string& hosts) {
+  auto* cmd = app.add_subcommand(
+      "launch", "Start a job under mpirun, watch it (heartbeats, progress) and restart it from its newest "
+                "checkpoint when a rank fails: gnnrt launch -n 4 -- train JOB");
+  cmd->add_option("-n,--ranks", c.ranks, "Ranks (simulated NeuronCores)")->required()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--hosts", hosts, "Hosts and their rank slots, H1:S1,H2:S2 (default: this host)");
+  cmd->add_option("--run-dir", c.run_dir,
+                  "Folder for logs/, metrics.jsonl, events.jsonl, job.pbtxt and checkpoints/ (default "
+                  "runs/<job>-<date>-<time>)");
+  cmd->add_option("--max-restarts", c.max_restarts, "Restarts after failures before giving up")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--min-ranks", c.min_ranks,
+                  "With --hosts: restart on the hosts that still answer with fewer ranks, down to this many "
+                  "(default: -n, never fewer)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--heartbeat-timeout", c.heartbeat_timeout, "Seconds without a rank's heartbeat before it is lost")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--progress-timeout", c.progress_timeout,
+                  "Seconds without a finished epoch on some rank before the job counts as hung (train)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--start-timeout", c.start_timeout, "Seconds for every rank to register")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--grace", c.grace, "Seconds between SIGTERM and SIGKILL when stopping the job")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--mpirun-arg", c.mpirun_args,
+                  "Pass this argument to mpirun (repeatable; write --mpirun-arg=--mca for a leading dash)");
+  cmd->add_option("--control-address", c.control_address,
+                  "Address the control server listens on (default 127.0.0.1, or this host's with --hosts)");
+  cmd->add_flag("--dry-run", c.dry_run, "Print the mpirun command and exit");
+  // For the tests: make a rank crash, hang or go silent (first attempt only).
+  cmd->add_option("--inject-fault", c.fault, "KIND:RANK:EPOCH")->group("");
+  cmd->add_option("command", c.command, "After --: train JOB [flags] or bench collectives|halo [flags]")
+      ->required();
+  return cmd;
+}
+
+// Checks the command after `--` (its flags parsed as `gnnrt train` would),
+// resolves a train job, and runs the launcher. Usage errors: status 2.
+int run_launch_command(gnnrt::launch::LaunchCommand& c, const std::string& hosts) {
+  if (!hosts.empty()) c.hosts = gnnrt::launch::parse_hosts(hosts);
+  const std::string& what = c.command.front();
+  if (what != "train" && what != "bench") {
+    throw std::invalid_argument(fmt::format("launch: the command after -- must be train or bench, not '{}'", what));
+  }
+  if (c.min_ranks == 0) c.min_ranks = c.ranks;
+  if (c.min_ranks > c.ranks) {
+    throw std::invalid_argument(fmt::format("launch: --min-ranks {} exceeds -n {}", c.min_ranks, c.ranks));
+  }
+  int slots = 0;
+  for (const auto& h : c.hosts) slots += h.slots;
+  if (!c.hosts.empty() && slots < c.ranks) {
+    throw std::invalid_argument(fmt::format("launch: --hosts has {} slot(s) for -n {} ranks", slots, c.ranks));
+  }
+  std::string name = what;
+  if (what == "train") {
+    c.is_train = true;
+    CLI::App sub{"gnnrt"};
+    gnnrt::launch::TrainCommand t;
+    auto* train = add_train_command(sub, t);
+    MpiOptions ignored;
+    add_mpi_options(train, ignored);
+    try {
+      sub.parse(std::vector<std::string>(c.command.rbegin(), c.command.rend()));
+    } catch (const CLI::ParseError& e) {
+      throw std::invalid_argument(fmt::format("launch: the train command after --: {}", e.what()));
+    }
+    if (!t.metrics.empty()) {
+      throw std::invalid_argument("launch: the launcher writes RUN_DIR/metrics.jsonl; leave --metrics out");
+    }
+    c.job = gnnrt::launch::resolve_job(t);
+    if (c.min_ranks < c.ranks && !c.job.partition().shards().empty()) {
+      throw std::invalid_argument(fmt::format("launch: --min-ranks {} < -n {} needs a partition made at start-up, but the "
+                                    "job reads shards written for {} ranks ({})",
+                                    c.min_ranks, c.ranks, c.ranks, c.job.partition().shards()));
+    }
+    name = c.job.name().empty() ? "train" : c.job.name();
+  }
+  if (c.run_dir.empty()) {
+    const auto t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    c.run_dir = fmt::format("runs/{}-{}", name, stamp);
+  }
+  return gnnrt::launch::run_launch(c);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +311,10 @@ int main(int argc, char** argv) {
   add_mpi_options(train, train_mpi);
   gnnrt::launch::PartitionCommand partition_command;
   auto* partition = add_partition_command(app, partition_command);
+
+  gnnrt::launch::LaunchCommand launch_command;
+  std::string launch_hosts;
+  auto* launch = add_launch_command(app, launch_command, launch_hosts);
 
   auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
   bench->require_subcommand(1);
@@ -276,19 +395,26 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    if (*launch) return run_launch_command(launch_command, launch_hosts);
     if (*bench) {
       gnnrt::collectives::Environment mpi(&argc, &argv);
+      std::unique_ptr<gnnrt::launch::ControlClient> control;
       try {
         auto comm = start_mpi(mpi_options);
-        if (*bench_collectives) return gnnrt::launch::run_collective_bench(comm, collective_options);
-        return gnnrt::launch::run_halo_bench(comm, halo_options);
+        control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
+        const int status = *bench_collectives ? gnnrt::launch::run_collective_bench(comm, collective_options)
+                                              : gnnrt::launch::run_halo_bench(comm, halo_options);
+        if (control) control->done(status, "", false);
+        return status;
       } catch (const std::exception& e) {
+        if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
         return end_with_error(e);
       }
     }
     if (*train) {
       // One rank without mpirun (MPI's singleton mode), one per rank under it.
       gnnrt::collectives::Environment mpi(&argc, &argv);
+      std::unique_ptr<gnnrt::launch::ControlClient> control;
       try {
         auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(train_mpi));
         if (train_command.options.debug) {
@@ -308,8 +434,14 @@ int main(int argc, char** argv) {
             spdlog::info("{}; {} OpenMP thread(s) per rank", place.describe(), threads);
           }
         }
-        return gnnrt::launch::run_train(train_command);
+        control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
+        train_command.control = control.get();
+        const int status = gnnrt::launch::run_train(train_command);
+        if (control) control->done(status, "", train_command.stopped);
+        return status;
       } catch (const std::exception& e) {
+        if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
+        spdlog::error("{}", e.what());
         return end_with_error(e);
       }
     }

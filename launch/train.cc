@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/communicator.h"
+#include "launch/control.pb.h"
+#include "launch/control_client.h"
 #include "model/job.h"
 #include "runtime/program_cache.h"
 
@@ -36,11 +38,33 @@ model::proto::Job load_job_with_overrides(const std::string& path, const std::st
   return job;
 }
 
-int run_train(TrainCommand& c) {
+model::proto::Job resolve_job(const TrainCommand& c) {
   model::proto::Job job = load_job_with_overrides(c.job, c.dataset, c.sets);
   if (!c.partition.empty()) model::apply_override(job, "partition.method=" + c.partition);
   if (!c.shards.empty()) model::apply_override(job, "partition.shards=" + c.shards);
   if (!c.halo.empty()) model::apply_override(job, "partition.halo=" + c.halo);
+  return job;
+}
+
+int run_train(TrainCommand& c) {
+  const model::proto::Job job = resolve_job(c);
+  if (c.control != nullptr) {
+    ControlClient* control = c.control;
+    const int64_t epochs = job.schedule().epochs();
+    c.options.on_epoch = [control, epochs](const model::EpochMetrics& m) {
+      proto::Progress p;
+      p.set_epoch(m.epoch);
+      p.set_epochs(epochs);
+      p.set_loss(m.loss);
+      p.set_train_acc(m.train_acc);
+      p.set_val_acc(m.val_acc);
+      p.set_test_acc(m.test_acc);
+      p.set_ms(m.ms);
+      control->progress(p);
+      control->inject_fault(m.epoch);
+    };
+    c.options.stop_requested = [control] { return control->stop_requested(); };
+  }
   c.options.cache_dir = c.cache_dir;
   c.options.metrics_path = c.metrics;
   c.options.logits_out = c.logits_out;
@@ -60,7 +84,12 @@ int run_train(TrainCommand& c) {
                                    job.partition().halo())
                      : "");
   }
+  if (lead && c.options.debug) {
+    spdlog::info("debug mode: every program runs op by op, unfused, with a NaN/Inf check after each op; "
+                 "collective call checks on");
+  }
   const model::TrainResult r = model::train(job, c.options);
+  c.stopped = r.stopped;
   if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;

@@ -13,6 +13,8 @@
 
 namespace gnnrt::launch {
 
+class ControlClient;
+
 struct TrainCommand {
   std::string job;                  // path; empty: a GCN on the synthetic default
   std::string dataset;              // --dataset SPEC: dataset.path, before the --set overrides
@@ -20,11 +22,16 @@ struct TrainCommand {
   std::string partition, shards, halo;  // --partition, --shards, --halo: partition.* overrides
   model::TrainOptions options;
   std::string cache_dir, metrics, logits_out, params_in, params_out, trace;
+  ControlClient* control = nullptr;  // under `gnnrt launch`: progress, stop requests, faults
+  bool stopped = false;              // out: stopped on the launcher's request (checkpoint written)
 };
 
 // The job file (or the default job) with --dataset, then every --set, applied.
 model::proto::Job load_job_with_overrides(const std::string& path, const std::string& dataset,
                                           const std::vector<std::string>& sets);
+
+// The job the command trains: the file with every override applied.
+model::proto::Job resolve_job(const TrainCommand& command);
 
 // Reads the job, applies the overrides, trains (on options.communicator's
 // ranks), and logs the summary (rank 0). Returns the exit status; errors are

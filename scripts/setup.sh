@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev
-  libboost-dev
+  libboost-dev libboost-filesystem-dev
   libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev
   libopenblas-openmp-dev

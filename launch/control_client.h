@@ -1,0 +1,59 @@
+// A rank's side of the launcher's control protocol (docs/launcher.md).
+// Started when the launcher's variables are in the environment
+// (GNNRT_LAUNCH_ADDR, GNNRT_LAUNCH_TOKEN): a thread of its own connects,
+// registers (rank, host, pid), sends a heartbeat every second, forwards the
+// progress the trainer reports, and listens for the launcher's pings and
+// stop request. A rank that loses its launcher (the connection closes, or
+// no ping for the lost-launcher timeout) ends itself at once, so no rank
+// outlives its launcher on any host.
+//
+// Fault injection for the tests (GNNRT_FAULT=KIND:RANK:EPOCH): after epoch
+// EPOCH, rank RANK crashes (kill: SIGKILL itself; exit: exit status 3),
+// hangs (hang: the training thread sleeps, heartbeats go on) or goes silent
+// (silent: SIGSTOP itself, so neither heartbeats nor progress come).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace gnnrt::launch {
+
+namespace proto {
+class Progress;
+}
+
+struct Fault {
+  enum class Kind { kKill, kExit, kHang, kSilent };
+  Kind kind = Kind::kKill;
+  int rank = 0;
+  int64_t epoch = 0;
+  // Parses KIND:RANK:EPOCH; throws std::invalid_argument naming the text.
+  static Fault parse(const std::string& text);
+};
+
+class ControlClient {
+ public:
+  // Null when this process was not started by `gnnrt launch`.
+  static std::unique_ptr<ControlClient> from_environment(int rank, int size);
+  ~ControlClient();
+
+  void progress(const proto::Progress& p);
+  // The command ended (status 0: done or stopped); sent and flushed before
+  // the process exits, so the launcher knows the end was intended.
+  void done(int status, const std::string& error, bool stopped);
+  // The launcher asked the job to stop at the next step boundary.
+  bool stop_requested() const;
+  // Applies GNNRT_FAULT after `epoch` if it names this rank.
+  void inject_fault(int64_t epoch);
+
+  struct State;
+
+ private:
+  explicit ControlClient(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace gnnrt::launch

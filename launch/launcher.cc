@@ -1,0 +1,726 @@
+#include "launch/launcher.h"
+
+#include <fmt/format.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/process.hpp>
+#include <chrono>
+#include <csignal>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "launch/control_server.h"
+#include "model/job.h"
+
+namespace gnnrt::launch {
+
+namespace asio = boost::asio;
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string now_iso() {
+  const auto t = std::chrono::system_clock::now();
+  const auto secs = std::chrono::system_clock::to_time_t(t);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+}
+
+std::string this_host() {
+  char buffer[256] = {};
+  return gethostname(buffer, sizeof buffer - 1) == 0 ? buffer : "?";
+}
+
+// A per-job secret the ranks present when they register.
+std::string random_token() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
+  return token;
+}
+
+// With --hosts: the first IPv4 address of an interface that is up and not
+// loopback (the one other hosts can reach).
+std::string host_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "127.0.0.1";
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    const auto ip = asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
+    if (!ip.is_loopback()) found = ip.to_string();
+  }
+  freeifaddrs(list);
+  return found.empty() ? "127.0.0.1" : found;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,@%+") ==
+                        std::string::npos) {
+    return s;
+  }
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string join_command(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
+  return s;
+}
+
+std::vector<std::string> last_lines(const fs::path& path, size_t n) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (lines.size() > n) lines.pop_front();
+  }
+  return {lines.begin(), lines.end()};
+}
+
+// What one rank of the current attempt has said.
+struct RankState {
+  bool registered = false;
+  std::string host;
+  int pid = 0;
+  Clock::time_point last_heard{}, last_progress{};
+  int64_t epoch = 0;
+  std::optional<proto::Done> done;
+  std::optional<std::string> closed;  // the connection ended (why)
+};
+
+struct Failure {
+  Failure(std::string k, std::string why, int r = -1, std::string h = "", int p = 0)
+      : kind(std::move(k)), reason(std::move(why)), rank(r), host(std::move(h)), pid(p) {}
+  std::string kind;    // exit, killed, heartbeat, progress, start
+  std::string reason;  // one line
+  int rank = -1;
+  std::string host;
+  int pid = 0;
+  std::string detected;  // when (ISO time), set by Supervisor::fail
+};
+
+// State shared between the control server's thread and the supervisor.
+class Supervisor : public ControlServer::Handler {
+ public:
+  std::mutex mutex;
+  int attempt = 0, size = 0;
+  std::map<ControlServer::SessionId, int> session_rank;
+  std::vector<RankState> ranks;
+  proto::Progress latest;  // rank 0's newest epoch
+  bool has_latest = false;
+  int64_t start_epoch = -1;  // the first epoch rank 0 reported in this attempt, minus one
+  Clock::time_point attempt_start{};
+  std::optional<Failure> failure;  // the first failure of this attempt
+  std::vector<std::pair<int64_t, double>> epoch_times;  // for the ETA
+
+  void begin(int a, int n) {
+    std::lock_guard lock(mutex);
+    attempt = a;
+    size = n;
+    session_rank.clear();
+    ranks.assign(static_cast<size_t>(n), RankState{});
+    has_latest = false;
+    start_epoch = -1;
+    attempt_start = Clock::now();
+    failure.reset();
+    epoch_times.clear();
+  }
+  void fail(Failure f) {  // caller holds the lock
+    if (failure) return;
+    f.detected = now_iso();
+    failure = std::move(f);
+  }
+
+  void on_hello(ControlServer::SessionId id, const proto::Hello& h) override {
+    std::lock_guard lock(mutex);
+    if (h.attempt() != attempt || h.rank() < 0 || h.rank() >= size || h.size() != size ||
+        ranks[static_cast<size_t>(h.rank())].registered) {
+      spdlog::warn("control: ignored a hello from rank {} of {} (attempt {}, pid {} on {}): not of attempt {} "
+                   "with {} ranks, or registered twice",
+                   h.rank(), h.size(), h.attempt(), h.pid(), h.host(), attempt, size);
+      return;
+    }
+    auto& r = ranks[static_cast<size_t>(h.rank())];
+    r.registered = true;
+    r.host = h.host();
+    r.pid = h.pid();
+    r.last_heard = r.last_progress = Clock::now();
+    session_rank[id] = h.rank();
+    spdlog::info("rank {} registered: host {}, pid {}", h.rank(), h.host(), h.pid());
+  }
+  void on_message(ControlServer::SessionId id, const proto::RankMessage& m) override {
+    std::lock_guard lock(mutex);
+    const auto it = session_rank.find(id);
+    if (it == session_rank.end()) return;
+    auto& r = ranks[static_cast<size_t>(it->second)];
+    r.last_heard = Clock::now();
+    if (m.has_progress()) {
+      r.epoch = m.progress().epoch();
+      r.last_progress = Clock::now();
+      if (it->second == 0) {
+        if (start_epoch < 0) start_epoch = m.progress().epoch() - 1;
+        latest = m.progress();
+        has_latest = true;
+        epoch_times.emplace_back(m.progress().epoch(), m.progress().ms());
+      }
+    } else if (m.has_done()) {
+      r.done = m.done();
+      if (m.done().status() != 0) {
+        fail({"exit", fmt::format("rank {} on {} (pid {}) stopped with status {}: {}", it->second, r.host, r.pid,
+                                  m.done().status(), m.done().error()),
+              it->second, r.host, r.pid});
+      }
+    }
+  }
+  void on_closed(ControlServer::SessionId id, const std::string& reason) override {
+    std::lock_guard lock(mutex);
+    const auto it = session_rank.find(id);
+    if (it == session_rank.end()) return;
+    auto& r = ranks[static_cast<size_t>(it->second)];
+    r.closed = reason;
+    if (!r.done) {
+      fail({"killed", fmt::format("rank {} on {} (pid {}) ended without finishing ({})", it->second, r.host,
+                                  r.pid, reason),
+            it->second, r.host, r.pid});
+    }
+  }
+};
+
+class Events {
+ public:
+  explicit Events(const fs::path& path) : out_(path, std::ios::app) {}
+  void write(nlohmann::json record) {
+    record["time"] = now_iso();
+    out_ << record.dump() << '\n' << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// The exit code or signal mpirun reported for a rank, from its own words.
+std::string mpirun_verdict(const std::string& output, int rank) {
+  std::smatch m;
+  const std::regex signal(fmt::format(R"(process rank {} with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))", rank));
+  if (std::regex_search(output, m, signal)) return fmt::format("signal {} ({})", m[2].str(), m[3].str());
+  const std::regex any_signal(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+  if (std::regex_search(output, m, any_signal)) {
+    return fmt::format("signal {} ({}) on rank {}", m[3].str(), m[4].str(), m[1].str());
+  }
+  const std::regex code(R"(Exit code:\s+(\d+))");
+  if (std::regex_search(output, m, code)) return "exit code " + m[1].str();
+  return "";
+}
+
+class Launcher {
+ public:
+  explicit Launcher(LaunchCommand& c) : c_(c) {}
+  int run();
+
+ private:
+  std::vector<std::string> mpirun_argv(int ranks, const std::vector<HostSlots>& hosts, int attempt) const;
+  // Runs one attempt; returns true when the job finished (or stopped on request).
+  bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
+  void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
+  bool host_answers(const HostSlots& h) const;
+  void show_progress(bool final);
+
+  LaunchCommand& c_;
+  fs::path run_dir_;
+  std::string token_, address_;
+  asio::io_context io_;
+  Supervisor supervisor_;
+  std::unique_ptr<ControlServer> server_;
+  std::unique_ptr<Events> events_;
+  std::atomic<int> signals_{0};
+  int last_signal_ = 0;
+  bool stop_sent_ = false;
+  int restarts_ = 0;
+  bool tty_ = false;
+  Clock::time_point last_line_{};
+  std::optional<Failure> first_failure_;
+  fs::path first_failure_log_;
+  std::string first_failure_verdict_;
+};
+
+std::vector<std::string> Launcher::mpirun_argv(int ranks, const std::vector<HostSlots>& hosts, int attempt) const {
+  std::vector<std::string> a{"mpirun"};
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+  a.insert(a.end(), {"-np", std::to_string(ranks)});
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  bool oversubscribed = false;
+  if (!hosts.empty()) {
+    std::string list;
+    for (const auto& h : hosts) {
+      list += (list.empty() ? "" : ",") + fmt::format("{}:{}", h.host, h.slots);
+      oversubscribed = oversubscribed || h.slots > cores;
+    }
+    a.insert(a.end(), {"--host", list});
+    // Across hosts: TCP between hosts, shared memory within one.
+    a.insert(a.end(), {"--mca", "btl", "tcp,vader,self"});
+  } else {
+    oversubscribed = ranks > cores;
+  }
+  if (oversubscribed) {
+    // More ranks than cores: ranks must yield when they wait, or small
+    // messages take milliseconds.
+    a.insert(a.end(), {"--oversubscribe", "--mca", "mpi_yield_when_idle", "1"});
+  }
+  // One core per rank when they fit one each, else no binding: a rank's
+  // OpenMP threads must not be pinned to one core.
+  const bool one_core_each = hosts.empty() && !oversubscribed && cores / std::max(1, ranks) == 1;
+  a.insert(a.end(), {"--bind-to", one_core_each ? "core" : "none"});
+  for (const char* v : {"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_TOKEN", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
+                        "GNNRT_LAUNCH_LOST_TIMEOUT"}) {
+    a.insert(a.end(), {"-x", v});
+  }
+  if (attempt == 0 && !c_.fault.empty()) a.insert(a.end(), {"-x", "GNNRT_FAULT"});
+  for (const auto& m : c_.mpirun_args) a.push_back(m);
+  a.push_back(fs::read_symlink("/proc/self/exe").string());
+  for (const auto& arg : c_.command) a.push_back(arg);
+  if (c_.is_train) {
+    a.insert(a.end(), {"--metrics", (run_dir_ / "metrics.jsonl").string()});
+    if (c_.job.checkpoint().dir().empty()) {
+      a.insert(a.end(), {"--set", "checkpoint.dir=" + (run_dir_ / "checkpoints").string()});
+    }
+    if (c_.job.checkpoint().every() == 0) a.insert(a.end(), {"--set", "checkpoint.every=1"});
+    if (c_.job.partition().parts() != 0 && c_.job.partition().parts() != ranks) {
+      a.insert(a.end(), {"--set", fmt::format("partition.parts={}", ranks)});
+    }
+  }
+  return a;
+}
+
+void Launcher::show_progress(bool final) {
+  std::string line;
+  {
+    std::lock_guard lock(supervisor_.mutex);
+    if (!supervisor_.has_latest) return;
+    const auto& p = supervisor_.latest;
+    double ms = 0;
+    const auto& times = supervisor_.epoch_times;
+    const size_t k = std::min<size_t>(times.size(), 10);
+    for (size_t i = times.size() - k; i < times.size(); ++i) ms += times[i].second;
+    ms = k ? ms / static_cast<double>(k) : 0;
+    const double eta = ms * static_cast<double>(std::max<int64_t>(0, p.epochs() - p.epoch())) / 1e3;
+    line = fmt::format("epoch {}/{} loss {:.4f} train {:.4f} val {:.4f} | {:.1f} ms/epoch | ETA {:.1f} s | "
+                       "restarts {}/{}",
+                       p.epoch(), p.epochs(), p.loss(), p.train_acc(), p.val_acc(), ms, eta, restarts_,
+                       c_.max_restarts);
+  }
+  if (tty_) {
+    std::cout << "\r\033[K" << line << (final ? "\n" : "") << std::flush;
+  } else if (final || since(last_line_) >= 1.0) {
+    std::cout << line << '\n' << std::flush;
+    last_line_ = Clock::now();
+  }
+}
+
+bool Launcher::host_answers(const HostSlots& h) const {
+  std::vector<std::string> a{"mpirun"};
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+  a.insert(a.end(), {"--host", h.host + ":1", "-np", "1"});
+  for (const auto& m : c_.mpirun_args) a.push_back(m);
+  a.push_back("true");
+  try {
+    bp::group g;
+    bp::child probe(bp::search_path("mpirun"), std::vector<std::string>(a.begin() + 1, a.end()), g,
+                    bp::std_out > bp::null, bp::std_err > bp::null, bp::std_in < bp::null);
+    if (probe.wait_for(std::chrono::seconds(15))) return probe.exit_code() == 0;
+    g.terminate();
+    probe.wait();
+  } catch (const std::exception& e) {
+    spdlog::warn("probing host {}: {}", h.host, e.what());
+  }
+  return false;
+}
+
+void Launcher::stop_job(bp::child& mpirun, bp::group& group, bool rank_ended) {
+  // When a rank ended, mpirun aborts the job itself: let it (a SIGTERM in
+  // the middle of its abort can crash it before it reports the rank).
+  if (rank_ended) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(c_.grace));
+    while (mpirun.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (mpirun.running()) {
+    ::kill(mpirun.id(), SIGTERM);  // mpirun stops every rank on every host
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(c_.grace));
+    while (mpirun.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (mpirun.running()) {
+      spdlog::warn("mpirun did not stop within {:.1f} s of SIGTERM: SIGKILL to its process group", c_.grace);
+      std::error_code ec;
+      group.terminate(ec);
+    }
+  }
+  // Ranks whose connection is closed end themselves; those on this host
+  // that are still alive (stopped with SIGSTOP, say) are killed.
+  std::vector<int> local;
+  {
+    std::lock_guard lock(supervisor_.mutex);
+    for (const auto& r : supervisor_.ranks) {
+      if (r.registered && r.host == this_host() && r.pid > 0) local.push_back(r.pid);
+    }
+  }
+  asio::post(io_, [this] { server_->close_all(); });
+  for (int pid : local) {
+    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+  }
+  std::error_code ec;
+  mpirun.wait(ec);
+}
+
+bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts) {
+  supervisor_.begin(index, ranks);
+  setenv("GNNRT_LAUNCH_ATTEMPT", std::to_string(index).c_str(), 1);
+  const auto argv = mpirun_argv(ranks, hosts, index);
+  const std::string line = join_command(argv);
+  spdlog::info("attempt {}: {}", index, line);
+  if (index == 0) std::cerr << "gnnrt launch: " << line << "\n";
+  events_->write({{"event", index == 0 ? "start" : "restart"}, {"attempt", index}, {"ranks", ranks},
+                  {"command", line}});
+  // mpirun's output (the ranks' stdout and stderr) goes to logs/mpirun.log
+  // for train (the terminal shows the progress line), and to the terminal
+  // for commands that print results (bench).
+  const fs::path mpirun_log = run_dir_ / "logs" / "mpirun.log";
+  const auto log_offset = fs::exists(mpirun_log) ? fs::file_size(mpirun_log) : 0;
+  std::FILE* log_file = std::fopen(mpirun_log.c_str(), "a");
+  if (log_file == nullptr) throw std::runtime_error("cannot write " + mpirun_log.string());
+  std::fprintf(log_file, "== attempt %d: %s\n", index, line.c_str());
+  std::fflush(log_file);
+  bp::group group;
+  bp::child mpirun = c_.is_train
+                         ? bp::child(bp::search_path("mpirun"), std::vector<std::string>(argv.begin() + 1, argv.end()),
+                                     group, (bp::std_out & bp::std_err) > log_file, bp::std_in < bp::null)
+                         : bp::child(bp::search_path("mpirun"), std::vector<std::string>(argv.begin() + 1, argv.end()),
+                                     group, bp::std_in < bp::null);
+  std::fclose(log_file);
+  bool finished = false, resumed = false;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int signals = signals_.load();
+    if (signals == 1 && !stop_sent_) {
+      stop_sent_ = true;
+      std::cerr << (tty_ ? "\n" : "")
+                << "gnnrt launch: stopping at the next step boundary (a checkpoint is written); "
+                   "signal again to stop at once\n";
+      events_->write({{"event", "stop_requested"}, {"attempt", index}, {"signal", last_signal_}});
+      proto::LauncherMessage stop;
+      stop.set_stop(true);
+      asio::post(io_, [this, stop] { server_->broadcast(stop); });
+      if (!c_.is_train) {  // nothing to checkpoint: stop now
+        stop_job(mpirun, group);
+        break;
+      }
+    }
+    if (signals >= 2) {
+      stop_job(mpirun, group);
+      break;
+    }
+    if (c_.is_train) show_progress(false);
+    std::lock_guard lock(supervisor_.mutex);
+    auto& s = supervisor_;
+    if (index > 0 && s.has_latest && !resumed) {
+      resumed = true;  // training again: the first epoch of a restart
+      events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.latest.epoch()},
+                      {"resumed_after", s.start_epoch}});
+    }
+    if (!mpirun.running()) {
+      bool all_done = true;
+      for (const auto& r : s.ranks) all_done = all_done && r.done && r.done->status() == 0;
+      if (mpirun.exit_code() == 0 && all_done) {
+        finished = true;
+        break;
+      }
+      s.fail({"exit", fmt::format("mpirun exited with status {}", mpirun.exit_code())});
+      break;
+    }
+    if (s.failure) break;
+    // Registration, heartbeats, progress.
+    int registered = 0;
+    for (size_t k = 0; k < s.ranks.size(); ++k) {
+      const auto& r = s.ranks[k];
+      if (!r.registered) continue;
+      ++registered;
+      if (!r.done && !r.closed && since(r.last_heard) > c_.heartbeat_timeout) {
+        s.fail({"heartbeat", fmt::format("rank {} on {} (pid {}) sent no heartbeat for {:.1f} s", k, r.host, r.pid,
+                                         since(r.last_heard)),
+                static_cast<int>(k), r.host, r.pid});
+      }
+    }
+    if (!s.failure && registered < ranks && since(s.attempt_start) > c_.start_timeout) {
+      std::string missing;
+      for (size_t k = 0; k < s.ranks.size(); ++k) {
+        if (!s.ranks[k].registered) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+      }
+      s.fail({"start", fmt::format("rank(s) {} did not register within {:.0f} s", missing, c_.start_timeout)});
+    }
+    if (!s.failure && c_.is_train && registered == ranks) {
+      // The job's progress is its slowest rank's. In a job that moves in
+      // lock step every rank waits at the same epoch; a rank behind the
+      // others is the suspect.
+      size_t slowest = 0;
+      int64_t lo = s.ranks[0].epoch, hi = s.ranks[0].epoch;
+      for (size_t k = 1; k < s.ranks.size(); ++k) {
+        lo = std::min(lo, s.ranks[k].epoch);
+        hi = std::max(hi, s.ranks[k].epoch);
+        if (!s.ranks[k].done && s.ranks[k].last_progress < s.ranks[slowest].last_progress) slowest = k;
+      }
+      const auto& r = s.ranks[slowest];
+      if (!r.done && since(r.last_progress) > c_.progress_timeout) {
+        if (lo == hi) {
+          s.fail({"progress", fmt::format("no progress for {:.1f} s: every rank is at epoch {}",
+                                          since(r.last_progress), lo)});
+        } else {
+          s.fail({"progress", fmt::format("no progress for {:.1f} s: rank {} on {} (pid {}) is at epoch {}, others at {}",
+                                          since(r.last_progress), slowest, r.host, r.pid, r.epoch, hi),
+                  static_cast<int>(slowest), r.host, r.pid});
+        }
+      }
+    }
+    if (s.failure) break;
+  }
+  std::optional<Failure> failure;
+  {
+    std::lock_guard lock(supervisor_.mutex);
+    failure = supervisor_.failure;
+  }
+  if (!finished && signals_.load() < 2 && failure) {
+    spdlog::error("attempt {} failed: {}", index, failure->reason);
+    stop_job(mpirun, group, failure->kind == "killed" || failure->kind == "exit");
+  } else if (!finished) {
+    stop_job(mpirun, group);
+  }
+  if (c_.is_train) show_progress(true);
+  if (finished) {
+    bool stopped = false;
+    {
+      std::lock_guard lock(supervisor_.mutex);
+      for (const auto& r : supervisor_.ranks) stopped = stopped || (r.done && r.done->stopped());
+    }
+    events_->write({{"event", stopped ? "stopped" : "finish"}, {"attempt", index}, {"status", 0}});
+    return true;
+  }
+  if (!failure) return false;  // stopped at once by a second signal
+  std::string output;
+  {
+    std::ifstream in(mpirun_log);
+    in.seekg(static_cast<std::streamoff>(log_offset));
+    output.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string verdict = mpirun_verdict(output, failure->rank);
+  const fs::path log = failure->rank >= 0 ? run_dir_ / "logs" / fmt::format("rank-{}.log", failure->rank)
+                                          : run_dir_ / "logs" / "mpirun.log";
+  nlohmann::json record{{"event", "failure"}, {"attempt", index}, {"kind", failure->kind},
+                        {"reason", failure->reason}, {"detected", failure->detected}};
+  if (failure->rank >= 0) {
+    record["rank"] = failure->rank;
+    record["host"] = failure->host;
+    record["pid"] = failure->pid;
+  }
+  if (!verdict.empty()) record["mpirun"] = verdict;
+  events_->write(record);
+  std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure->reason
+            << (verdict.empty() ? "" : " [mpirun: " + verdict + "]") << "\n";
+  if (!first_failure_) {
+    first_failure_ = failure;
+    first_failure_log_ = log;
+    first_failure_verdict_ = verdict;
+  }
+  return false;
+}
+
+int Launcher::run() {
+  tty_ = isatty(1) != 0;
+  run_dir_ = fs::absolute(c_.run_dir);
+  if (c_.dry_run) {
+    std::cout << join_command(mpirun_argv(c_.ranks, c_.hosts, 0)) << "\n";
+    return 0;
+  }
+  fs::create_directories(run_dir_ / "logs");
+  {
+    // The launcher's own log: every line in logs/launcher.log, errors on the terminal.
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir_ / "logs" / "launcher.log").string());
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    console->set_level(spdlog::level::err);
+    auto logger = std::make_shared<spdlog::logger>("launch", spdlog::sinks_init_list{file, console});
+    logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [launcher host {}] [%^%l%$] %v", this_host()));
+    logger->flush_on(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  events_ = std::make_unique<Events>(run_dir_ / "events.jsonl");
+  if (c_.is_train) {
+    std::ofstream(run_dir_ / "job.pbtxt") << model::to_text(c_.job);
+  }
+  token_ = random_token();
+  address_ = !c_.control_address.empty() ? c_.control_address : c_.hosts.empty() ? "127.0.0.1" : host_address();
+  ControlLimits limits;
+  limits.max_connections = std::max(64, 4 * c_.ranks + 16);
+  // Silence is the supervisor's to judge (it names the rank); the server's
+  // idle limit only ends connections nobody watches any more.
+  limits.idle_seconds = c_.heartbeat_timeout + 10;
+  server_ = std::make_unique<ControlServer>(io_, asio::ip::make_address(address_), token_, limits, supervisor_);
+  const auto endpoint = server_->endpoint();
+  {
+    nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()}};
+    std::ofstream(run_dir_ / "control.json") << where.dump() << '\n';
+  }
+  setenv("GNNRT_LAUNCH_ADDR", fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()).c_str(), 1);
+  setenv("GNNRT_LAUNCH_TOKEN", token_.c_str(), 1);
+  setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
+  setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
+  if (!c_.fault.empty()) setenv("GNNRT_FAULT", c_.fault.c_str(), 1);
+  asio::signal_set signals(io_, SIGINT, SIGTERM);
+  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    last_signal_ = sig;
+    ++signals_;
+    signals.async_wait(on_signal);
+  };
+  signals.async_wait(on_signal);
+  // The control server's pings: a rank that hears nothing ends itself.
+  asio::steady_timer ping(io_);
+  std::function<void(boost::system::error_code)> on_ping = [&](boost::system::error_code ec) {
+    if (ec) return;
+    proto::LauncherMessage m;
+    m.set_ping(true);
+    server_->broadcast(m);
+    ping.expires_after(std::chrono::seconds(1));
+    ping.async_wait(on_ping);
+  };
+  ping.expires_after(std::chrono::seconds(1));
+  ping.async_wait(on_ping);
+  std::thread io_thread([this] { io_.run(); });
+
+  std::vector<HostSlots> hosts = c_.hosts;
+  int ranks = c_.ranks;
+  int status = 1;
+  for (int index = 0;; ++index) {
+    if (attempt(index, ranks, hosts)) {
+      status = signals_.load() > 0 ? 128 + last_signal_ : 0;
+      break;
+    }
+    if (signals_.load() > 0) {
+      status = 128 + last_signal_;
+      events_->write({{"event", "stopped"}, {"attempt", index}, {"signal", last_signal_}});
+      break;
+    }
+    if (restarts_ >= c_.max_restarts) {
+      events_->write({{"event", "finish"}, {"status", 1}, {"attempts", index + 1},
+                      {"reason", fmt::format("{} restart(s) used up", c_.max_restarts)}});
+      break;
+    }
+    ++restarts_;
+    // With --min-ranks: go on with the hosts that still answer.
+    if (!hosts.empty() && c_.min_ranks < c_.ranks) {
+      std::vector<HostSlots> alive;
+      for (const auto& h : hosts) {
+        if (host_answers(h)) {
+          alive.push_back(h);
+        } else {
+          spdlog::error("host {} does not answer: restarting without it", h.host);
+          events_->write({{"event", "host_lost"}, {"host", h.host}});
+        }
+      }
+      int slots = 0;
+      for (const auto& h : alive) slots += h.slots;
+      if (slots < c_.min_ranks) {
+        events_->write({{"event", "finish"}, {"status", 1},
+                        {"reason", fmt::format("{} slot(s) left on the hosts that answer, --min-ranks {}", slots,
+                                               c_.min_ranks)}});
+        std::cerr << fmt::format("gnnrt launch: only {} rank slot(s) left on the hosts that answer, fewer than "
+                                 "--min-ranks {}\n",
+                                 slots, c_.min_ranks);
+        break;
+      }
+      hosts = alive;
+      ranks = std::min(c_.ranks, slots);
+    }
+    std::cerr << fmt::format("gnnrt launch: restart {}/{} on {} rank(s), from the newest checkpoint\n", restarts_,
+                             c_.max_restarts, ranks);
+  }
+  asio::post(io_, [&] {
+    signals.cancel();
+    ping.cancel();
+    server_->close_all();
+  });
+  io_.stop();
+  io_thread.join();
+  if (status != 0 && first_failure_) {
+    const auto& f = *first_failure_;
+    std::cerr << "gnnrt launch: the job failed" << (restarts_ > 0 ? fmt::format(" after {} restart(s)", restarts_) : "")
+              << "\n  first failure: " << f.reason
+              << (first_failure_verdict_.empty() ? "" : "\n  mpirun says: " + first_failure_verdict_) << "\n";
+    const auto lines = last_lines(first_failure_log_, 10);
+    if (!lines.empty()) {
+      std::cerr << "  last lines of " << first_failure_log_.string() << ":\n";
+      for (const auto& l : lines) std::cerr << "    " << l << "\n";
+    }
+    std::cerr << "  run directory: " << run_dir_.string() << "\n";
+  }
+  return status;
+}
+
+}  // namespace
+
+std::vector<HostSlots> parse_hosts(const std::string& text) {
+  std::vector<HostSlots> hosts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const size_t colon = item.rfind(':');
+    HostSlots h;
+    h.host = item.substr(0, colon);
+    try {
+      size_t used = 0;
+      h.slots = colon == std::string::npos ? -1 : std::stoi(item.substr(colon + 1), &used);
+      if (colon != std::string::npos && used != item.size() - colon - 1) h.slots = -1;
+    } catch (const std::logic_error&) {
+      h.slots = -1;
+    }
+    if (h.host.empty() || h.slots < 1) {
+      throw std::invalid_argument(fmt::format("--hosts: '{}' is not HOST:SLOTS with SLOTS >= 1", item));
+    }
+    hosts.push_back(h);
+    start = end + 1;
+  }
+  return hosts;
+}
+
+int run_launch(LaunchCommand& command) {
+  Launcher launcher(command);
+  return launcher.run();
+}
+
+}  // namespace gnnrt::launch

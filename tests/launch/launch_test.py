@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""`gnnrt launch` on one host: a job's run directory (metrics.jsonl, per-rank
+logs, events.jsonl, job.pbtxt), a rank killed with SIGKILL and restarted
+(final parameters bitwise equal to an uninterrupted run), a hung rank caught
+by the progress timeout, a silent (SIGSTOPped) one by the heartbeat timeout,
+--max-restarts 0 failing fast with its summary, SIGINT stopping at a step
+boundary with a checkpoint that a second launch resumes, the single-rank
+debug mode, `launch -- bench collectives`, and the control protocol fuzzed
+while a real job runs. After every launch, no process of the job may be
+left (checked through /proc).
+
+Usage: launch_test.py GNNRT (run by ctest; WORK from $GNNRT_WORK)
+"""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+GNNRT = sys.argv[1]
+WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_launch_test"))
+DATASET = "synthetic:nodes=600,classes=4,features=16,avg_degree=6,seed=3"
+EPOCHS = 10
+TRAIN = ["train", "--no-cache", "--dataset", DATASET, "--set", f"schedule.epochs={EPOCHS}",
+         "--threads", "1"]
+failures = []
+figures = {}
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAILED:", what, flush=True)
+    return ok
+
+
+def job_processes(run_dir):
+    """Pids of live processes started for this run directory (their
+    environment names its log folder)."""
+    marker = f"GNNRT_LOG_DIR={run_dir}/logs".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if marker in env.split(b"\0") and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def launch(name, ranks, *args, command=None, timeout=240, expect=0):
+    run_dir = WORK / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    argv = [GNNRT, "launch", "-n", str(ranks), "--run-dir", str(run_dir), *args, "--", *(command or TRAIN)]
+    start = time.monotonic()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - start
+    out = p.stdout + p.stderr
+    check(p.returncode == expect, f"{name}: exit {p.returncode}, expected {expect}\n{out[-4000:]}")
+    time.sleep(0.5)
+    left = job_processes(run_dir)
+    check(not left, f"{name}: processes of the job survive the launcher: {left}")
+    return run_dir, out, took
+
+
+def events(run_dir):
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def params(folder):
+    return {p.name: np.load(p) for p in sorted(Path(folder).glob("*.npy"))}
+
+
+def stamp(line):
+    """Seconds since the epoch of a log line's timestamp."""
+    t = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+    return time.mktime(t) + float("0" + line[19:23])
+
+
+def iso(t):
+    return time.mktime(time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + t[19:23])
+
+
+def fault_time(run_dir, rank):
+    for line in (run_dir / "logs" / f"rank-{rank}.log").read_text().splitlines():
+        if "fault injection" in line:
+            return stamp(line)
+    return None
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+WORK.mkdir(parents=True)
+
+# ---- an uninterrupted 4-rank run: the run directory as documented ----
+ref, out, _ = launch("plain", 4, command=TRAIN + ["--params-out", str(WORK / "plain_params")])
+m = metrics(ref)
+check([r["epoch"] for r in m] == list(range(1, EPOCHS + 1)), f"plain: metrics epochs {[r['epoch'] for r in m]}")
+check(all(r["ranks"] == 4 and np.isfinite(r["loss"]) and 0 <= r["val_acc"] <= 1 for r in m),
+      f"plain: implausible metrics {m[:2]}")
+for k in range(4):
+    log = (ref / "logs" / f"rank-{k}.log").read_text().splitlines()
+    check(log and all(f"[rank {k} host " in line for line in log), f"plain: rank-{k}.log lines lack rank and host")
+ev = events(ref)
+check(ev[0]["event"] == "start" and "mpirun" in ev[0]["command"] and ev[-1]["event"] == "finish",
+      f"plain: events {ev}")
+check("schedule" in (ref / "job.pbtxt").read_text(), "plain: job.pbtxt has no schedule")
+check((ref / "checkpoints").is_dir() and any((ref / "checkpoints").iterdir()), "plain: no checkpoint")
+check("gnnrt launch: mpirun" in out and "--oversubscribe" in out, f"plain: the mpirun command is not printed:\n{out}")
+check(re.search(rf"epoch {EPOCHS}/{EPOCHS} loss", out) is not None, f"plain: no final progress line:\n{out}")
+plain = params(WORK / "plain_params")
+check(len(plain) >= 4, f"plain: {len(plain)} parameters written")
+
+# The same job on one rank without the launcher: the launcher changes nothing.
+subprocess.run([GNNRT, *TRAIN, "--params-out", str(WORK / "one_params")], check=True, capture_output=True)
+one = params(WORK / "one_params")
+check(all(np.allclose(one[k], plain[k], rtol=1e-5, atol=1e-6) for k in one), "plain: 4 launched ranks differ from 1 rank")
+
+# ---- kill -9 of one rank at a random epoch: restarted, bitwise equal ----
+rng = random.Random(os.environ.get("GNNRT_TEST_SEED", str(time.time_ns())))
+at = rng.randint(2, EPOCHS - 1)
+victim = rng.randint(0, 3)
+print(f"killing rank {victim} after epoch {at}", flush=True)
+run, out, _ = launch("kill", 4, "--inject-fault", f"kill:{victim}:{at}", "--max-restarts", "2",
+                     command=TRAIN + ["--params-out", str(WORK / "kill_params")])
+ev = events(run)
+kinds = [e["event"] for e in ev]
+check(kinds == ["start", "failure", "restart", "training", "finish"], f"kill: events {kinds}")
+fail = next((e for e in ev if e["event"] == "failure"), {})
+check(fail.get("rank") == victim and "signal 9" in fail.get("mpirun", ""), f"kill: failure record {fail}")
+killed = params(WORK / "kill_params")
+check(set(killed) == set(plain) and all(np.array_equal(killed[k], plain[k]) for k in plain),
+      "kill: parameters after the restart are not bitwise equal to the uninterrupted run's")
+m = metrics(run)
+check([r["epoch"] for r in m] == list(range(1, EPOCHS + 1)), f"kill: metrics epochs {[r['epoch'] for r in m]}")
+if fail:
+    t_fault = fault_time(run, victim)
+    training = next((e for e in ev if e["event"] == "training"), None)
+    check(training is not None and training["attempt"] == 1, f"kill: no training event after the restart: {ev}")
+    # It resumed from the newest checkpoint (epoch at - 1 or at), not from scratch.
+    check(training is not None and training["resumed_after"] in (at - 1, at),
+          f"kill: resumed after epoch {training and training['resumed_after']}, killed after {at}")
+    figures["kill_detect_s"] = iso(fail["detected"]) - t_fault if t_fault else None
+    if training:
+        figures["kill_training_again_s"] = iso(training["time"]) - iso(fail["detected"])
+
+# ---- --max-restarts 0: fails fast, with the summary of the first failure ----
+run, out, took = launch("fail_fast", 2, "--inject-fault", "exit:1:2", "--max-restarts", "0", expect=1)
+check("first failure: rank 1" in out and "last lines of" in out and "fault injection" in out,
+      f"fail_fast: summary does not name rank 1 with its log:\n{out}")
+check(took < 30, f"fail_fast: took {took:.1f} s")
+
+# ---- a hung rank (heartbeats go on): the progress timeout ----
+run, out, took = launch("hang", 3, "--inject-fault", "hang:2:3", "--progress-timeout", "3", "--max-restarts", "0",
+                        expect=1)
+check("no progress for" in out and "every rank is at epoch 3" in out,
+      f"hang: not caught by the progress timeout:\n{out}")
+t = fault_time(run, 2)
+fail = next((e for e in events(run) if e["event"] == "failure"), None)
+if t and fail:
+    figures["hang_detect_s"] = iso(fail["detected"]) - t
+
+# ---- a silent rank (SIGSTOP: no heartbeats): the heartbeat timeout ----
+run, out, took = launch("silent", 3, "--inject-fault", "silent:1:3", "--heartbeat-timeout", "3",
+                        "--max-restarts", "0", expect=1)
+check("sent no heartbeat" in out and "rank 1" in out, f"silent: not caught by the heartbeat timeout:\n{out}")
+t = fault_time(run, 1)
+fail = next((e for e in events(run) if e["event"] == "failure"), None)
+if t and fail:
+    figures["silent_detect_s"] = iso(fail["detected"]) - t
+
+# ---- SIGINT: a checkpoint at the next step boundary; a second launch resumes ----
+long_train = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=400" for a in TRAIN]
+run_dir = WORK / "sigint"
+shutil.rmtree(run_dir, ignore_errors=True)
+argv = [GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train]
+p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    f = run_dir / "metrics.jsonl"
+    if f.exists() and len(f.read_text().splitlines()) >= 3:
+        break
+    time.sleep(0.05)
+p.send_signal(signal.SIGINT)
+out, _ = p.communicate(timeout=120)
+check(p.returncode == 130, f"sigint: exit {p.returncode}, expected 130\n{out[-3000:]}")
+kinds = [e["event"] for e in events(run_dir)]
+check("stop_requested" in kinds and kinds[-1] == "stopped", f"sigint: events {kinds}")
+stopped_at = len(metrics(run_dir))
+check(3 <= stopped_at < 400, f"sigint: stopped after {stopped_at} epochs")
+check(not job_processes(run_dir), "sigint: processes survive")
+p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train, "--params-out",
+                    str(WORK / "sigint_params")], capture_output=True, text=True, timeout=300)
+check(p.returncode == 0, f"sigint resume: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}")
+check([r["epoch"] for r in metrics(run_dir)] == list(range(1, 401)), "sigint resume: metrics are not epochs 1..400")
+straight, _, _ = launch("straight", 2, command=long_train + ["--params-out", str(WORK / "straight_params")])
+a, b = params(WORK / "sigint_params"), params(WORK / "straight_params")
+check(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a),
+      "sigint: stopped and resumed parameters differ from an uninterrupted run's")
+
+# ---- one rank, --debug: the debug output is kept ----
+run, out, _ = launch("debug", 1, command=TRAIN + ["--debug"])
+check("debug mode" in (run / "logs" / "rank-0.log").read_text(), "debug: rank-0.log does not show debug mode")
+
+# ---- bench collectives through the launcher ----
+run, out, _ = launch("bench", 2, command=["bench", "collectives", "--op", "allreduce", "--algorithm", "ring",
+                                          "--max-bytes", "4096", "--seconds", "0.02"])
+check("allreduce" in out and "busbw" in out.lower(), f"bench: no table:\n{out[-2000:]}")
+
+
+# ---- the control protocol, fuzzed while a real job runs ----
+def varint(n):
+    b = bytearray()
+    while True:
+        b.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(b)
+
+
+def field(number, payload):
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def frame(payload):
+    return varint(len(payload)) + payload
+
+
+FUZZ_EPOCHS = 3000  # long enough (several seconds) to be fuzzed while it runs
+fuzz_train = [a if a != f"schedule.epochs={EPOCHS}" else f"schedule.epochs={FUZZ_EPOCHS}" for a in TRAIN]
+run_dir = WORK / "fuzz"
+shutil.rmtree(run_dir, ignore_errors=True)
+p = subprocess.Popen([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *fuzz_train],
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+deadline = time.monotonic() + 60
+while not (run_dir / "control.json").exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+where = json.loads((run_dir / "control.json").read_text())
+address = (where["address"], where["port"])
+hello = field(1, field(1, b"not-the-token") + bytes([0x10, 0x00]))  # RankMessage{hello{token, rank 0}}
+attacks = {
+    "wrong token": frame(hello),
+    "oversized length": varint(1 << 30) + b"x" * 64,
+    "malformed length": b"\xff" * 8,
+    "truncated frame": varint(100) + b"abc",
+    "not a hello": frame(varint(2 << 3 | 0) + b"\x01"),
+    "garbage message": frame(b"\xff\xff\xff\xff\x0f\x12"),
+}
+for i in range(40):
+    attacks[f"random {i}"] = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 300)))
+slow = []
+for name, data in attacks.items():
+    try:
+        with socket.create_connection(address, timeout=5) as s:
+            s.sendall(data)
+            if name == "truncated frame" or name.startswith("random"):
+                continue  # closed by the client mid-frame
+            s.settimeout(3)
+            try:
+                s.recv(100)  # the launcher closes the connection
+            except (socket.timeout, ConnectionError):
+                pass
+    except OSError as e:
+        check(False, f"fuzz: cannot connect for {name!r}: {e}")
+for _ in range(5):  # clients that send nothing
+    slow.append(socket.create_connection(address, timeout=5))
+check(p.poll() is None, "fuzz: the job ended before the fuzzing did (make it longer)")
+out, _ = p.communicate(timeout=240)
+for s in slow:
+    s.close()
+check(p.returncode == 0, f"fuzz: the job did not finish while fuzzed: exit {p.returncode}\n{out[-3000:]}")
+log = (run_dir / "logs" / "launcher.log").read_text()
+for reason in ("wrong token", "exceeds the limit", "malformed frame length", "first message is not a hello"):
+    check(reason in log, f"fuzz: launcher.log does not log a drop for {reason!r}")
+check(len(metrics(run_dir)) == FUZZ_EPOCHS, "fuzz: the fuzzed job lost epochs")
+
+print("detection figures (s):", json.dumps({k: round(v, 3) for k, v in figures.items() if v is not None}))
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("all launcher checks passed")
