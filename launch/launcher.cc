@@ -285,8 +285,12 @@ std::vector<std::string> Launcher::mpirun_argv(int ranks, const std::vector<Host
       oversubscribed = oversubscribed || h.slots > cores;
     }
     a.insert(a.end(), {"--host", list});
-    // Across hosts: TCP between hosts, shared memory within one.
-    a.insert(a.end(), {"--mca", "btl", "tcp,vader,self"});
+    // Across hosts: TCP between hosts, shared memory within one; Open MPI's
+    // daemons notice a host that vanished within seconds (TCP keepalive
+    // after 5 s idle, 3 probes 1 s apart; the default is 8 minutes), so a
+    // cut link leaves no daemon or rank behind on either side.
+    a.insert(a.end(), {"--mca", "btl", "tcp,vader,self", "--mca", "oob_tcp_keepalive_time", "5", "--mca",
+                       "oob_tcp_keepalive_intvl", "1", "--mca", "oob_tcp_keepalive_probes", "3"});
   } else {
     oversubscribed = ranks > cores;
   }
@@ -403,6 +407,13 @@ void Launcher::stop_job(bp::child& mpirun, bp::group& group, bool rank_ended) {
 bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts) {
   supervisor_.begin(index, ranks);
   setenv("GNNRT_LAUNCH_ATTEMPT", std::to_string(index).c_str(), 1);
+  // The injected fault is for the first attempt only (local ranks inherit
+  // mpirun's whole environment, so it must leave the environment too).
+  if (index == 0 && !c_.fault.empty()) {
+    setenv("GNNRT_FAULT", c_.fault.c_str(), 1);
+  } else {
+    unsetenv("GNNRT_FAULT");
+  }
   const auto argv = mpirun_argv(ranks, hosts, index);
   const std::string line = join_command(argv);
   spdlog::info("attempt {}: {}", index, line);
@@ -599,7 +610,6 @@ int Launcher::run() {
   setenv("GNNRT_LAUNCH_TOKEN", token_.c_str(), 1);
   setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
   setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
-  if (!c_.fault.empty()) setenv("GNNRT_FAULT", c_.fault.c_str(), 1);
   asio::signal_set signals(io_, SIGINT, SIGTERM);
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
     if (ec) return;

@@ -467,10 +467,12 @@ EpochMetrics Trainer::epoch(int64_t index) {
   const runtime::Counters& after = core_.counters();
   const Tensor metrics = core_.read(kMetrics);
   std::vector<double> v = metrics.to_vector<double>();
+  v.push_back(options_.stop_requested && options_.stop_requested() ? 1.0 : 0.0);
   v.push_back(after.halo_bytes - before.halo_bytes);
   if (comm_ && comm_->size() > 1) comm_->allreduce<double>(v);
   m.ms = ms_since(epoch_start);
   m.halo_bytes = v.back();
+  m.stop = v[v.size() - 2] > 0;
   m.simulated_ms = (after.simulated_seconds - before.simulated_seconds) * 1e3;
   m.compute_ms = (after.compute_seconds - before.compute_seconds) * 1e3;
   m.halo_ms = (after.halo_seconds - before.halo_seconds) * 1e3;
@@ -542,6 +544,29 @@ std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
                                            path.extension().string());
 }
 
+// Drops the records of epochs after `epoch` from a metrics file (replaced
+// atomically); a missing file is left missing.
+void keep_metrics_through(const std::filesystem::path& path, int64_t epoch) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_object() && record.contains("epoch") && record["epoch"].is_number_integer() &&
+        record["epoch"].get<int64_t>() <= epoch) {
+      kept += line + '\n';
+    }
+  }
+  in.close();
+  const auto tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out.flush()) throw std::runtime_error("cannot write --metrics " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
 TrainResult Trainer::run() {
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
   result_.ranks = ranks_;
@@ -558,6 +583,9 @@ TrainResult Trainer::run() {
   std::ofstream metrics_out;
   step("opening --metrics", [&] {
     if (options_.metrics_path.empty() || !writer()) return;
+    // After a resume, the records of epochs past the checkpoint (written by
+    // the run that died) are dropped first, so every epoch has one record.
+    if (start_epoch_ > 0) keep_metrics_through(options_.metrics_path, start_epoch_);
     metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
   });
@@ -610,6 +638,16 @@ TrainResult Trainer::run() {
     if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) {
       step("writing the checkpoint", [&] { save(m.epoch); });
     }
+    if (m.stop && m.epoch < epochs) {
+      if (!job_.checkpoint().dir().empty() && !(every > 0 && m.epoch % every == 0)) {
+        step("writing the checkpoint", [&] { save(m.epoch); });
+      }
+      if (writer()) spdlog::info("stopped after epoch {} on request", m.epoch);
+      result_.stopped = true;
+      result_.start_epoch = start_epoch_;
+      result_.counters = core_.counters();
+      return result_;
+    }
   }
   if (!job_.checkpoint().dir().empty()) {
     step("writing the checkpoint", [&] { save(std::max(epochs, start_epoch_)); });
@@ -618,6 +656,7 @@ TrainResult Trainer::run() {
   if (!options_.trace_path.empty()) {
     step("writing --trace", [&] { core_.write_trace(rank_path(options_.trace_path, rank_)); });
   }
+  result_.start_epoch = start_epoch_;
   result_.best_epoch = best_epoch_;
   result_.best_val_acc = std::max(best_val_, 0.0);
   result_.test_acc = best_test_;

@@ -58,6 +58,10 @@ struct TrainOptions {
   std::shared_ptr<collectives::Communicator> communicator;
   // Called after every epoch (on every rank), e.g. for a launcher's progress.
   std::function<void(const struct EpochMetrics&)> on_epoch;
+  // Polled once per epoch on every rank (e.g. a launcher's stop request);
+  // if any rank says yes, every rank writes the checkpoint after that epoch
+  // and stops (TrainResult::stopped).
+  std::function<bool()> stop_requested;
 };
 
 struct EpochMetrics {
@@ -71,6 +75,7 @@ struct EpochMetrics {
   // slowest rank shows here).
   double compute_ms = 0, halo_ms = 0, grad_ms = 0, wait_ms = 0;
   double halo_bytes = 0;  // sent by all ranks in the epoch's halo exchanges
+  bool stop = false;      // some rank was asked to stop after this epoch
 };
 
 struct TrainResult {
@@ -81,6 +86,8 @@ struct TrainResult {
   runtime::MemoryPlan train_plan, infer_plan;
   runtime::PassStats train_passes;
   int ranks = 1;
+  bool stopped = false;  // stopped on request before the last epoch (checkpoint written)
+  int64_t start_epoch = 0;  // the epoch it resumed after (0: from scratch)
   bool partitioned = false;
   // The partition (rank 0 knows it when it partitioned in memory).
   PartitionStats partition;
