@@ -138,6 +138,7 @@ class Supervisor : public ControlServer::Handler {
   proto::Progress latest;  // rank 0's newest epoch
   bool has_latest = false;
   int64_t start_epoch = -1;  // the first epoch rank 0 reported in this attempt, minus one
+  std::string first_progress;  // when it arrived (ISO time)
   Clock::time_point attempt_start{};
   std::optional<Failure> failure;  // the first failure of this attempt
   std::vector<std::pair<int64_t, double>> epoch_times;  // for the ETA
@@ -187,7 +188,10 @@ class Supervisor : public ControlServer::Handler {
       r.epoch = m.progress().epoch();
       r.last_progress = Clock::now();
       if (it->second == 0) {
-        if (start_epoch < 0) start_epoch = m.progress().epoch() - 1;
+        if (start_epoch < 0) {
+          start_epoch = m.progress().epoch() - 1;
+          first_progress = now_iso();
+        }
         latest = m.progress();
         has_latest = true;
         epoch_times.emplace_back(m.progress().epoch(), m.progress().ms());
@@ -267,6 +271,7 @@ class Launcher {
   int restarts_ = 0;
   bool tty_ = false;
   Clock::time_point last_line_{};
+  std::string last_progress_line_;
   std::optional<Failure> first_failure_;
   fs::path first_failure_log_;
   std::string first_failure_verdict_;
@@ -341,9 +346,12 @@ void Launcher::show_progress(bool final) {
                        p.epoch(), p.epochs(), p.loss(), p.train_acc(), p.val_acc(), ms, eta, restarts_,
                        c_.max_restarts);
   }
+  if (line == last_progress_line_ && !(tty_ && final)) return;
   if (tty_) {
     std::cout << "\r\033[K" << line << (final ? "\n" : "") << std::flush;
+    last_progress_line_ = line;
   } else if (final || since(last_line_) >= 1.0) {
+    last_progress_line_ = line;
     std::cout << line << '\n' << std::flush;
     last_line_ = Clock::now();
   }
@@ -463,8 +471,8 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     auto& s = supervisor_;
     if (index > 0 && s.has_latest && !resumed) {
       resumed = true;  // training again: the first epoch of a restart
-      events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.latest.epoch()},
-                      {"resumed_after", s.start_epoch}});
+      events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.start_epoch + 1},
+                      {"resumed_after", s.start_epoch}, {"at", s.first_progress}});
     }
     if (!mpirun.running()) {
       bool all_done = true;
@@ -583,7 +591,9 @@ int Launcher::run() {
     // The launcher's own log: every line in logs/launcher.log, errors on the terminal.
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir_ / "logs" / "launcher.log").string());
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    console->set_level(spdlog::level::err);
+    // The terminal gets the launcher's own lines (std::cerr) and the
+    // progress line; only a critical log line goes there too.
+    console->set_level(spdlog::level::critical);
     auto logger = std::make_shared<spdlog::logger>("launch", spdlog::sinks_init_list{file, console});
     logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [launcher host {}] [%^%l%$] %v", this_host()));
     logger->flush_on(spdlog::level::info);
@@ -659,6 +669,7 @@ int Launcher::run() {
           alive.push_back(h);
         } else {
           spdlog::error("host {} does not answer: restarting without it", h.host);
+          std::cerr << "gnnrt launch: host " << h.host << " does not answer: restarting without it\n";
           events_->write({{"event", "host_lost"}, {"host", h.host}});
         }
       }

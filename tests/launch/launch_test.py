@@ -158,7 +158,7 @@ if fail:
           f"kill: resumed after epoch {training and training['resumed_after']}, killed after {at}")
     figures["kill_detect_s"] = iso(fail["detected"]) - t_fault if t_fault else None
     if training:
-        figures["kill_training_again_s"] = iso(training["time"]) - iso(fail["detected"])
+        figures["kill_training_again_s"] = iso(training["at"]) - iso(fail["detected"])
 
 # ---- --max-restarts 0: fails fast, with the summary of the first failure ----
 run, out, took = launch("fail_fast", 2, "--inject-fault", "exit:1:2", "--max-restarts", "0", expect=1)

@@ -143,7 +143,7 @@ if fail:
     figures["cut_detect_s"] = round(t - cut_at, 3)
 training = next((e for e in ev if e["event"] == "training"), None)
 if fail and training:
-    t1 = time.mktime(time.strptime(training["time"][:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + training["time"][19:23])
+    t1 = time.mktime(time.strptime(training["at"][:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + training["at"][19:23])
     figures["cut_training_again_s"] = round(t1 - t, 3)
 ref = subprocess.run([GNNRT, *TRAIN, *long, "--params-out", str(WORK / "cut_ref")], capture_output=True, text=True)
 if launcher.returncode == 0 and ref.returncode == 0:
