@@ -24,7 +24,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <regex>
 #include <thread>
 
 #include "launch/control_server.h"
@@ -231,17 +230,36 @@ class Events {
   std::ofstream out_;
 };
 
-// The exit code or signal mpirun reported for a rank, from its own words.
+// The exit code or signal mpirun reported for a rank, from its own words:
+// "process rank K with PID P on node H exited on signal S (Name)", or
+// "Exit code:    N" in its report of the first process that failed.
 std::string mpirun_verdict(const std::string& output, int rank) {
-  std::smatch m;
-  const std::regex signal(fmt::format(R"(process rank {} with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))", rank));
-  if (std::regex_search(output, m, signal)) return fmt::format("signal {} ({})", m[2].str(), m[3].str());
-  const std::regex any_signal(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
-  if (std::regex_search(output, m, any_signal)) {
-    return fmt::format("signal {} ({}) on rank {}", m[3].str(), m[4].str(), m[1].str());
+  std::string any;
+  for (size_t at = output.find("process rank "); at != std::string::npos;
+       at = output.find("process rank ", at + 1)) {
+    const size_t eol = output.find('\n', at);
+    const std::string line = output.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    const size_t on = line.find(" exited on signal ");
+    if (on == std::string::npos) continue;
+    const std::string signal = line.substr(on + 18);  // "9 (Killed)."
+    const std::string what = signal.substr(0, signal.find(')') == std::string::npos ? signal.size()
+                                                                                     : signal.find(')') + 1);
+    int who = -1;
+    try {
+      who = std::stoi(line.substr(13));
+    } catch (const std::logic_error&) {
+    }
+    if (who == rank) return "signal " + what;
+    if (any.empty()) any = fmt::format("signal {} on rank {}", what, who);
   }
-  const std::regex code(R"(Exit code:\s+(\d+))");
-  if (std::regex_search(output, m, code)) return "exit code " + m[1].str();
+  if (!any.empty()) return any;
+  const size_t code = output.find("Exit code:");
+  if (code != std::string::npos) {
+    const size_t digits = output.find_first_of("0123456789", code);
+    if (digits != std::string::npos) {
+      return "exit code " + output.substr(digits, output.find_first_not_of("0123456789", digits) - digits);
+    }
+  }
   return "";
 }
 

@@ -242,14 +242,21 @@ def frame(payload):
     return varint(len(payload)) + payload
 
 
-FUZZ_EPOCHS = 3000  # long enough (several seconds) to be fuzzed while it runs
-fuzz_train = [a if a != f"schedule.epochs={EPOCHS}" else f"schedule.epochs={FUZZ_EPOCHS}" for a in TRAIN]
+# A job that would run for minutes: fuzzed, then stopped with SIGINT.
+fuzz_train = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=1000000" for a in TRAIN]
 run_dir = WORK / "fuzz"
 shutil.rmtree(run_dir, ignore_errors=True)
 p = subprocess.Popen([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *fuzz_train],
                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-deadline = time.monotonic() + 60
-while not (run_dir / "control.json").exists() and time.monotonic() < deadline:
+
+
+def epochs_done():
+    f = run_dir / "metrics.jsonl"
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
+deadline = time.monotonic() + 120
+while epochs_done() < 2 and time.monotonic() < deadline:
     time.sleep(0.05)
 where = json.loads((run_dir / "control.json").read_text())
 address = (where["address"], where["port"])
@@ -264,7 +271,7 @@ attacks = {
 }
 for i in range(40):
     attacks[f"random {i}"] = bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 300)))
-slow = []
+before = epochs_done()
 for name, data in attacks.items():
     try:
         with socket.create_connection(address, timeout=5) as s:
@@ -278,17 +285,32 @@ for name, data in attacks.items():
                 pass
     except OSError as e:
         check(False, f"fuzz: cannot connect for {name!r}: {e}")
-for _ in range(5):  # clients that send nothing
-    slow.append(socket.create_connection(address, timeout=5))
-check(p.poll() is None, "fuzz: the job ended before the fuzzing did (make it longer)")
-out, _ = p.communicate(timeout=240)
+slow = [socket.create_connection(address, timeout=5) for _ in range(5)]  # clients that send nothing
+log = run_dir / "logs" / "launcher.log"
+deadline = time.monotonic() + 20
+while "no valid hello within" not in log.read_text() and time.monotonic() < deadline:
+    time.sleep(0.1)
 for s in slow:
     s.close()
-check(p.returncode == 0, f"fuzz: the job did not finish while fuzzed: exit {p.returncode}\n{out[-3000:]}")
-log = (run_dir / "logs" / "launcher.log").read_text()
-for reason in ("wrong token", "exceeds the limit", "malformed frame length", "first message is not a hello"):
-    check(reason in log, f"fuzz: launcher.log does not log a drop for {reason!r}")
-check(len(metrics(run_dir)) == FUZZ_EPOCHS, "fuzz: the fuzzed job lost epochs")
+after = epochs_done()
+check(p.poll() is None and after > before, f"fuzz: the job stopped training while fuzzed ({before} -> {after} epochs)")
+p.send_signal(signal.SIGINT)
+out, _ = p.communicate(timeout=240)
+check(p.returncode == 130, f"fuzz: exit {p.returncode} after SIGINT\n{out[-3000:]}")
+text = log.read_text()
+for reason in ("wrong token", "exceeds the limit", "malformed frame length", "first message is not a hello",
+               "no valid hello within"):
+    check(reason in text, f"fuzz: launcher.log does not log a drop for {reason!r}")
+check("heartbeat" not in [e.get("kind") for e in events(run_dir)], "fuzz: a real rank was lost while fuzzed")
+check(not job_processes(run_dir), "fuzz: processes survive")
+
+# ---- on a terminal: one progress line, rewritten in place ----
+run_dir = WORK / "tty"
+shutil.rmtree(run_dir, ignore_errors=True)
+cmd = " ".join([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *TRAIN])
+p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=120)  # bytes: keep \r
+check(p.returncode == 0 and b"\r\x1b[K" in p.stdout and f"epoch {EPOCHS}/{EPOCHS}".encode() in p.stdout,
+      f"tty: no in-place progress line (exit {p.returncode}):\n{p.stdout[-1000:]!r}")
 
 print("detection figures (s):", json.dumps({k: round(v, 3) for k, v in figures.items() if v is not None}))
 if failures:
