@@ -94,7 +94,11 @@ struct ControlClient::State {
   bool writing = false;
   std::array<char, 4096> inbox{};
   FrameReader reader{kMaxFrameBytes};
-  std::atomic<bool> stop{false}, finishing{false};
+  // finishing: Done was sent (a closed connection is then no surprise);
+  // closing: the destructor runs. Silence from the launcher ends the rank
+  // until closing, so a rank hung after Done (in MPI_Finalize, say) does not
+  // outlive its launcher.
+  std::atomic<bool> stop{false}, finishing{false}, closing{false};
   Clock::time_point last_ping = Clock::now();
   double interval = 1, lost_after = 30;
   int rank = 0;
@@ -127,7 +131,7 @@ struct ControlClient::State {
   }
   void beat() {
     if (Clock::now() - last_ping > std::chrono::duration<double>(lost_after)) {
-      if (!finishing) end_orphan(fmt::format("no word from it for {:.0f} s", lost_after));
+      if (!closing) end_orphan(fmt::format("no word from it for {:.0f} s", lost_after));
     }
     proto::RankMessage m;
     m.set_heartbeat(true);
@@ -140,7 +144,9 @@ struct ControlClient::State {
   void read() {
     socket.async_read_some(asio::buffer(inbox), [this](boost::system::error_code ec, size_t n) {
       if (ec) {
-        if (!finishing && ec != asio::error::operation_aborted) {
+        // After Done the launcher closes the connection only when it gave
+        // up on the job (the ranks should have exited): end too.
+        if (!closing && ec != asio::error::operation_aborted) {
           end_orphan(ec == asio::error::eof ? "it closed the connection" : ec.message());
         }
         return;
@@ -213,6 +219,7 @@ ControlClient::ControlClient(std::shared_ptr<State> state) : state_(std::move(st
 
 ControlClient::~ControlClient() {
   state_->finishing = true;
+  state_->closing = true;
   asio::post(state_->io, [s = state_.get()] {
     boost::system::error_code ignored;
     s->heartbeat.cancel();

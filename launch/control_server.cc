@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+
 #include <array>
 #include <deque>
 
@@ -95,9 +97,18 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
         server_.drop(id_, "wrong token", false);
         return false;
       }
+      if (server_.connections() - server_.pending() >= server_.limits_.max_registered) {
+        server_.drop(id_, "too many registered ranks", false);
+        return false;
+      }
       registered_ = true;
       arm(server_.limits_.idle_seconds);
-      server_.handler_.on_hello(id_, m.hello());
+      if (!server_.handler_.on_hello(id_, m.hello())) {
+        registered_ = false;
+        server_.drop(id_, fmt::format("hello of rank {} (attempt {}) refused", m.hello().rank(),
+                                      m.hello().attempt()), false);
+        return false;
+      }
       return !closed_;
     }
     if (m.has_hello()) {
@@ -135,34 +146,52 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
 ControlServer::ControlServer(asio::io_context& io, const asio::ip::address& address, std::string token,
                              ControlLimits limits, Handler& handler)
     : io_(io), acceptor_(io, tcp::endpoint(address, 0)), token_(std::move(token)), limits_(limits),
-      handler_(handler) {
+      handler_(handler), retry_(io) {
+  // Not inherited by mpirun and the ranks it starts.
+  ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
   accept();
 }
 
 ControlServer::~ControlServer() {
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  retry_.cancel();
   for (auto& [id, s] : sessions_) s->close();
 }
 
 tcp::endpoint ControlServer::endpoint() const { return acceptor_.local_endpoint(); }
 
+int ControlServer::pending() const {
+  int n = 0;
+  for (const auto& [id, s] : sessions_) n += s->registered() ? 0 : 1;
+  return n;
+}
+
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      if (static_cast<int>(sessions_.size()) >= limits_.max_connections) {
-        ++dropped_;
-        spdlog::warn("control: refused a connection: {} connections already open", sessions_.size());
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        socket.set_option(tcp::no_delay(true), ec);
-        const SessionId id = next_id_++;
-        auto s = std::make_shared<Session>(*this, id, std::move(socket));
-        sessions_.emplace(id, s);
-        s->start();
-      }
+    if (ec) {
+      // Out of descriptors, say: log, and try again in a moment rather than
+      // spinning.
+      spdlog::warn("control: accept failed: {}; retrying in 100 ms", ec.message());
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](boost::system::error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    if (pending() >= limits_.max_pending) {
+      ++dropped_;
+      spdlog::warn("control: refused a connection: {} connections are waiting to register", pending());
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      socket.set_option(tcp::no_delay(true), ec);
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+      const SessionId id = next_id_++;
+      auto s = std::make_shared<Session>(*this, id, std::move(socket));
+      sessions_.emplace(id, s);
+      s->start();
     }
     accept();
   });

@@ -4,7 +4,8 @@
 // messages go to the Handler. A connection with the wrong token, an
 // oversized, truncated or malformed frame, too many connections, or a
 // client that says nothing for the idle timeout is dropped and logged; the
-// server keeps serving the others. Runs on the io_context's thread; the
+// server keeps serving the others. Connections that have not registered
+// have a cap of their own, so strangers cannot crowd out the ranks. Runs on the io_context's thread; the
 // Handler is called there.
 #pragma once
 
@@ -24,7 +25,8 @@ namespace gnnrt::launch {
 
 struct ControlLimits {
   size_t max_frame_bytes = 64 * 1024;
-  int max_connections = 256;
+  int max_pending = 32;       // connections that have not registered yet
+  int max_registered = 1024;  // registered ranks (a job's N, plus a restart's overlap)
   double hello_seconds = 5;   // to send a valid Hello after connecting
   double idle_seconds = 30;   // the longest silence of a registered rank
 };
@@ -34,7 +36,9 @@ class ControlServer {
   using SessionId = uint64_t;
   struct Handler {
     virtual ~Handler() = default;
-    virtual void on_hello(SessionId id, const proto::Hello& hello) = 0;
+    // False: the hello is refused (another attempt, a rank registered twice)
+    // and the connection is dropped.
+    virtual bool on_hello(SessionId id, const proto::Hello& hello) = 0;
     virtual void on_message(SessionId id, const proto::RankMessage& message) = 0;
     // A registered session ended (`reason`: why, e.g. "connection closed").
     virtual void on_closed(SessionId id, const std::string& reason) = 0;
@@ -57,6 +61,7 @@ class ControlServer {
 
  private:
   void accept();
+  int pending() const;
   void drop(SessionId id, const std::string& why, bool registered);
 
   boost::asio::io_context& io_;
@@ -67,6 +72,7 @@ class ControlServer {
   std::map<SessionId, std::shared_ptr<Session>> sessions_;
   SessionId next_id_ = 1;
   int64_t dropped_ = 0;
+  boost::asio::steady_timer retry_;
   friend class Session;
 };
 

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <future>
 #include <optional>
 #include <random>
 #include <thread>
@@ -160,14 +161,14 @@ class Supervisor : public ControlServer::Handler {
     failure = std::move(f);
   }
 
-  void on_hello(ControlServer::SessionId id, const proto::Hello& h) override {
+  bool on_hello(ControlServer::SessionId id, const proto::Hello& h) override {
     std::lock_guard lock(mutex);
     if (h.attempt() != attempt || h.rank() < 0 || h.rank() >= size || h.size() != size ||
         ranks[static_cast<size_t>(h.rank())].registered) {
-      spdlog::warn("control: ignored a hello from rank {} of {} (attempt {}, pid {} on {}): not of attempt {} "
+      spdlog::warn("control: refused a hello from rank {} of {} (attempt {}, pid {} on {}): not of attempt {} "
                    "with {} ranks, or registered twice",
                    h.rank(), h.size(), h.attempt(), h.pid(), h.host(), attempt, size);
-      return;
+      return false;
     }
     auto& r = ranks[static_cast<size_t>(h.rank())];
     r.registered = true;
@@ -176,6 +177,7 @@ class Supervisor : public ControlServer::Handler {
     r.last_heard = r.last_progress = Clock::now();
     session_rank[id] = h.rank();
     spdlog::info("rank {} registered: host {}, pid {}", h.rank(), h.host(), h.pid());
+    return true;
   }
   void on_message(ControlServer::SessionId id, const proto::RankMessage& m) override {
     std::lock_guard lock(mutex);
@@ -198,7 +200,8 @@ class Supervisor : public ControlServer::Handler {
     } else if (m.has_done()) {
       r.done = m.done();
       if (m.done().status() != 0) {
-        fail({"exit", fmt::format("rank {} on {} (pid {}) stopped with status {}: {}", it->second, r.host, r.pid,
+        // Status 2 is bad input (a job, dataset, checkpoint): the same on a restart.
+        fail({m.done().status() == 2 ? "bad_input" : "exit", fmt::format("rank {} on {} (pid {}) stopped with status {}: {}", it->second, r.host, r.pid,
                                   m.done().status(), m.done().error()),
               it->second, r.host, r.pid});
       }
@@ -223,7 +226,7 @@ class Events {
   explicit Events(const fs::path& path) : out_(path, std::ios::app) {}
   void write(nlohmann::json record) {
     record["time"] = now_iso();
-    out_ << record.dump() << '\n' << std::flush;
+    out_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
   }
 
  private:
@@ -273,6 +276,7 @@ class Launcher {
   // Runs one attempt; returns true when the job finished (or stopped on request).
   bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
   void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
+  void kill_job_processes() const;
   bool host_answers(const HostSlots& h) const;
   void show_progress(bool final);
 
@@ -284,13 +288,13 @@ class Launcher {
   std::unique_ptr<ControlServer> server_;
   std::unique_ptr<Events> events_;
   std::atomic<int> signals_{0};
-  int last_signal_ = 0;
-  bool stop_sent_ = false;
+  std::atomic<int> last_signal_{0};
+  std::atomic<bool> stop_sent_{false};
   int restarts_ = 0;
   bool tty_ = false;
   Clock::time_point last_line_{};
   std::string last_progress_line_;
-  std::optional<Failure> first_failure_;
+  std::optional<Failure> first_failure_, last_failure_;
   fs::path first_failure_log_;
   std::string first_failure_verdict_;
 };
@@ -326,11 +330,22 @@ std::vector<std::string> Launcher::mpirun_argv(int ranks, const std::vector<Host
   // OpenMP threads must not be pinned to one core.
   const bool one_core_each = hosts.empty() && !oversubscribed && cores / std::max(1, ranks) == 1;
   a.insert(a.end(), {"--bind-to", one_core_each ? "core" : "none"});
-  for (const char* v : {"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_TOKEN", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
-                        "GNNRT_LAUNCH_LOST_TIMEOUT"}) {
-    a.insert(a.end(), {"-x", v});
+  // The launcher's variables, and every GNNRT_* and OMP_* variable of the
+  // launcher's environment (collective deadline and tuning, OpenMP
+  // settings): -x passes them to remote ranks too, which over ssh would
+  // not inherit them.
+  std::vector<std::string> names{"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_TOKEN", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
+                                 "GNNRT_LAUNCH_LOST_TIMEOUT"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string v(*e);
+    const std::string name = v.substr(0, v.find('='));
+    if ((name.rfind("GNNRT_", 0) == 0 || name.rfind("OMP_", 0) == 0) && name != "GNNRT_FAULT" &&
+        std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(name);
+    }
   }
-  if (attempt == 0 && !c_.fault.empty()) a.insert(a.end(), {"-x", "GNNRT_FAULT"});
+  if (attempt == 0 && !c_.fault.empty()) names.push_back("GNNRT_FAULT");
+  for (const auto& name : names) a.insert(a.end(), {"-x", name});
   for (const auto& m : c_.mpirun_args) a.push_back(m);
   a.push_back(fs::read_symlink("/proc/self/exe").string());
   for (const auto& arg : c_.command) a.push_back(arg);
@@ -413,21 +428,34 @@ void Launcher::stop_job(bp::child& mpirun, bp::group& group, bool rank_ended) {
       group.terminate(ec);
     }
   }
-  // Ranks whose connection is closed end themselves; those on this host
-  // that are still alive (stopped with SIGSTOP, say) are killed.
-  std::vector<int> local;
-  {
-    std::lock_guard lock(supervisor_.mutex);
-    for (const auto& r : supervisor_.ranks) {
-      if (r.registered && r.host == this_host() && r.pid > 0) local.push_back(r.pid);
-    }
-  }
+  // Ranks whose connection is closed end themselves (on every host). On
+  // this host, any process of the job still alive (a SIGSTOPped rank, one
+  // that never registered) is killed: found by the job's token in its
+  // environment, which Open MPI passes to every rank it starts (the ranks
+  // are in process groups of their own, out of reach of mpirun's).
   asio::post(io_, [this] { server_->close_all(); });
-  for (int pid : local) {
-    if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
-  }
+  kill_job_processes();
   std::error_code ec;
   mpirun.wait(ec);
+}
+
+void Launcher::kill_job_processes() const {
+  const std::string marker = "GNNRT_LAUNCH_TOKEN=" + token_;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int pid = std::stoi(name);
+    if (pid == getpid()) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string variable;
+    while (std::getline(in, variable, '\0')) {
+      if (variable == marker) {
+        ::kill(pid, SIGKILL);
+        break;
+      }
+    }
+  }
 }
 
 bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts) {
@@ -463,6 +491,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
                                      group, bp::std_in < bp::null);
   std::fclose(log_file);
   bool finished = false, resumed = false;
+  std::optional<Clock::time_point> all_done_since;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int signals = signals_.load();
@@ -471,7 +500,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       std::cerr << (tty_ ? "\n" : "")
                 << "gnnrt launch: stopping at the next step boundary (a checkpoint is written); "
                    "signal again to stop at once\n";
-      events_->write({{"event", "stop_requested"}, {"attempt", index}, {"signal", last_signal_}});
+      events_->write({{"event", "stop_requested"}, {"attempt", index}, {"signal", last_signal_.load()}});
       proto::LauncherMessage stop;
       stop.set_stop(true);
       asio::post(io_, [this, stop] { server_->broadcast(stop); });
@@ -492,8 +521,21 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.start_epoch + 1},
                       {"resumed_after", s.start_epoch}, {"at", s.first_progress}});
     }
+    bool all_done = true;
+    for (const auto& r : s.ranks) all_done = all_done && r.done && r.done->status() == 0;
     if (!mpirun.running()) {
-      bool all_done = true;
+      // The ranks' last frames may still be on their way to the io thread:
+      // wait (1 s at most) until every registered rank's connection ended.
+      const auto deadline = Clock::now() + std::chrono::seconds(1);
+      for (;;) {
+        bool settled = true;
+        for (const auto& r : s.ranks) settled = settled && (!r.registered || r.closed || r.done);
+        if (settled || Clock::now() > deadline) break;
+        supervisor_.mutex.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        supervisor_.mutex.lock();
+      }
+      all_done = true;
       for (const auto& r : s.ranks) all_done = all_done && r.done && r.done->status() == 0;
       if (mpirun.exit_code() == 0 && all_done) {
         finished = true;
@@ -503,6 +545,20 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       break;
     }
     if (s.failure) break;
+    if (all_done) {
+      // Every rank finished its command; mpirun and the ranks only have to
+      // exit. Whatever hangs in that (MPI_Finalize, a daemon), the job's
+      // work is done: stopped after the grace period plus 10 s.
+      if (!all_done_since) all_done_since = Clock::now();
+      if (since(*all_done_since) > c_.grace + 10) {
+        spdlog::warn("every rank finished, but mpirun did not exit within {:.0f} s: stopping it", c_.grace + 10);
+        events_->write({{"event", "warning"}, {"attempt", index},
+                        {"reason", "every rank finished, but mpirun did not exit: stopped"}});
+        finished = true;
+        break;
+      }
+      continue;
+    }
     // Registration, heartbeats, progress.
     int registered = 0;
     for (size_t k = 0; k < s.ranks.size(); ++k) {
@@ -526,22 +582,23 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       // The job's progress is its slowest rank's. In a job that moves in
       // lock step every rank waits at the same epoch; a rank behind the
       // others is the suspect.
-      size_t slowest = 0;
+      std::optional<size_t> slowest;
       int64_t lo = s.ranks[0].epoch, hi = s.ranks[0].epoch;
-      for (size_t k = 1; k < s.ranks.size(); ++k) {
+      for (size_t k = 0; k < s.ranks.size(); ++k) {
         lo = std::min(lo, s.ranks[k].epoch);
         hi = std::max(hi, s.ranks[k].epoch);
-        if (!s.ranks[k].done && s.ranks[k].last_progress < s.ranks[slowest].last_progress) slowest = k;
+        if (s.ranks[k].done) continue;
+        if (!slowest || s.ranks[k].last_progress < s.ranks[*slowest].last_progress) slowest = k;
       }
-      const auto& r = s.ranks[slowest];
-      if (!r.done && since(r.last_progress) > c_.progress_timeout) {
+      if (slowest && since(s.ranks[*slowest].last_progress) > c_.progress_timeout) {
+        const auto& r = s.ranks[*slowest];
         if (lo == hi) {
           s.fail({"progress", fmt::format("no progress for {:.1f} s: every rank is at epoch {}",
                                           since(r.last_progress), lo)});
         } else {
           s.fail({"progress", fmt::format("no progress for {:.1f} s: rank {} on {} (pid {}) is at epoch {}, others at {}",
-                                          since(r.last_progress), slowest, r.host, r.pid, r.epoch, hi),
-                  static_cast<int>(slowest), r.host, r.pid});
+                                          since(r.last_progress), *slowest, r.host, r.pid, r.epoch, hi),
+                  static_cast<int>(*slowest), r.host, r.pid});
         }
       }
     }
@@ -552,12 +609,12 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     std::lock_guard lock(supervisor_.mutex);
     failure = supervisor_.failure;
   }
-  if (!finished && signals_.load() < 2 && failure) {
+  if (!finished && failure) {
     spdlog::error("attempt {} failed: {}", index, failure->reason);
-    stop_job(mpirun, group, failure->kind == "killed" || failure->kind == "exit");
-  } else if (!finished) {
-    stop_job(mpirun, group);
   }
+  // Stopping twice is harmless (mpirun has been waited for); a finished
+  // job's mpirun has exited, or is stopped here after the finish deadline.
+  stop_job(mpirun, group, failure && (failure->kind == "killed" || failure->kind == "exit"));
   if (c_.is_train) show_progress(true);
   if (finished) {
     bool stopped = false;
@@ -589,6 +646,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   events_->write(record);
   std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure->reason
             << (verdict.empty() ? "" : " [mpirun: " + verdict + "]") << "\n";
+  last_failure_ = failure;
   if (!first_failure_) {
     first_failure_ = failure;
     first_failure_log_ = log;
@@ -619,12 +677,19 @@ int Launcher::run() {
   }
   events_ = std::make_unique<Events>(run_dir_ / "events.jsonl");
   if (c_.is_train) {
-    std::ofstream(run_dir_ / "job.pbtxt") << model::to_text(c_.job);
+    // The job the ranks train: the user's overrides and the launcher's.
+    model::proto::Job job = c_.job;
+    if (job.checkpoint().dir().empty()) job.mutable_checkpoint()->set_dir((run_dir_ / "checkpoints").string());
+    if (job.checkpoint().every() == 0) job.mutable_checkpoint()->set_every(1);
+    std::ofstream(run_dir_ / "job.pbtxt") << model::to_text(job);
+  }
+  if (bp::search_path("mpirun").empty()) {
+    throw std::runtime_error("launch: mpirun is not on PATH (Debian: apt-get install openmpi-bin)");
   }
   token_ = random_token();
   address_ = !c_.control_address.empty() ? c_.control_address : c_.hosts.empty() ? "127.0.0.1" : host_address();
   ControlLimits limits;
-  limits.max_connections = std::max(64, 4 * c_.ranks + 16);
+  limits.max_registered = 4 * c_.ranks + 16;
   // Silence is the supervisor's to judge (it names the rank); the server's
   // idle limit only ends connections nobody watches any more.
   limits.idle_seconds = c_.heartbeat_timeout + 10;
@@ -653,24 +718,45 @@ int Launcher::run() {
     proto::LauncherMessage m;
     m.set_ping(true);
     server_->broadcast(m);
+    if (stop_sent_) {  // again every second: ranks that registered since hear it too
+      proto::LauncherMessage stop;
+      stop.set_stop(true);
+      server_->broadcast(stop);
+    }
     ping.expires_after(std::chrono::seconds(1));
     ping.async_wait(on_ping);
   };
   ping.expires_after(std::chrono::seconds(1));
   ping.async_wait(on_ping);
   std::thread io_thread([this] { io_.run(); });
+  // Whatever ends this function (an exception too), the io thread stops and
+  // is joined first.
+  struct JoinIo {
+    asio::io_context& io;
+    std::thread& thread;
+    ~JoinIo() {
+      io.stop();
+      if (thread.joinable()) thread.join();
+    }
+  } join_io{io_, io_thread};
 
   std::vector<HostSlots> hosts = c_.hosts;
   int ranks = c_.ranks;
   int status = 1;
   for (int index = 0;; ++index) {
     if (attempt(index, ranks, hosts)) {
-      status = signals_.load() > 0 ? 128 + last_signal_ : 0;
+      status = signals_.load() > 0 ? 128 + last_signal_.load() : 0;
       break;
     }
     if (signals_.load() > 0) {
-      status = 128 + last_signal_;
-      events_->write({{"event", "stopped"}, {"attempt", index}, {"signal", last_signal_}});
+      status = 128 + last_signal_.load();
+      events_->write({{"event", "stopped"}, {"attempt", index}, {"signal", last_signal_.load()}});
+      break;
+    }
+    if (last_failure_ && last_failure_->kind == "bad_input") {
+      events_->write({{"event", "finish"}, {"status", 1}, {"attempts", index + 1},
+                      {"reason", "bad input: a restart would fail the same way"}});
+      std::cerr << "gnnrt launch: bad input (exit status 2): not restarting\n";
       break;
     }
     if (restarts_ >= c_.max_restarts) {
@@ -708,11 +794,14 @@ int Launcher::run() {
     std::cerr << fmt::format("gnnrt launch: restart {}/{} on {} rank(s), from the newest checkpoint\n", restarts_,
                              c_.max_restarts, ranks);
   }
+  std::promise<void> closed;
   asio::post(io_, [&] {
     signals.cancel();
     ping.cancel();
     server_->close_all();
+    closed.set_value();
   });
+  closed.get_future().wait_for(std::chrono::seconds(2));
   io_.stop();
   io_thread.join();
   if (status != 0 && first_failure_) {

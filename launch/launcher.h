@@ -8,9 +8,11 @@
 // (Boost.Asio) on a free port takes each rank's registration, heartbeats,
 // progress and end. A rank that exits non-zero, is killed, misses its
 // heartbeats, or a job that makes no progress, stops the job: SIGTERM to
-// mpirun (which stops every rank on every host), SIGKILL after the grace
-// period, and every rank's control connection closed (a rank that loses its
-// launcher ends itself). Then it restarts, up to --max-restarts times, with
+// mpirun (which stops every rank on every host), SIGKILL to its group after
+// the grace period, every rank's control connection closed (a rank that
+// loses its launcher ends itself), and SIGKILL to whatever process of this
+// host still carries the job's token (ranks have process groups of their
+// own). Then it restarts, up to --max-restarts times, with
 // fewer ranks on the hosts that still answer when --min-ranks allows.
 #pragma once
 

@@ -236,6 +236,7 @@ int run_launch_command(gnnrt::launch::LaunchCommand& c, const std::string& hosts
   if (what != "train" && what != "bench") {
     throw std::invalid_argument(fmt::format("launch: the command after -- must be train or bench, not '{}'", what));
   }
+  if (!c.fault.empty()) gnnrt::launch::Fault::parse(c.fault);  // a typo: an error now, not a crash later
   if (c.min_ranks == 0) c.min_ranks = c.ranks;
   if (c.min_ranks > c.ranks) {
     throw std::invalid_argument(fmt::format("launch: --min-ranks {} exceeds -n {}", c.min_ranks, c.ranks));
@@ -397,8 +398,10 @@ int main(int argc, char** argv) {
   try {
     if (*launch) return run_launch_command(launch_command, launch_hosts);
     if (*bench) {
-      gnnrt::collectives::Environment mpi(&argc, &argv);
+      // The control connection outlives MPI_Finalize (declared first, ended
+      // last): a rank that hangs there is still watched.
       std::unique_ptr<gnnrt::launch::ControlClient> control;
+      gnnrt::collectives::Environment mpi(&argc, &argv);
       try {
         auto comm = start_mpi(mpi_options);
         control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
@@ -413,8 +416,8 @@ int main(int argc, char** argv) {
     }
     if (*train) {
       // One rank without mpirun (MPI's singleton mode), one per rank under it.
+      std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
       gnnrt::collectives::Environment mpi(&argc, &argv);
-      std::unique_ptr<gnnrt::launch::ControlClient> control;
       try {
         auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(train_mpi));
         if (train_command.options.debug) {

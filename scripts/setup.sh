@@ -20,6 +20,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   python3 python3-numpy python3-matplotlib
+  iproute2 util-linux bsdutils   # ip netns, unshare, script: the launcher's multi-host and terminal tests
 )
 if [[ "${1:-}" == "--reference" ]]; then
   packages+=(python3-torch)

@@ -122,7 +122,8 @@ check(ev[0]["event"] == "start" and "mpirun" in ev[0]["command"] and ev[-1]["eve
       f"plain: events {ev}")
 check("schedule" in (ref / "job.pbtxt").read_text(), "plain: job.pbtxt has no schedule")
 check((ref / "checkpoints").is_dir() and any((ref / "checkpoints").iterdir()), "plain: no checkpoint")
-check("gnnrt launch: mpirun" in out and "--oversubscribe" in out, f"plain: the mpirun command is not printed:\n{out}")
+check("gnnrt launch: mpirun" in out and (("--oversubscribe" in out) == ((os.cpu_count() or 1) < 4)),
+      f"plain: the mpirun command is not printed, or oversubscription is wrong for {os.cpu_count()} cores:\n{out}")
 check(re.search(rf"epoch {EPOCHS}/{EPOCHS} loss", out) is not None, f"plain: no final progress line:\n{out}")
 plain = params(WORK / "plain_params")
 check(len(plain) >= 4, f"plain: {len(plain)} parameters written")
@@ -285,24 +286,66 @@ for name, data in attacks.items():
                 pass
     except OSError as e:
         check(False, f"fuzz: cannot connect for {name!r}: {e}")
-slow = [socket.create_connection(address, timeout=5) for _ in range(5)]  # clients that send nothing
+# 40 clients that send nothing: past the cap of 32 waiting connections the
+# rest are refused; all are dropped after the 5 s hello timeout. One more
+# trickles a frame a byte at a time: dropped at the same timeout.
+trickle = socket.create_connection(address, timeout=5)
+slow = []
+for _ in range(40):
+    try:
+        slow.append(socket.create_connection(address, timeout=5))
+    except OSError:
+        pass
+trickle_closed = None
 log = run_dir / "logs" / "launcher.log"
 deadline = time.monotonic() + 20
+t0 = time.monotonic()
+while time.monotonic() < deadline and trickle_closed is None:
+    try:
+        trickle.sendall(b"\x40")  # a frame of 64 bytes, one byte at a time
+        time.sleep(0.25)
+    except OSError:
+        trickle_closed = time.monotonic() - t0
+check(trickle_closed is not None and trickle_closed < 10, f"fuzz: a trickling client was not dropped ({trickle_closed})")
 while "no valid hello within" not in log.read_text() and time.monotonic() < deadline:
     time.sleep(0.1)
 for s in slow:
     s.close()
 after = epochs_done()
 check(p.poll() is None and after > before, f"fuzz: the job stopped training while fuzzed ({before} -> {after} epochs)")
-p.send_signal(signal.SIGINT)
+p.send_signal(signal.SIGTERM)
 out, _ = p.communicate(timeout=240)
-check(p.returncode == 130, f"fuzz: exit {p.returncode} after SIGINT\n{out[-3000:]}")
+check(p.returncode == 143, f"fuzz: exit {p.returncode} after SIGTERM, expected 143\n{out[-3000:]}")
 text = log.read_text()
 for reason in ("wrong token", "exceeds the limit", "malformed frame length", "first message is not a hello",
-               "no valid hello within"):
+               "malformed message", "inside a frame", "no valid hello within", "waiting to register"):
     check(reason in text, f"fuzz: launcher.log does not log a drop for {reason!r}")
-check("heartbeat" not in [e.get("kind") for e in events(run_dir)], "fuzz: a real rank was lost while fuzzed")
+kinds = [e["event"] for e in events(run_dir)]
+check("failure" not in kinds and "restart" not in kinds and kinds[-1] == "stopped",
+      f"fuzz: the real job was disturbed: events {kinds}")
 check(not job_processes(run_dir), "fuzz: processes survive")
+
+# ---- a second signal stops at once ----
+run_dir = WORK / "twice"
+shutil.rmtree(run_dir, ignore_errors=True)
+p = subprocess.Popen([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *fuzz_train],
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+deadline = time.monotonic() + 120
+while epochs_done() < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+p.send_signal(signal.SIGINT)
+p.send_signal(signal.SIGINT)
+t0 = time.monotonic()
+out, _ = p.communicate(timeout=120)
+check(p.returncode == 130 and time.monotonic() - t0 < 20, f"twice: exit {p.returncode} after two SIGINTs\n{out[-2000:]}")
+time.sleep(0.5)
+check(not job_processes(run_dir), "twice: processes survive")
+
+# ---- bad input is not retried ----
+run, out, took = launch("bad_input", 2, "--max-restarts", "3", command=TRAIN + ["--set", "dataset.path=npy:/nonexistent"],
+                        expect=1)
+check([e["event"] for e in events(run)].count("restart") == 0 and "not restarting" in out,
+      f"bad_input: restarted or no reason given:\n{out[-2000:]}")
 
 # ---- on a terminal: one progress line, rewritten in place ----
 run_dir = WORK / "tty"

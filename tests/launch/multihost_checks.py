@@ -150,8 +150,26 @@ if launcher.returncode == 0 and ref.returncode == 0:
     a, b = params(WORK / "cut_ref"), params(WORK / "cut_params")
     check(all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a),
           "cut: the result after the restart on fewer ranks differs from an uninterrupted run beyond rtol 1e-5")
-subprocess.run(["ip", "-n", f"{TAG}h2", "link", "set", f"{TAG}b2", "up"], check=True)
+# Nothing of the job may be left on either side while h2 is still cut off
+# (its daemon and ranks must end by themselves: keepalive, lost launcher).
 no_leftovers("cut", run, wait=30)
+subprocess.run(["ip", "-n", f"{TAG}h2", "link", "set", f"{TAG}b2", "up"], check=True)
+
+# ---- a rank on h2 killed: restarted on both hosts, bitwise the uninterrupted 2-host run ----
+run = WORK / "remote_kill"
+p = subprocess.run(on_host(1, [GNNRT, "launch", "-n", "4", "--hosts", HOSTS, *MPI, "--run-dir", str(run),
+                               "--inject-fault", "kill:3:5", "--max-restarts", "1", "--", *TRAIN, *epochs,
+                               "--params-out", str(WORK / "remote_kill_params")]),
+                   capture_output=True, text=True, timeout=300)
+check(p.returncode == 0, f"remote kill: exit {p.returncode}\n{(p.stdout + p.stderr)[-4000:]}")
+ev = events(run)
+fail = next((e for e in ev if e["event"] == "failure"), {})
+check(fail.get("rank") == 3 and fail.get("host") == "h2", f"remote kill: failure record {fail}")
+if p.returncode == 0:
+    a, b = params(WORK / "two_hosts_params"), params(WORK / "remote_kill_params")
+    check(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "remote kill: parameters after the restart differ from the uninterrupted 2-host run")
+no_leftovers("remote kill", run)
 
 print("figures:", json.dumps(figures))
 if failures:
