@@ -60,7 +60,7 @@ std::string host_name() {
 Fault Fault::parse(const std::string& text) {
   const auto bad = [&] {
     return std::invalid_argument(fmt::format(
-        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang or silent", text));
+        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang, silent or noregister", text));
   };
   const size_t a = text.find(':');
   const size_t b = a == std::string::npos ? a : text.find(':', a + 1);
@@ -71,6 +71,7 @@ Fault Fault::parse(const std::string& text) {
   else if (kind == "exit") f.kind = Kind::kExit;
   else if (kind == "hang") f.kind = Kind::kHang;
   else if (kind == "silent") f.kind = Kind::kSilent;
+  else if (kind == "noregister") f.kind = Kind::kNoRegister;
   else throw bad();
   try {
     size_t used = 0;
@@ -180,6 +181,10 @@ std::unique_ptr<ControlClient> ControlClient::from_environment(int rank, int siz
   s->interval = env_seconds("GNNRT_LAUNCH_HEARTBEAT", 1);
   s->lost_after = env_seconds("GNNRT_LAUNCH_LOST_TIMEOUT", 30);
   if (const char* f = std::getenv("GNNRT_FAULT"); f != nullptr && *f != '\0') s->fault = Fault::parse(f);
+  if (s->fault && s->fault->kind == Fault::Kind::kNoRegister && s->fault->rank == rank) {
+    spdlog::warn("fault injection: this rank does not register with the launcher");
+    return nullptr;
+  }
   const std::string where(addr);
   const size_t colon = where.rfind(':');
   if (colon == std::string::npos) {
@@ -262,6 +267,7 @@ void ControlClient::inject_fault(int64_t epoch) {
                                                : "SIGSTOP (silent)",
                epoch);
   spdlog::default_logger()->flush();
+  if (f->kind == Fault::Kind::kNoRegister) return;
   switch (f->kind) {
     case Fault::Kind::kKill:
       std::raise(SIGKILL);
@@ -272,6 +278,8 @@ void ControlClient::inject_fault(int64_t epoch) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     case Fault::Kind::kSilent:
       std::raise(SIGSTOP);
+      break;
+    case Fault::Kind::kNoRegister:
       break;
   }
 }

@@ -10,7 +10,8 @@
 // Fault injection for the tests (GNNRT_FAULT=KIND:RANK:EPOCH): after epoch
 // EPOCH, rank RANK crashes (kill: SIGKILL itself; exit: exit status 3),
 // hangs (hang: the training thread sleeps, heartbeats go on) or goes silent
-// (silent: SIGSTOP itself, so neither heartbeats nor progress come).
+// (silent: SIGSTOP itself, so neither heartbeats nor progress come);
+// KIND noregister makes rank RANK never connect (EPOCH ignored).
 #pragma once
 
 #include <atomic>
@@ -26,7 +27,7 @@ class Progress;
 }
 
 struct Fault {
-  enum class Kind { kKill, kExit, kHang, kSilent };
+  enum class Kind { kKill, kExit, kHang, kSilent, kNoRegister };
   Kind kind = Kind::kKill;
   int rank = 0;
   int64_t epoch = 0;

@@ -400,9 +400,15 @@ bool Launcher::host_answers(const HostSlots& h) const {
     bp::group g;
     bp::child probe(bp::search_path("mpirun"), std::vector<std::string>(a.begin() + 1, a.end()), g,
                     bp::std_out > bp::null, bp::std_err > bp::null, bp::std_in < bp::null);
-    if (probe.wait_for(std::chrono::seconds(15))) return probe.exit_code() == 0;
-    g.terminate();
-    probe.wait();
+    // Polled (Boost 1.74's wait_for can oversleep its timeout).
+    const auto deadline = Clock::now() + std::chrono::seconds(15);
+    while (probe.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!probe.running()) return probe.exit_code() == 0;
+    ::kill(probe.id(), SIGTERM);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::error_code ec;
+    g.terminate(ec);
+    probe.wait(ec);
   } catch (const std::exception& e) {
     spdlog::warn("probing host {}: {}", h.host, e.what());
   }

@@ -186,6 +186,13 @@ fail = next((e for e in events(run) if e["event"] == "failure"), None)
 if t and fail:
     figures["silent_detect_s"] = iso(fail["detected"]) - t
 
+# ---- a rank that never registers: the start timeout ----
+run, out, took = launch("noregister", 2, "--inject-fault", "noregister:1:1", "--start-timeout", "3",
+                        "--max-restarts", "0", command=[a if a != f"schedule.epochs={EPOCHS}" else
+                                                        "schedule.epochs=100000" for a in TRAIN], expect=1)
+check("did not register within 3 s" in out and "rank(s) 1" in out, f"noregister: not caught:\n{out[-2000:]}")
+check(took < 60, f"noregister: took {took:.1f} s")
+
 # ---- SIGINT: a checkpoint at the next step boundary; a second launch resumes ----
 long_train = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=400" for a in TRAIN]
 run_dir = WORK / "sigint"
@@ -223,6 +230,8 @@ check("debug mode" in (run / "logs" / "rank-0.log").read_text(), "debug: rank-0.
 run, out, _ = launch("bench", 2, command=["bench", "collectives", "--op", "allreduce", "--algorithm", "ring",
                                           "--max-bytes", "4096", "--seconds", "0.02"])
 check("allreduce" in out and "busbw" in out.lower(), f"bench: no table:\n{out[-2000:]}")
+run, out, _ = launch("bench_halo", 2, command=["bench", "halo", "--nodes", "2000", "--seconds", "0.05"])
+check("dense allreduce" in out and "halo p2p" in out, f"bench halo: no table:\n{out[-2000:]}")
 
 
 # ---- the control protocol, fuzzed while a real job runs ----
