@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -26,39 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
+from launch_common import check, events, failures, iso, job_processes, params
+
 GNNRT = sys.argv[1]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_launch_test"))
 DATASET = "synthetic:nodes=600,classes=4,features=16,avg_degree=6,seed=3"
 EPOCHS = 10
 TRAIN = ["train", "--no-cache", "--dataset", DATASET, "--set", f"schedule.epochs={EPOCHS}",
          "--threads", "1"]
-failures = []
 figures = {}
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return ok
-
-
-def job_processes(run_dir):
-    """Pids of live processes started for this run directory (their
-    environment names its log folder)."""
-    marker = f"GNNRT_LOG_DIR={run_dir}/logs".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().split(")")[-1].split()[0]
-        except OSError:
-            continue
-        if marker in env.split(b"\0") and state != "Z":
-            pids.append(int(entry.name))
-    return pids
 
 
 def launch(name, ranks, *args, command=None, timeout=240, expect=0):
@@ -76,26 +51,14 @@ def launch(name, ranks, *args, command=None, timeout=240, expect=0):
     return run_dir, out, took
 
 
-def events(run_dir):
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-
-
 def metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def params(folder):
-    return {p.name: np.load(p) for p in sorted(Path(folder).glob("*.npy"))}
 
 
 def stamp(line):
     """Seconds since the epoch of a log line's timestamp."""
     t = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
     return time.mktime(t) + float("0" + line[19:23])
-
-
-def iso(t):
-    return time.mktime(time.strptime(t[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + t[19:23])
 
 
 def fault_time(run_dir, rank):

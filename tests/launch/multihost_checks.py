@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from launch_common import check, events, failures, iso, job_processes, params
+
 GNNRT = sys.argv[1]
 TAG = os.environ["NETNS_TAG"]
 AGENT = os.environ["GNNRT_NETNS_AGENT"]
@@ -21,15 +23,7 @@ HOSTS = "198.18.0.1:2,198.18.0.2:2"
 # Open MPI starts h2's daemon through the agent; its TCP stays on the test subnet.
 MPI = [f"--mpirun-arg={a}" for a in ("--mca", "plm_rsh_agent", AGENT, "--mca", "oob_tcp_if_include",
                                      "198.18.0.0/24", "--mca", "btl_tcp_if_include", "198.18.0.0/24")]
-failures = []
 figures = {}
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return ok
 
 
 def on_host(i, argv):
@@ -37,39 +31,16 @@ def on_host(i, argv):
             "sh", *argv]
 
 
-def job_pids(run_dir):
-    marker = f"GNNRT_LOG_DIR={run_dir}/logs".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                if (entry / "stat").read_text().split(")")[-1].split()[0] != "Z":
-                    pids.append(int(entry.name))
-        except OSError:
-            pass
-    return pids
-
-
 def namespace_pids(i):
     out = subprocess.run(["ip", "netns", "pids", f"{TAG}h{i}"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
-def params(folder):
-    return {p.name: np.load(p) for p in sorted(Path(folder).glob("*.npy"))}
-
-
-def events(run_dir):
-    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-
-
 def no_leftovers(name, run_dir, wait=20):
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline and (job_pids(run_dir) or namespace_pids(2)):
+    while time.monotonic() < deadline and (job_processes(run_dir) or namespace_pids(2)):
         time.sleep(0.25)
-    check(not job_pids(run_dir), f"{name}: processes of the job survive: {job_pids(run_dir)}")
+    check(not job_processes(run_dir), f"{name}: processes of the job survive: {job_processes(run_dir)}")
     check(not namespace_pids(2), f"{name}: processes left on h2: {namespace_pids(2)}")
 
 
@@ -139,11 +110,11 @@ restart = next((e for e in ev if e["event"] == "restart"), {})
 check(restart.get("ranks") == 2, f"cut: restarted on {restart.get('ranks')} ranks, expected 2")
 fail = next((e for e in ev if e["event"] == "failure"), None)
 if fail:
-    t = time.mktime(time.strptime(fail["detected"][:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + fail["detected"][19:23])
+    t = iso(fail["detected"])
     figures["cut_detect_s"] = round(t - cut_at, 3)
 training = next((e for e in ev if e["event"] == "training"), None)
 if fail and training:
-    t1 = time.mktime(time.strptime(training["at"][:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + training["at"][19:23])
+    t1 = iso(training["at"])
     figures["cut_training_again_s"] = round(t1 - t, 3)
 ref = subprocess.run([GNNRT, *TRAIN, *long, "--params-out", str(WORK / "cut_ref")], capture_output=True, text=True)
 if launcher.returncode == 0 and ref.returncode == 0:
