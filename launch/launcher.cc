@@ -56,6 +56,15 @@ std::string this_host() {
   return gethostname(buffer, sizeof buffer - 1) == 0 ? buffer : "?";
 }
 
+// Whether `child` exits within `seconds`; polled, since Boost 1.74's
+// child::wait_for can oversleep its timeout.
+bool exited_within(bp::child& child, double seconds) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (child.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return !child.running();
+}
+
 // A per-job secret the ranks present when they register.
 std::string random_token() {
   std::random_device device;
@@ -400,10 +409,7 @@ bool Launcher::host_answers(const HostSlots& h) const {
     bp::group g;
     bp::child probe(bp::search_path("mpirun"), std::vector<std::string>(a.begin() + 1, a.end()), g,
                     bp::std_out > bp::null, bp::std_err > bp::null, bp::std_in < bp::null);
-    // Polled (Boost 1.74's wait_for can oversleep its timeout).
-    const auto deadline = Clock::now() + std::chrono::seconds(15);
-    while (probe.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!probe.running()) return probe.exit_code() == 0;
+    if (exited_within(probe, 15)) return probe.exit_code() == 0;
     ::kill(probe.id(), SIGTERM);
     std::this_thread::sleep_for(std::chrono::seconds(1));
     std::error_code ec;
@@ -418,17 +424,10 @@ bool Launcher::host_answers(const HostSlots& h) const {
 void Launcher::stop_job(bp::child& mpirun, bp::group& group, bool rank_ended) {
   // When a rank ended, mpirun aborts the job itself: let it (a SIGTERM in
   // the middle of its abort can crash it before it reports the rank).
-  if (rank_ended) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(c_.grace));
-    while (mpirun.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  if (rank_ended) exited_within(mpirun, c_.grace);
   if (mpirun.running()) {
     ::kill(mpirun.id(), SIGTERM);  // mpirun stops every rank on every host
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(c_.grace));
-    while (mpirun.running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (mpirun.running()) {
+    if (!exited_within(mpirun, c_.grace)) {
       spdlog::warn("mpirun did not stop within {:.1f} s of SIGTERM: SIGKILL to its process group", c_.grace);
       std::error_code ec;
       group.terminate(ec);
