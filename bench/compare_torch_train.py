@@ -5,11 +5,12 @@ yardstick for gnnrt's trainer on the same machine.
 The models are tests/reference/gnn_reference.py's (PyG 2.3's layers written
 with plain torch ops, the path PyG itself takes on a CPU without
 torch_scatter/torch_sparse: gather the messages, then index_add /
-scatter_reduce). For each (model, data set, threads) it measures, in a fresh
-subprocess so that peak memory belongs to that configuration alone:
+scatter_reduce). For each (model, data set, threads, dropout) it measures,
+in a fresh subprocess so that peak memory belongs to that configuration
+alone:
 
   train_ms     median of one step: forward + masked NLL + backward + Adam
-               (lr 0.01, weight decay 5e-4), model.train(), dropout on
+               (lr 0.01, weight decay 5e-4), model.train()
   infer_ms     median of one eval-mode forward under torch.no_grad()
   peak_rss_mb  the process's ru_maxrss at the end (Python + torch + data +
                the timed runs); import_rss_mb is ru_maxrss right after
@@ -19,17 +20,49 @@ Each timing follows 3 warm-up calls and repeats until it has at least
 --min-reps samples and --min-seconds of them. GCN recomputes its self loops
 and normalisation every call, as PyG does with its default cached=False.
 
+Dropout (--dropout, default on,off: both variants of every configuration):
+  on   the models' own probabilities below (input, hidden and, for GAT,
+       attention dropout)
+  off  every probability 0: the input and hidden dropout and GAT's
+       attention dropout (build_model(dropout=0) reaches all of them; on
+       the CPU F.dropout with p = 0 returns its input, and the worker checks
+       that a train-mode forward equals the eval-mode one), so the train
+       step is the same arithmetic without any mask
+gnnrt's train_bench gets the same choice (--dropout on|off).
+
 Models (--models): gcn (hidden 16, dropout 0.5 on the input and the hidden
-layer), sage (mean, hidden 16, dropout 0.5), gat (8 heads x 8, dropout 0.6,
-one output head), gcn256 (gcn with hidden 256; PubMed only). Data sets
-(--datasets): cora, pubmed (folder pubmed_synthx) under --datasets-root.
+layer), sage (mean, hidden 16, dropout 0.5), gat (8 heads x 8, dropout 0.6
+on the input, the hidden layer and the attention, one output head), gcn256
+(gcn with hidden 256; PubMed only). Data sets (--datasets): cora, citeseer,
+pubmed (folder pubmed_synthx) under --datasets-root.
+
+With --gnnrt BINARY it runs gnnrt's build/bench/train_bench right after
+torch on each configuration (--dropout on|off, --features from
+--gnnrt-features: auto | dense | sparse) and prints a comparison table
+first: the torch / gnnrt ratios (above 1: gnnrt is faster / smaller) and,
+where train_bench reports them, the features' form it ran (dense or
+sparse) and its roofline floor for the train step,
+  floor_ms = must_move_bytes / triad + step_flops / sgemm
+from the bytes the step must move (features, graph indices, parameters,
+gradients and Adam moments, labels, each forward value written and read
+once), the compiled step's flops (gnnrt's cost model) and the triad
+bandwidth and SGEMM rate measured at that thread count, with train_ms /
+floor_ms ("gnnrt train / floor"); the cost-model floor puts the cost
+model's bytes (every op's operands and results) in place of what must move. Fields an older train_bench
+does not print show as "-".
 
 Usage:
   /usr/bin/python3 bench/compare_torch_train.py [--models gcn,sage,gat,gcn256]
-      [--datasets cora,pubmed] [--threads 1,2] [--json FILE]
-Prints a Markdown table; --json writes the rows as a JSON list of
-{system: "torch", model, dataset, hidden, heads, threads, train_ms, infer_ms,
-peak_rss_mb, import_rss_mb, reps_train, reps_infer}.
+      [--datasets cora,citeseer,pubmed] [--threads 1,2] [--dropout on,off]
+      [--gnnrt build/bench/train_bench [--gnnrt-features auto]] [--json FILE]
+Prints Markdown tables and writes the rows as a JSON list to --json
+(default build/bench/compare_torch_train.json): torch rows are
+{system: "torch", model, model_key, dataset, hidden, heads, threads,
+dropout ("on"/"off"), dropout_p, train_ms, infer_ms, peak_rss_mb,
+import_rss_mb, reps_train, reps_infer}; gnnrt rows are train_bench's
+object (with dropout, features, step_bytes, step_flops, triad_gbs,
+sgemm_gflops, floor_ms, floor_multiple where it prints them) plus model
+and model_key.
 """
 import argparse
 import json
@@ -41,7 +74,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DATASET_FOLDERS = {"cora": "cora", "pubmed": "pubmed_synthx"}
+DATASET_FOLDERS = {"cora": "cora", "citeseer": "citeseer", "pubmed": "pubmed_synthx"}
 # --models name -> reference model and its settings; `datasets` restricts where it runs
 MODELS = {
     "gcn": {"model": "gcn", "hidden": 16, "dropout": 0.5},
@@ -49,6 +82,7 @@ MODELS = {
     "gat": {"model": "gat", "hidden": 8, "heads": 8, "dropout": 0.6},
     "gcn256": {"model": "gcn", "hidden": 256, "dropout": 0.5, "datasets": ["pubmed"]},
 }
+DROPOUT = ("on", "off")  # on: MODELS' probabilities; off: every p = 0
 LR, WEIGHT_DECAY = 0.01, 5e-4
 WARMUP = 3
 
@@ -77,18 +111,29 @@ def worker(job):
 
     spec = MODELS[job["model_key"]]
     g = ref.load_dataset(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]])
+    # "off": p = 0 everywhere. build_model's dropout also sets the input
+    # dropout (input_dropout=None follows it) and GAT's attention dropout.
+    p = spec["dropout"] if job["dropout"] == "on" else 0.0
     torch.manual_seed(0)
     model = ref.build_model(spec["model"], g.num_features, spec["hidden"], g.num_classes,
-                            dropout=spec["dropout"], aggr=spec.get("aggr", "mean"),
+                            dropout=p, input_dropout=p, aggr=spec.get("aggr", "mean"),
                             heads=spec.get("heads", 1))
+    if p == 0.0:
+        # No dropout anywhere: a train-mode forward is the eval-mode one.
+        with torch.no_grad():
+            same = torch.equal(model.train()(g.x, g.edge_index),
+                               model.eval()(g.x, g.edge_index))
+        if not same:
+            raise SystemExit("compare_torch_train: dropout off, but train mode differs from eval")
     opt = ref.make_optimizer("adam", model.parameters(), LR, WEIGHT_DECAY)
 
     train_ms, reps_train = measure(lambda: ref.train_step(model, g, opt),
                                    job["min_reps"], job["min_seconds"])
     infer_ms, reps_infer = measure(lambda: ref.predict(model, g),
                                    job["min_reps"], job["min_seconds"])
-    return {"system": "torch", "model": spec["model"], "dataset": job["dataset"],
-            "hidden": spec["hidden"], "heads": spec.get("heads", 1), "threads": job["threads"],
+    return {"system": "torch", "model": spec["model"], "model_key": job["model_key"],
+            "dataset": job["dataset"], "hidden": spec["hidden"], "heads": spec.get("heads", 1),
+            "threads": job["threads"], "dropout": job["dropout"], "dropout_p": p,
             "train_ms": round(train_ms, 3), "infer_ms": round(infer_ms, 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "import_rss_mb": round(import_rss_mb, 1),
@@ -105,7 +150,8 @@ def run_job(job):
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise SystemExit(f"compare_torch_train: {job['model_key']} on {job['dataset']} with "
-                         f"{job['threads']} thread(s) failed (exit {proc.returncode})")
+                         f"{job['threads']} thread(s), dropout {job['dropout']} failed "
+                         f"(exit {proc.returncode})")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -116,30 +162,50 @@ def run_gnnrt(binary, job):
          str(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]]),
          "--dataset-name", job["dataset"], "--model", job["model_key"],
          "--threads", str(job["threads"]), "--min-reps", str(job["min_reps"]),
-         "--min-seconds", str(job["min_seconds"])],
+         "--min-seconds", str(job["min_seconds"]), "--dropout", job["dropout"],
+         "--features", job["gnnrt_features"]],
         capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
-        raise SystemExit(f"compare_torch_train: gnnrt {job['model_key']} on {job['dataset']} failed")
+        raise SystemExit(f"compare_torch_train: gnnrt {job['model_key']} on {job['dataset']}, "
+                         f"dropout {job['dropout']} failed (exit {proc.returncode})")
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     row["model"] = MODELS[job["model_key"]]["model"]
+    row["model_key"] = job["model_key"]
+    row.setdefault("dropout", job["dropout"])
     return row
 
 
+def fmt(value, spec=".1f", suffix=""):
+    """value formatted, or "-" where a (older) train_bench did not report it."""
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
 def print_comparison(rows):
-    """torch / gnnrt ratios per configuration (> 1: gnnrt is faster / smaller)."""
+    """torch / gnnrt ratios per configuration (> 1: gnnrt is faster / smaller),
+    with gnnrt's features' form and its train step against its roofline floor."""
     by_key = {}
     for r in rows:
-        by_key.setdefault((r["model_key"], r["dataset"], r["threads"]), {})[r["system"]] = r
-    print("| model | dataset | threads | torch train ms | gnnrt train ms | train speed-up | "
+        key = (r["model_key"], r["dataset"], r["threads"], r.get("dropout", "on"))
+        by_key.setdefault(key, {})[r["system"]] = r
+    print("| model | dataset | threads | dropout | torch train ms | gnnrt train ms | "
+          "train speed-up | gnnrt features | floor ms | gnnrt train / floor | cost-model floor ms | "
           "torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | gnnrt RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for (key, dataset, threads), pair in by_key.items():
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (key, dataset, threads, dropout), pair in by_key.items():
+        if "torch" not in pair or "gnnrt" not in pair:
+            continue
         t, g = pair["torch"], pair["gnnrt"]
-        print(f"| {key} | {dataset} | {threads} | {t['train_ms']:.1f} | {g['train_ms']:.1f} | "
-              f"{t['train_ms'] / g['train_ms']:.2f}x | {t['infer_ms']:.1f} | {g['infer_ms']:.1f} | "
-              f"{t['infer_ms'] / g['infer_ms']:.2f}x | {t['peak_rss_mb']:.0f} | "
-              f"{g['peak_rss_mb']:.0f} |")
+        floor_ms = g.get("floor_ms")
+        multiple = g.get("floor_multiple")
+        if multiple is None and floor_ms:
+            multiple = g["train_ms"] / floor_ms
+        print(f"| {key} | {dataset} | {threads} | {dropout} | {t['train_ms']:.1f} | "
+              f"{g['train_ms']:.1f} | {t['train_ms'] / g['train_ms']:.2f}x | "
+              f"{g.get('features', '-')} | {fmt(floor_ms, '.2f')} | {fmt(multiple, '.1f', 'x')} | "
+              f"{fmt(g.get('cost_model_floor_ms'), '.2f')} | "
+              f"{t['infer_ms']:.1f} | {g['infer_ms']:.1f} | {t['infer_ms'] / g['infer_ms']:.2f}x | "
+              f"{t['peak_rss_mb']:.0f} | {g['peak_rss_mb']:.0f} |")
     print()
 
 
@@ -158,13 +224,20 @@ def main():
     ap.add_argument("--models", type=csv_list(MODELS), default=list(MODELS))
     ap.add_argument("--datasets", type=csv_list(DATASET_FOLDERS), default=list(DATASET_FOLDERS))
     ap.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")], default=[1, 2])
+    ap.add_argument("--dropout", type=csv_list(DROPOUT), default=list(DROPOUT),
+                    help="on: the models' dropout; off: every p = 0, GAT's attention "
+                         "dropout too (default: on,off)")
     ap.add_argument("--datasets-root", type=Path, default=REPO.parent / "shared" / "datasets")
     ap.add_argument("--min-reps", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=3.0)
-    ap.add_argument("--json", type=Path, help="also write the rows here as a JSON list")
+    ap.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "compare_torch_train.json",
+                    help="write the rows here as a JSON list (default: %(default)s)")
     ap.add_argument("--gnnrt", type=Path,
                     help="also run gnnrt's build/bench/train_bench on each configuration, right "
                          "after torch, and print the speed-up and memory ratios")
+    ap.add_argument("--gnnrt-features", choices=["auto", "dense", "sparse"], default="auto",
+                    help="train_bench's --features: the form of gnnrt's input features "
+                         "(auto: sparse when mostly zero; default: auto)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one configuration
     args = ap.parse_args()
 
@@ -178,26 +251,31 @@ def main():
             if dataset not in MODELS[key].get("datasets", [dataset]):
                 continue
             for threads in args.threads:
-                job = {"model_key": key, "dataset": dataset, "threads": threads,
-                       "datasets_root": str(args.datasets_root.resolve()),
-                       "min_reps": args.min_reps, "min_seconds": args.min_seconds}
-                print(f"running {key} on {dataset}, {threads} thread(s)", file=sys.stderr)
-                rows.append(run_job(job))
-                if args.gnnrt:
-                    rows.append(run_gnnrt(args.gnnrt, job))
-                    rows[-1]["model_key"] = rows[-2]["model_key"] = key
+                for dropout in args.dropout:
+                    job = {"model_key": key, "dataset": dataset, "threads": threads,
+                           "dropout": dropout, "gnnrt_features": args.gnnrt_features,
+                           "datasets_root": str(args.datasets_root.resolve()),
+                           "min_reps": args.min_reps, "min_seconds": args.min_seconds}
+                    print(f"running {key} on {dataset}, {threads} thread(s), dropout {dropout}",
+                          file=sys.stderr)
+                    rows.append(run_job(job))
+                    if args.gnnrt:
+                        rows.append(run_gnnrt(args.gnnrt, job))
 
     if args.gnnrt:
         print_comparison(rows)
-    print("| system | model | dataset | hidden | threads | train ms | infer ms | peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| system | model | dataset | hidden | threads | dropout | train ms | infer ms | "
+          "peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         hidden = f"{r['heads']}x{r['hidden']}" if r["model"] == "gat" else str(r["hidden"])
         print(f"| {r['system']} | {r['model']} | {r['dataset']} | {hidden} | {r['threads']} | "
-              f"{r['train_ms']:.2f} | {r['infer_ms']:.2f} | {r['peak_rss_mb']:.0f} |")
+              f"{r.get('dropout', '-')} | {r['train_ms']:.2f} | {r['infer_ms']:.2f} | "
+              f"{r['peak_rss_mb']:.0f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"wrote {args.json}", file=sys.stderr)
 
 
 if __name__ == "__main__":

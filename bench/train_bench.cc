@@ -1,12 +1,28 @@
 // Full-batch training and inference time of one (model, data set, threads)
 // configuration on one simulated core: the counterpart of
 // bench/compare_torch_train.py's PyTorch runs, with the same models (PyG's
-// layers, raw features, dropout on), optimizer (Adam, lr 0.01, weight decay
-// 5e-4) and timing rules (3 warm-up calls, then at least --min-reps samples
-// and --min-seconds; medians). One configuration per process, so the peak
-// RSS is that configuration's alone. Prints one JSON object:
-//   {system: "gnnrt", model, dataset, hidden, heads, threads, train_ms,
-//    infer_ms, peak_rss_mb, planned_peak_mb, reps_train, reps_infer}
+// layers, raw features, dropout on or, --dropout off, every p = 0), optimizer
+// (Adam, lr 0.01, weight decay 5e-4) and timing rules (3 warm-up calls, then
+// at least --min-reps samples and --min-seconds; medians). The features'
+// form is the trainer's (--features auto: sparse when mostly zero). One
+// configuration per process, so the peak RSS is that configuration's alone.
+//
+// The floor: the bytes the step must move (the features once, each graph's
+// indices once, parameters, gradients and Adam moments, labels, every
+// forward value written and read once) over this machine's triad bandwidth,
+// plus the train step's flops (the cost model of runtime/device.h) over its
+// SGEMM rate, both measured here after the timed runs at the same thread
+// count (triad a = b + s c over 3 x 64 MiB float arrays, best of 5;
+// ops::matmul 1024^3, best of 5). floor_ms = must_move_bytes / triad +
+// step_flops / sgemm. cost_model_floor_ms uses the cost model's bytes
+// instead (every op's operands and results, a gathered row per edge or
+// stored value: what the program moves if nothing stays in cache).
+//
+// Prints one JSON object:
+//   {system: "gnnrt", model, dataset, hidden, heads, threads, dropout,
+//    features, train_ms, infer_ms, peak_rss_mb, planned_peak_mb, reps_train,
+//    reps_infer, step_bytes, step_flops, must_move_bytes, triad_gbs,
+//    sgemm_gflops, floor_ms, cost_model_floor_ms, floor_multiple}
 // compare_torch_train.py --gnnrt build/bench/train_bench runs the sweep.
 #include <sys/resource.h>
 
@@ -18,8 +34,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <omp.h>
+#include <spdlog/spdlog.h>
 
 #include "model/dataset.h"
+#include "ops/dense.h"
+#include "runtime/device.h"
 #include "model/job.h"
 #include "model/network.h"
 #include "model/trainer.h"
@@ -69,6 +88,37 @@ std::pair<double, int> median_ms(F&& fn, int min_reps, double min_seconds) {
   return {ms[ms.size() / 2], static_cast<int>(ms.size())};
 }
 
+// Best of 5: GB/s of a[i] = b[i] + s * c[i] (12 bytes per element).
+double triad_gbs() {
+  const std::size_t n = std::size_t{16} << 20;  // 64 MiB per array
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = std::chrono::steady_clock::now();
+    const float s = 3.0f + static_cast<float>(rep);
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    best = std::max(best, 12.0 * static_cast<double>(n) / sec / 1e9);
+  }
+  if (a[n / 2] == 0) std::cerr << "";  // keep the stores
+  return best;
+}
+
+// Best of 5: GFLOP/s of gnnrt's matmul (OpenBLAS) on 1024 x 1024 x 1024.
+double sgemm_gflops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = std::chrono::steady_clock::now();
+    ops::matmul<float>(a, b, c, n, n, n);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    best = std::max(best, 2.0 * static_cast<double>(n * n * n) / sec / 1e9);
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,14 +130,33 @@ int main(int argc, char** argv) {
   app.add_option("--dataset-name", dataset_name, "Name in the output (default: the folder's)");
   app.add_option("--model", model_name, "gcn | gcn256 | sage | gat")->capture_default_str();
   app.add_option("--threads", threads, "OpenMP threads")->capture_default_str();
+  std::string dropout = "on", features = "auto";
+  app.add_option("--dropout", dropout, "on: the models' dropout; off: every p = 0 (attention too)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--features", features, "The features' form (the job's dataset.features)")
+      ->check(CLI::IsMember({"auto", "dense", "sparse"}))
+      ->capture_default_str();
   app.add_option("--min-reps", min_reps)->capture_default_str();
   app.add_option("--min-seconds", min_seconds)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    spdlog::set_level(spdlog::level::warn);  // stdout carries the one JSON line
     omp_set_num_threads(threads);
     int64_t hidden = 0, heads = 1;
-    const model::proto::Model spec = model_for(model_name, &hidden, &heads);
-    const model::Dataset data = model::load_npy_folder(dataset_dir);
+    model::proto::Job job;
+    *job.mutable_model() = model_for(model_name, &hidden, &heads);
+    if (dropout == "off") {
+      for (auto& l : *job.mutable_model()->mutable_layer()) {
+        if (l.type() == "dropout") l.set_p(0);
+        l.set_attention_dropout(0);
+      }
+    }
+    job.mutable_dataset()->set_features(features);
+    const model::proto::Model& spec = job.model();
+    model::Dataset data = model::load_npy_folder(dataset_dir);
+    model::prepare_features(data, job);
+    const bool sparse = data.x_sparse.has_value();
     runtime::Core core(runtime::DeviceProfile::named("trn1"), {});
     const model::NetworkShape shape = model::bind_dataset(core, data, spec);
     const model::Network train_net = model::build_train_step(spec, shape);
@@ -106,6 +175,38 @@ int main(int argc, char** argv) {
         median_ms([&] { core.run(*infer, {.step = epoch, .lr = 0, .seed = 0}); }, min_reps, min_seconds);
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
+    double step_bytes = 0, step_flops = 0;
+    for (const runtime::Op& op : step->program.ops) {
+      const runtime::OpCost c = runtime::op_cost(step->program, op);
+      step_bytes += c.bytes;
+      step_flops += c.flops;
+    }
+    // What the step must move at least: the features once (stored values
+    // and indices when sparse), each graph's indices once, per parameter
+    // its value, gradient and Adam moments read and written (32 bytes),
+    // labels and the train mask, and each forward value (the eval-mode
+    // forward's) written once and read once by the backward.
+    const int64_t n = shape.nodes;
+    double must_bytes = sparse ? 8.0 * static_cast<double>(shape.feature_nnz) + 8.0 * static_cast<double>(n + 1)
+                               : 4.0 * static_cast<double>(n * shape.features);
+    for (const runtime::GraphInfo& g : step->program.graphs) {
+      if (g.name != model::kFeatures) must_bytes += 8.0 * static_cast<double>(g.num_edges);
+    }
+    for (const runtime::ValueId p : step->params) {
+      must_bytes += 32.0 * static_cast<double>(step->program.value(p).elements());
+    }
+    must_bytes += 9.0 * static_cast<double>(n);
+    for (const runtime::Op& op : infer->program.ops) {
+      for (const runtime::ValueId v : op.outputs) {
+        const runtime::ValueInfo& info = infer->program.value(v);
+        if (info.role == runtime::Role::kTemp && is_floating(info.dtype)) {
+          must_bytes += 2.0 * static_cast<double>(info.bytes());
+        }
+      }
+    }
+    const double triad = triad_gbs(), sgemm = sgemm_gflops();
+    const double floor_ms = (must_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
+    const double cost_model_floor_ms = (step_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
     const nlohmann::json row = {
         {"system", "gnnrt"},
         {"model", model_name},
@@ -113,12 +214,22 @@ int main(int argc, char** argv) {
         {"hidden", hidden},
         {"heads", heads},
         {"threads", threads},
+        {"dropout", dropout},
+        {"features", sparse ? "sparse" : "dense"},
         {"train_ms", train_ms},
         {"infer_ms", infer_ms},
         {"peak_rss_mb", static_cast<double>(usage.ru_maxrss) / 1024},
         {"planned_peak_mb", static_cast<double>(std::max(step->plan.peak_bytes, infer->plan.peak_bytes)) / (1 << 20)},
         {"reps_train", train_reps},
-        {"reps_infer", infer_reps}};
+        {"reps_infer", infer_reps},
+        {"step_bytes", step_bytes},
+        {"step_flops", step_flops},
+        {"triad_gbs", triad},
+        {"sgemm_gflops", sgemm},
+        {"must_move_bytes", must_bytes},
+        {"floor_ms", floor_ms},
+        {"cost_model_floor_ms", cost_model_floor_ms},
+        {"floor_multiple", train_ms / floor_ms}};
     std::cout << row.dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "train_bench: error: " << e.what() << "\n";

@@ -22,7 +22,7 @@ int run_partition(PartitionCommand& c) {
   }
 
   model::Dataset data = model::load_dataset(job.dataset().path());
-  if (job.dataset().normalize_features()) model::normalize_features(data);
+  model::prepare_features(data, job);
   const model::PartitionOptions options = model::partition_options(job, c.parts);
   const model::EdgePartition partition =
       model::partition_edges(data.num_nodes, data.src, data.dst, options);

@@ -346,7 +346,7 @@ struct SpecKey {
   std::string_view name;
   Field field;
 };
-constexpr std::array<SpecKey, 11> kSpecKeys = {{
+constexpr std::array<SpecKey, 12> kSpecKeys = {{
     {"nodes", &SyntheticSpec::nodes},
     {"classes", &SyntheticSpec::classes},
     {"avg_degree", &SyntheticSpec::avg_degree},
@@ -358,6 +358,7 @@ constexpr std::array<SpecKey, 11> kSpecKeys = {{
     {"train_per_class", &SyntheticSpec::train_per_class},
     {"num_val", &SyntheticSpec::num_val},
     {"num_test", &SyntheticSpec::num_test},
+    {"feature_density", &SyntheticSpec::feature_density},
 }};
 
 void validate(const SyntheticSpec& s, const std::string& where) {
@@ -377,6 +378,8 @@ void validate(const SyntheticSpec& s, const std::string& where) {
   require(std::isfinite(s.feature_noise) && s.feature_noise >= 0.0, "feature_noise", s.feature_noise,
           "finite and >= 0");
   require(std::isfinite(s.signal) && s.signal >= 0.0, "signal", s.signal, "finite and >= 0");
+  require(s.feature_density >= 0.0 && s.feature_density <= 1.0, "feature_density", s.feature_density,
+          "0 <= feature_density <= 1");
   // Below 2^31 each, the split's integer scaling cannot overflow.
   require(s.train_per_class >= 0 && s.train_per_class < kMaxNodes, "train_per_class", s.train_per_class,
           "0 <= train_per_class < 2^31");
@@ -395,7 +398,7 @@ void validate(const SyntheticSpec& s, const std::string& where) {
 using ops::below;
 using ops::normals;
 using ops::unit;
-enum Stream : uint64_t { kPermutation = 1, kEdges = 2, kClassMeans = 3, kFeatures = 4 };
+enum Stream : uint64_t { kPermutation = 1, kEdges = 2, kClassMeans = 3, kFeatures = 4, kFeatureMask = 5 };
 
 ops::RngWords draw(uint64_t seed, Stream stream, uint64_t a, uint64_t b) {
   return ops::philox(seed, stream, {a, b, 0, 0});
@@ -510,7 +513,9 @@ void draw_edges(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   }
 }
 
-// x[v] = signal * mean[class(v)] + feature_noise * N(0, I), mean[c] ~ N(0, I).
+// x[v] = signal * mean[class(v)] + feature_noise * N(0, I), mean[c] ~ N(0, I);
+// with feature_density < 1 each value is kept with that probability, else 0
+// (bag-of-words-like sparse features).
 void draw_features(const SyntheticSpec& s, const Planting& p, Dataset& d) {
   const int64_t f = s.features, blocks = (f + 3) / 4;
   std::vector<double> mean(s.classes * f);
@@ -526,9 +531,11 @@ void draw_features(const SyntheticSpec& s, const Planting& p, Dataset& d) {
     const double* m = mean.data() + p.class_of[v] * f;
     for (int64_t b = 0; b < blocks; ++b) {
       const auto z = normals(draw(s.seed, kFeatures, v, b));
+      const ops::RngWords keep = s.feature_density < 1 ? draw(s.seed, kFeatureMask, v, b) : ops::RngWords{};
       for (int64_t t = 0; t < 4 && 4 * b + t < f; ++t) {
         const int64_t j = 4 * b + t;
-        d.x[v * f + j] = static_cast<float>(s.signal * m[j] + s.feature_noise * z[t]);
+        const bool kept = s.feature_density >= 1 || unit(keep[t]) < s.feature_density;
+        d.x[v * f + j] = kept ? static_cast<float>(s.signal * m[j] + s.feature_noise * z[t]) : 0.0f;
       }
     }
   }
@@ -711,7 +718,72 @@ Dataset load_dataset(std::string_view spec) {
                                         "edges.csv (an edge-list CSV folder)");
 }
 
+SparseFeatures to_sparse(std::span<const float> x, int64_t rows, int64_t cols) {
+  SparseFeatures s;
+  s.rowptr.reserve(static_cast<size_t>(rows) + 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = x[static_cast<size_t>(r * cols + c)];
+      if (v == 0.0f) continue;
+      s.col.push_back(static_cast<int32_t>(c));
+      s.values.push_back(v);
+    }
+    s.rowptr.push_back(s.nnz());
+  }
+  return s;
+}
+
+std::vector<float> to_dense(const SparseFeatures& s, int64_t cols) {
+  std::vector<float> x(static_cast<size_t>(s.rows() * cols), 0.0f);
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    for (int64_t p = s.rowptr[static_cast<size_t>(r)]; p < s.rowptr[static_cast<size_t>(r) + 1]; ++p) {
+      x[static_cast<size_t>(r * cols + s.col[static_cast<size_t>(p)])] = s.values[static_cast<size_t>(p)];
+    }
+  }
+  return x;
+}
+
+double Dataset::feature_density() const {
+  const double cells = static_cast<double>(num_nodes) * static_cast<double>(num_features);
+  if (cells == 0) return 0;
+  const double stored =
+      x_sparse ? static_cast<double>(x_sparse->nnz())
+               : static_cast<double>(std::count_if(x.begin(), x.end(), [](float v) { return v != 0.0f; }));
+  return stored / cells;
+}
+
+void make_features_sparse(Dataset& d) {
+  if (d.x_sparse) return;
+  d.x_sparse = to_sparse(d.x, d.num_nodes, d.num_features);
+  d.x = std::vector<float>();  // frees (`= {}` would keep the capacity)
+}
+
+void make_features_dense(Dataset& d) {
+  if (!d.x_sparse) return;
+  d.x = to_dense(*d.x_sparse, d.num_features);
+  d.x_sparse.reset();
+}
+
 void normalize_features(Dataset& d) {
+  if (d.x_sparse) {
+    SparseFeatures& s = *d.x_sparse;
+    const bool has_zeros = s.nnz() < d.num_nodes * d.num_features;
+    float low = has_zeros ? 0.0f : std::numeric_limits<float>::infinity();
+    for (float v : s.values) low = std::min(low, v);
+    if (s.nnz() > 0 && low != 0.0f) {
+      make_features_dense(d);  // every zero becomes -min(x)
+      return normalize_features(d);
+    }
+    for (int64_t r = 0; r < s.rows(); ++r) {
+      const auto b = static_cast<size_t>(s.rowptr[static_cast<size_t>(r)]);
+      const auto e = static_cast<size_t>(s.rowptr[static_cast<size_t>(r) + 1]);
+      float sum = 0;
+      for (size_t p = b; p < e; ++p) sum += s.values[p];
+      const float scale = 1.0f / std::max(sum, 1.0f);
+      for (size_t p = b; p < e; ++p) s.values[p] *= scale;
+    }
+    return;
+  }
   if (d.x.empty()) return;
   const float low = *std::min_element(d.x.begin(), d.x.end());
   const auto f = static_cast<size_t>(d.num_features);

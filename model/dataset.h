@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -21,16 +23,41 @@
 
 namespace gnnrt::model {
 
+// Node features as CSR, the form mostly-zero features (bag-of-words,
+// TF-IDF) train in: row i's stored values are values[rowptr[i] ..
+// rowptr[i + 1]) at columns col[...], ascending. Only non-zeros are stored
+// by to_sparse(); any value may be stored.
+struct SparseFeatures {
+  std::vector<int64_t> rowptr{0};  // [rows + 1]
+  std::vector<int32_t> col;        // [nnz]
+  std::vector<float> values;       // [nnz]
+
+  int64_t rows() const { return static_cast<int64_t>(rowptr.size()) - 1; }
+  int64_t nnz() const { return static_cast<int64_t>(values.size()); }
+};
+
+// The non-zeros of a dense [rows, cols] row-major matrix, and back.
+SparseFeatures to_sparse(std::span<const float> x, int64_t rows, int64_t cols);
+std::vector<float> to_dense(const SparseFeatures& s, int64_t cols);
+
 struct Dataset {
   std::string name;  // "cora", "synthetic", ... (a folder's name for loaded data)
   int64_t num_nodes = 0, num_features = 0, num_classes = 0;
-  std::vector<float> x;           // [N, F] row-major
+  std::vector<float> x;           // [N, F] row-major; empty when x_sparse holds the features
+  std::optional<SparseFeatures> x_sparse;  // the features as CSR (make_features_sparse)
   std::vector<int64_t> y;         // [N], in [0, num_classes)
   std::vector<int64_t> src, dst;  // E edges, message flows src -> dst
   std::vector<uint8_t> train_mask, val_mask, test_mask;  // [N], 0/1
 
   int64_t num_edges() const { return static_cast<int64_t>(src.size()); }
+  // Non-zero features (stored ones when sparse) over N * F (0 for no features).
+  double feature_density() const;
 };
+
+// Switch the features' form in place (the other form is freed); no-ops when
+// they already have it.
+void make_features_sparse(Dataset& d);
+void make_features_dense(Dataset& d);
 
 // what() is "<where>: <problem>"; where() is the file (with ":<line>" for
 // text files) or the spec that was rejected.
@@ -64,7 +91,7 @@ struct SyntheticSpec {
   int64_t train_per_class = 20; // Planetoid's split; scaled down when
   int64_t num_val = 500;        // 20 * classes + num_val + num_test > nodes
   int64_t num_test = 1000;
-
+  double feature_density = 1.0; // probability that a feature value is non-zero
   bool operator==(const SyntheticSpec&) const = default;
 };
 
@@ -82,7 +109,10 @@ std::string to_string(const SyntheticSpec& spec);
 Dataset make_synthetic(const SyntheticSpec& spec);
 
 // PyG's NormalizeFeatures, in place: x - min(x) (over the whole matrix),
-// then each row divided by its sum (a sum below 1 counts as 1).
+// then each row divided by its sum (a sum below 1 counts as 1). On sparse
+// features the same bits when min(x) is 0 (sums over the stored values in
+// column order; the zeros add nothing); a non-zero minimum fills every zero,
+// so those features turn dense first.
 void normalize_features(Dataset& d);
 
 // "synthetic[:...]" | "npy:DIR" | "csv:DIR" | DIR (NumPy if DIR/x.npy exists,

@@ -8,6 +8,7 @@
 #include "model/checkpoint.h"
 #include "model/dataset.h"
 #include "model/job.h"
+#include "model/trainer.h"
 #include "runtime/builder.h"
 #include "runtime/halo.h"
 #include "runtime/npy.h"
@@ -77,8 +78,14 @@ NetworkShape bind_shard(runtime::Core& core, Shard& s, const proto::Model& model
   auto& mem = core.memory();
   mem.put(runtime::kNodeGlobalId, Tensor::from<int64_t>(s.global_id, {n}));
   mem.put(runtime::kNodeIsMaster, Tensor::from<uint8_t>(s.is_master, {n}));
-  mem.put("x", Tensor::from<float>(s.x, {n, s.num_features}));
-  s.x = std::vector<float>();  // frees (`= {}` would keep the capacity)
+  if (s.x_sparse) {
+    bind_sparse_features(core, *s.x_sparse, n, s.num_features);
+    shape.feature_nnz = s.x_sparse->nnz();
+    s.x_sparse.reset();
+  } else {
+    mem.put(kFeatures, Tensor::from<float>(s.x, {n, s.num_features}));
+    s.x = std::vector<float>();  // frees (`= {}` would keep the capacity)
+  }
   mem.put("y", Tensor::from<int64_t>(s.y, {n}));
   const std::pair<const char*, const std::vector<uint8_t>*> masks[] = {
       {"train_mask", &s.train_mask}, {"val_mask", &s.val_mask}, {"test_mask", &s.test_mask}};

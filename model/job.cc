@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "model/network.h"
+
 namespace gnnrt::model {
 namespace {
 
@@ -132,6 +134,13 @@ void apply_override(proto::Job& job, std::string_view assignment) {
 }
 
 void validate(const proto::Job& job) {
+  const auto& d = job.dataset();
+  if (d.features() != "auto" && d.features() != "dense" && d.features() != "sparse") {
+    throw JobError(fmt::format("job: dataset.features '{}' is not auto, dense or sparse", d.features()));
+  }
+  if (!(d.sparse_density() >= 0 && d.sparse_density() <= 1)) {
+    throw JobError(fmt::format("job: dataset.sparse_density = {} is not in [0, 1]", d.sparse_density()));
+  }
   static const std::set<std::string> kLayers{"gcn",    "sage",       "gat",     "gin", "linear",
                                              "layer_norm", "dropout", "relu", "elu"};
   const auto& layers = job.model().layer();
@@ -156,6 +165,11 @@ void validate(const proto::Job& job) {
       fail("mode must be graph or node");
     }
     if (l.type() == "layer_norm" && !(l.norm_eps() > 0)) fail("norm_eps must be > 0");
+  }
+  if (d.features() == "sparse") {
+    if (const std::string why = sparse_features_unsupported(job.model()); !why.empty()) {
+      throw JobError("job: dataset.features = sparse: " + why);
+    }
   }
   if (job.model().loss() != "cross_entropy" && job.model().loss() != "mse") {
     throw JobError(fmt::format("job: model.loss '{}' must be cross_entropy or mse", job.model().loss()));

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "runtime/builder.h"
 
 namespace gnnrt::model {
@@ -20,7 +22,16 @@ class NetworkBuilder {
 
   // Emits the layers; returns the last layer's output [N, width].
   ValueId forward(const proto::Model& model, bool training) {
-    ValueId h = b_.input("x", DType::kF32, {shape_.nodes, shape_.features});
+    ValueId h = runtime::kNoValue;
+    if (shape_.feature_nnz >= 0) {
+      if (const std::string why = sparse_features_unsupported(model); !why.empty()) {
+        throw std::invalid_argument("sparse features: " + why);
+      }
+      sparse_ = SparseInput{b_.graph(kFeatures, shape_.features, shape_.nodes, shape_.feature_nnz),
+                            b_.input(kFeatureValues, DType::kF32, {shape_.feature_nnz})};
+    } else {
+      h = b_.input(kFeatures, DType::kF32, {shape_.nodes, shape_.features});
+    }
     int64_t width = shape_.features;
     graph_ = b_.graph(kGraph, shape_.nodes, shape_.nodes, shape_.edges);
     graph_self_loops_ = b_.graph(kGraphSelfLoops, shape_.nodes, shape_.nodes, shape_.edges_self_loops);
@@ -33,8 +44,14 @@ class NetworkBuilder {
       const auto key = static_cast<uint64_t>(i + 1);
       if (type == "dropout") {
         Builder::Scope scope(b_, fmt::format("dropout{}", i));
-        if (training) h = b_.dropout(h, l.p(), key);
-      } else if (type == "relu") {
+        if (training && sparse_) {
+          sparse_->values = b_.sparse_dropout(sparse_->matrix, sparse_->values, l.p(), key);
+        } else if (training) {
+          h = b_.dropout(h, l.p(), key);
+        }
+        continue;
+      }
+      if (type == "relu") {
         Builder::Scope scope(b_, fmt::format("relu{}", i));
         h = b_.relu(h);
       } else if (type == "elu") {
@@ -70,6 +87,7 @@ class NetworkBuilder {
           throw std::invalid_argument(fmt::format("unknown layer type '{}'", type));
         }
       }
+      sparse_.reset();  // the first layer took the sparse features
     }
     if (width != shape_.classes) {
       throw std::invalid_argument(fmt::format(
@@ -129,9 +147,15 @@ class NetworkBuilder {
     return id;
   }
 
+  // x · weightᵀ; x is the sparse features while the first layer runs.
+  ValueId project(ValueId x, ValueId weight) {
+    return sparse_ ? b_.sparse_linear(sparse_->matrix, sparse_->values, weight)
+                   : b_.linear(x, weight);
+  }
+
   // torch.nn.Linear: weight [out, in], bias [out], both U(+-1/sqrt(in)).
   ValueId linear(const std::string& name, ValueId x, int64_t in, int64_t out, bool bias) {
-    ValueId h = b_.linear(x, param(name + ".weight", {out, in}, Init::kTorchLinear, in, out));
+    ValueId h = project(x, param(name + ".weight", {out, in}, Init::kTorchLinear, in, out));
     if (bias) h = b_.bias_add(h, param(name + ".bias", {out}, Init::kTorchLinear, in, out));
     return h;
   }
@@ -139,7 +163,7 @@ class NetworkBuilder {
   // GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b (lin first, as PyG writes it;
   // the compiler moves the matmul to the narrower side).
   ValueId gcn(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
-    ValueId h = b_.linear(x, param(name + ".lin.weight", {out, in}, Init::kGlorot, in, out));
+    ValueId h = project(x, param(name + ".lin.weight", {out, in}, Init::kGlorot, in, out));
     const ValueId norm = b_.gcn_norm(graph_self_loops_);
     h = b_.aggregate(ops::Reduce::kSum, graph_self_loops_, h, norm);
     if (l.bias()) h = b_.bias_add(h, param(name + ".bias", {out}, Init::kZeros, in, out));
@@ -147,7 +171,16 @@ class NetworkBuilder {
   }
 
   // SAGEConv: lin_l(aggr_{j -> i} x_j) + lin_r(x_i); lin_r has no bias.
+  // With sparse features the linear map runs first: lin_l(mean(x)) =
+  // mean(lin_l(x)) for a linear aggregation (what the compiler's reordering
+  // does to the dense form when the layer narrows).
   ValueId sage(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
+    if (sparse_) {
+      const ValueId lin_l = param(name + ".lin_l.weight", {out, in}, Init::kTorchLinear, in, out);
+      ValueId h = b_.aggregate(ops::parse_reduce(l.aggr()), graph_, project(x, lin_l));
+      h = b_.bias_add(h, param(name + ".lin_l.bias", {out}, Init::kTorchLinear, in, out));
+      return b_.add(h, project(x, param(name + ".lin_r.weight", {out, in}, Init::kTorchLinear, in, out)));
+    }
     const ValueId agg = b_.aggregate(ops::parse_reduce(l.aggr()), graph_, x);
     ValueId h = b_.linear(agg, param(name + ".lin_l.weight", {out, in}, Init::kTorchLinear, in, out));
     h = b_.bias_add(h, param(name + ".lin_l.bias", {out}, Init::kTorchLinear, in, out));
@@ -161,7 +194,7 @@ class NetworkBuilder {
   ValueId gat(const std::string& name, ValueId x, int64_t in, int64_t channels,
               const proto::Layer& l, bool training, uint64_t key) {
     const int64_t heads = l.heads();
-    const ValueId h = b_.linear(
+    const ValueId h = project(
         x, param(name + ".lin_src.weight", {heads * channels, in}, Init::kGlorot, in, heads * channels));
     const ValueId att_src = param(name + ".att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
     const ValueId att_dst = param(name + ".att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
@@ -180,8 +213,18 @@ class NetworkBuilder {
   }
 
   // GINConv: nn((1 + eps) x_i + sum_{j -> i} x_j), nn = Linear, ReLU, Linear.
+  // With sparse features the first linear map runs before the sum:
+  // W((1 + eps) x_i + sum x_j) = (1 + eps) W x_i + sum W x_j.
   ValueId gin(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
     const int64_t hidden = l.hidden() > 0 ? l.hidden() : out;
+    if (sparse_) {
+      const ValueId y = project(x, param(name + ".nn.0.weight", {hidden, in}, Init::kTorchLinear, in, hidden));
+      sparse_.reset();  // taken: the rest of the MLP is dense
+      ValueId h = b_.add(l.eps() == 0 ? y : b_.scale(y, 1 + l.eps()),
+                         b_.aggregate(ops::Reduce::kSum, graph_, y));
+      h = b_.relu(b_.bias_add(h, param(name + ".nn.0.bias", {hidden}, Init::kTorchLinear, in, hidden)));
+      return linear(name + ".nn.2", h, hidden, out, true);
+    }
     const ValueId agg = b_.aggregate(ops::Reduce::kSum, graph_, x);
     ValueId h = b_.add(l.eps() == 0 ? x : b_.scale(x, 1 + l.eps()), agg);
     h = b_.relu(linear(name + ".nn.0", h, in, hidden, true));
@@ -197,8 +240,14 @@ class NetworkBuilder {
     return n;
   }
 
+  struct SparseInput {
+    int32_t matrix;  // the features' pattern, declared as a graph
+    ValueId values;  // its stored values (after any dropout)
+  };
+
   Builder b_;
   NetworkShape shape_;
+  std::optional<SparseInput> sparse_;  // until the first layer takes it
   int32_t graph_ = -1, graph_self_loops_ = -1;
   ValueId y_ = runtime::kNoValue, train_mask_ = runtime::kNoValue;
   std::vector<ParamDecl> params_;
@@ -206,6 +255,23 @@ class NetworkBuilder {
 };
 
 }  // namespace
+
+std::string sparse_features_unsupported(const proto::Model& model) {
+  for (int i = 0; i < model.layer_size(); ++i) {
+    const proto::Layer& l = model.layer(i);
+    if (l.type() == "dropout") continue;
+    if (l.type() == "gcn" || l.type() == "gat" || l.type() == "linear" || l.type() == "gin") return "";
+    if (l.type() == "sage") {
+      const ops::Reduce r = ops::parse_reduce(l.aggr());
+      if (r == ops::Reduce::kSum || r == ops::Reduce::kMean) return "";
+      return fmt::format("layer {} is sage with aggr '{}', which does not commute with its linear "
+                         "map (mean and sum do)", i, l.aggr());
+    }
+    return fmt::format("layer {} is '{}', not a layer that starts with a linear map (gcn, gat, "
+                       "linear, gin, sage mean)", i, l.type());
+  }
+  return "the model has no layer that takes the features";
+}
 
 Network build_train_step(const proto::Model& model, const NetworkShape& shape) {
   return NetworkBuilder("train_step", shape).train_step(model);

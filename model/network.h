@@ -12,7 +12,9 @@
 //               metrics[0]
 //   infer       forward in eval mode -> "logits"; counts correct
 //               predictions of the train/val/test masks into metrics[2..7]
-// Inputs: "x" [N, F] f32, "y" [N] i64, "train_mask"/"val_mask"/"test_mask"
+// Inputs: "x" [N, F] f32 (or, with sparse features, the graph "x" holding
+// the features' pattern, entry e at row dst(e) and column src(e), and its
+// stored values "x.values" [nnz] f32), "y" [N] i64, "train_mask"/"val_mask"/"test_mask"
 // [N] bool ("y_onehot" [N, C] f32 for the mse loss). Graphs: "graph" (the
 // dataset's edges) and "graph_self_loops" (self loops removed, then one
 // added per node, as GCNConv and GATConv do). State: "metrics" [8] f64.
@@ -31,6 +33,8 @@ namespace gnnrt::model {
 
 inline constexpr const char* kGraph = "graph";
 inline constexpr const char* kGraphSelfLoops = "graph_self_loops";
+inline constexpr const char* kFeatures = "x";               // dense input, or the sparse pattern
+inline constexpr const char* kFeatureValues = "x.values";  // sparse: the stored values
 inline constexpr const char* kMetrics = "metrics";
 inline constexpr const char* kLogits = "logits";
 
@@ -54,7 +58,15 @@ struct NetworkShape {
   // One rank's share of a vertex-cut graph: the programs are partitioned
   // (runtime/builder.h) and `nodes` counts the rank's local vertices.
   bool partitioned = false;
+  // >= 0: the features are sparse with this many stored values; the first
+  // layer multiplies them as a sparse matrix (sparse_features_unsupported).
+  int64_t feature_nnz = -1;
 };
+
+// Why the model cannot take sparse features ("" if it can): its first layer
+// after any dropout must start with a linear map of its input (gcn, gat,
+// linear, gin, sage with mean aggregation).
+std::string sparse_features_unsupported(const proto::Model& model);
 
 struct Network {
   runtime::Program program;

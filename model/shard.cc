@@ -42,7 +42,7 @@ std::vector<std::pair<std::string, Tensor>> arrays_of(const Shard& s) {
   const int64_t n = s.num_local();
   const auto edges = [](const LocalGraph& g) { return static_cast<int64_t>(g.src.size()); };
   const auto m = static_cast<int64_t>(s.mirrors.size());
-  return {
+  std::vector<std::pair<std::string, Tensor>> arrays{
       {"global_id", tensor_of(s.global_id, {n})},
       {"is_master", tensor_of(s.is_master, {n})},
       {"graph_src", tensor_of(s.graph.src, {edges(s.graph)})},
@@ -57,12 +57,19 @@ std::vector<std::pair<std::string, Tensor>> arrays_of(const Shard& s) {
       {"mirror_global_id", tensor_of(s.mirrors.global_id, {m})},
       {"mirror_offset", tensor_of(s.mirrors.offset, {m + 1})},
       {"mirror_ranks", tensor_of(s.mirrors.ranks, {static_cast<int64_t>(s.mirrors.ranks.size())})},
-      {"x", tensor_of(s.x, {n, s.num_features})},
-      {"y", tensor_of(s.y, {n})},
-      {"train_mask", tensor_of(s.train_mask, {n})},
-      {"val_mask", tensor_of(s.val_mask, {n})},
-      {"test_mask", tensor_of(s.test_mask, {n})},
   };
+  if (s.x_sparse) {
+    arrays.emplace_back("x_rowptr", tensor_of(s.x_sparse->rowptr, {n + 1}));
+    arrays.emplace_back("x_col", tensor_of(s.x_sparse->col, {s.x_sparse->nnz()}));
+    arrays.emplace_back("x_values", tensor_of(s.x_sparse->values, {s.x_sparse->nnz()}));
+  } else {
+    arrays.emplace_back("x", tensor_of(s.x, {n, s.num_features}));
+  }
+  arrays.emplace_back("y", tensor_of(s.y, {n}));
+  arrays.emplace_back("train_mask", tensor_of(s.train_mask, {n}));
+  arrays.emplace_back("val_mask", tensor_of(s.val_mask, {n}));
+  arrays.emplace_back("test_mask", tensor_of(s.test_mask, {n}));
+  return arrays;
 }
 
 int64_t count(const std::vector<uint8_t>& mask) {
@@ -155,13 +162,27 @@ Shard make_shard(const Dataset& data, const EdgePartition& p, int rank) {
     s.self_loops.edge_id.push_back(kept + s.global_id[static_cast<size_t>(i)]);
   }
   const auto f = static_cast<size_t>(data.num_features);
-  s.x.resize(static_cast<size_t>(local_n) * f);
+  if (data.x_sparse) {
+    s.x_sparse.emplace();
+  } else {
+    s.x.resize(static_cast<size_t>(local_n) * f);
+  }
   for (int64_t i = 0; i < local_n; ++i) {
     const auto v = static_cast<size_t>(s.global_id[static_cast<size_t>(i)]);
     s.graph.in_degree.push_back(degree[v]);
     s.self_loops.in_degree.push_back(loop_degree[v]);
-    std::copy_n(data.x.begin() + static_cast<std::ptrdiff_t>(v * f), f,
-                s.x.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * f));
+    if (data.x_sparse) {  // the vertex's stored values
+      const SparseFeatures& from = *data.x_sparse;
+      const auto b = static_cast<std::ptrdiff_t>(from.rowptr[v]);
+      const auto e = static_cast<std::ptrdiff_t>(from.rowptr[v + 1]);
+      s.x_sparse->col.insert(s.x_sparse->col.end(), from.col.begin() + b, from.col.begin() + e);
+      s.x_sparse->values.insert(s.x_sparse->values.end(), from.values.begin() + b,
+                                from.values.begin() + e);
+      s.x_sparse->rowptr.push_back(s.x_sparse->nnz());
+    } else {
+      std::copy_n(data.x.begin() + static_cast<std::ptrdiff_t>(v * f), f,
+                  s.x.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * f));
+    }
     s.y.push_back(data.y[v]);
     const bool master = s.is_master[static_cast<size_t>(i)] != 0;
     s.train_mask.push_back(master && data.train_mask[v] ? 1 : 0);
@@ -193,13 +214,15 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
   m.set_num_edges(data.num_edges());
   m.set_num_features(data.num_features);
   m.set_num_classes(data.num_classes);
+  m.set_features(data.x_sparse ? "sparse" : "dense");
   m.set_train_count(count(data.train_mask));
   m.set_val_count(count(data.val_mask));
   m.set_test_count(count(data.test_mask));
   const PartitionStats stats = p.stats();
   describe_partition(stats, m);
   int64_t epoch_row_bytes = 0;  // all exchanges of one epoch, per shared row
-  for (proto::HaloExchangePlan& h : halo_exchanges(job, data.num_features, data.num_classes)) {
+  for (proto::HaloExchangePlan& h :
+       halo_exchanges(job, data.num_features, data.num_classes, data.x_sparse.has_value())) {
     h.set_bytes(stats.halo_rows * h.row_bytes());
     epoch_row_bytes += h.row_bytes();
     *m.add_halo() = std::move(h);
@@ -339,7 +362,24 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
   s.mirrors.global_id = take.template operator()<int64_t>("mirror_global_id");
   s.mirrors.offset = take.template operator()<int64_t>("mirror_offset");
   s.mirrors.ranks = take.template operator()<int32_t>("mirror_ranks");
-  s.x = take.template operator()<float>("x");
+  bool features_ok = true;
+  if (m.features() == "sparse") {
+    SparseFeatures& x = s.x_sparse.emplace();
+    x.rowptr = take.template operator()<int64_t>("x_rowptr");
+    x.col = take.template operator()<int32_t>("x_col");
+    x.values = take.template operator()<float>("x_values");
+    // Row pointers ascend from 0 to nnz and columns lie in [0, F): the
+    // kernels trust them.
+    features_ok = !x.rowptr.empty() && x.rowptr.front() == 0 && x.rowptr.back() == x.nnz() &&
+                  x.col.size() == x.values.size() &&
+                  std::is_sorted(x.rowptr.begin(), x.rowptr.end()) &&
+                  std::all_of(x.col.begin(), x.col.end(),
+                              [&](int32_t c) { return c >= 0 && c < s.num_features; });
+  } else if (m.features() == "dense" || m.features().empty()) {
+    s.x = take.template operator()<float>("x");
+  } else {
+    fail(manifest, fmt::format("features '{}' is neither dense nor sparse", m.features()));
+  }
   s.y = take.template operator()<int64_t>("y");
   s.train_mask = take.template operator()<uint8_t>("train_mask");
   s.val_mask = take.template operator()<uint8_t>("val_mask");
@@ -350,7 +390,10 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
   for (const auto* v : {&s.is_master, &s.train_mask, &s.val_mask, &s.test_mask}) {
     if (v->size() != n) fail(rd, "arrays of different lengths");
   }
-  if (s.y.size() != n || s.x.size() != n * static_cast<size_t>(s.num_features) ||
+  if (!features_ok) fail(rd, "x_rowptr/x_col are not a valid CSR of the features");
+  const bool x_ok = s.x_sparse ? s.x_sparse->rowptr.size() == n + 1
+                               : s.x.size() == n * static_cast<size_t>(s.num_features);
+  if (s.y.size() != n || !x_ok ||
       s.graph.in_degree.size() != n || s.self_loops.in_degree.size() != n) {
     fail(rd, "arrays of different lengths");
   }

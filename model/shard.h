@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -58,7 +59,8 @@ struct Shard {
   std::vector<uint8_t> is_master;  // [N_local]
   LocalGraph graph, self_loops;
   collectives::MirrorTable mirrors;
-  std::vector<float> x;  // [N_local, F]
+  std::vector<float> x;  // [N_local, F]; empty when x_sparse holds the features
+  std::optional<SparseFeatures> x_sparse;
   std::vector<int64_t> y;
   std::vector<uint8_t> train_mask, val_mask, test_mask;  // master rows only
 

@@ -191,7 +191,7 @@ void Trainer::load_data() {
   }
   if (distributed_) return load_shard();
   data_ = load_dataset(job_.dataset().path());
-  if (job_.dataset().normalize_features()) normalize_features(data_);
+  prepare_features(data_, job_);
   require_training_nodes(std::count(data_.train_mask.begin(), data_.train_mask.end(), uint8_t{1}),
                          data_.name, job_.dataset().path());
   shape_ = bind_dataset(core_, data_, job_.model());
@@ -213,7 +213,7 @@ void Trainer::load_shard() {
       if (rank_ == 0) spdlog::info("read shards of {} ranks from {}", ranks_, part.shards());
     } else {
       Dataset data = load_dataset(job_.dataset().path());
-      if (job_.dataset().normalize_features()) normalize_features(data);
+      prepare_features(data, job_);
       const EdgePartition partition =
           partition_edges(data.num_nodes, data.src, data.dst, partition_options(job_, ranks_));
       result_.partition = partition.stats();
@@ -251,6 +251,7 @@ void Trainer::compile() {
     // that do not depend on the rank's share.
     NetworkShape canonical = shape_;
     canonical.nodes = canonical.edges = canonical.edges_self_loops = 1;
+    if (canonical.feature_nnz >= 0) canonical.feature_nnz = 1;  // sparse, any share
     const auto text = build_train_step(job_.model(), canonical).program.to_text() +
                       build_inference(job_.model(), canonical).program.to_text() +
                       core_.profile().to_text() + optimizer_config(job_.optimizer()).to_text() +
@@ -666,6 +667,38 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
+void prepare_features(Dataset& data, const proto::Job& job) {
+  const auto& d = job.dataset();
+  const double density = data.feature_density();
+  const bool sparse = d.features() == "sparse" ||
+                      (d.features() == "auto" && density <= d.sparse_density() &&
+                       sparse_features_unsupported(job.model()).empty());
+  if (sparse) {
+    make_features_sparse(data);
+  } else {
+    make_features_dense(data);
+  }
+  if (d.normalize_features()) {
+    normalize_features(data);  // may fill the zeros (a negative minimum): dense again
+    if (d.features() == "sparse") make_features_sparse(data);
+  }
+  spdlog::info("features: {} ({:.2f}% non-zero, dataset.features {})", data.x_sparse ? "sparse" : "dense",
+               100 * density, d.features());
+}
+
+// The features' pattern as a graph (entry e: column src(e) -> row dst(e),
+// entries in CSR order) and its values.
+void bind_sparse_features(Core& core, const SparseFeatures& x, int64_t rows, int64_t cols) {
+  std::vector<int32_t> row(static_cast<size_t>(x.nnz()));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(row.begin() + x.rowptr[static_cast<size_t>(r)],
+              row.begin() + x.rowptr[static_cast<size_t>(r) + 1], static_cast<int32_t>(r));
+  }
+  core.bind_graph(kFeatures, std::make_shared<const Core::Adjacency>(
+                                 Core::Adjacency::build(x.col, row, cols, rows)));
+  core.memory().put(kFeatureValues, Tensor::from<float>(x.values, {x.nnz()}));
+}
+
 NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& model) {
   const int64_t n = data.num_nodes;
   core.bind_graph(kGraph, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(
@@ -674,7 +707,12 @@ NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& m
   NetworkShape shape{n, data.num_features, data.num_classes, data.num_edges(), self_loops->num_edges()};
   core.bind_graph(kGraphSelfLoops, std::move(self_loops));
   auto& mem = core.memory();
-  mem.put("x", Tensor::from<float>(data.x, {n, data.num_features}));
+  if (data.x_sparse) {
+    bind_sparse_features(core, *data.x_sparse, n, data.num_features);
+    shape.feature_nnz = data.x_sparse->nnz();
+  } else {
+    mem.put(kFeatures, Tensor::from<float>(data.x, {n, data.num_features}));
+  }
   mem.put("y", Tensor::from<int64_t>(data.y, {n}));
   mem.put("train_mask", Tensor::from<uint8_t>(data.train_mask, {n}));
   mem.put("val_mask", Tensor::from<uint8_t>(data.val_mask, {n}));
@@ -724,9 +762,9 @@ double learning_rate(const proto::Job& job, int64_t epoch) {
 }
 
 std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
-                                                    int64_t classes) {
+                                                    int64_t classes, bool sparse_features) {
   // Sizes do not change which exchanges there are, or their widths.
-  const NetworkShape shape{1, features, classes, 1, 1, true};
+  const NetworkShape shape{1, features, classes, 1, 1, true, sparse_features ? 1 : -1};
   Core core(runtime::DeviceProfile::named(job.device().profile()), {});
   std::vector<proto::HaloExchangePlan> plans;
   const auto collect = [&](const Network& net, const runtime::CompileOptions& options) {

@@ -96,10 +96,19 @@ struct TrainResult {
 
 TrainResult train(const proto::Job& job, const TrainOptions& options);
 
+// Readies a loaded dataset's features for the job: its form first (the
+// job's dataset.features; "auto" measures the density), then
+// normalize_features when the job asks (on the sparse form, if chosen).
+void prepare_features(Dataset& data, const proto::Job& job);
+
 // Puts the dataset on the core as network.h's programs expect it: the
 // tensors x, y, masks (and y_onehot for mse) and both graphs. Returns the
 // shapes to build the programs with.
 NetworkShape bind_dataset(runtime::Core& core, const Dataset& data, const proto::Model& model);
+
+// Sparse features on the core: the graph "x" (entry e from column src(e) to
+// row dst(e), entries in CSR order) and its values "x.values" [nnz].
+void bind_sparse_features(runtime::Core& core, const SparseFeatures& x, int64_t rows, int64_t cols);
 
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& optimizer);
 
@@ -115,7 +124,7 @@ double learning_rate(const proto::Job& job, int64_t epoch);
 // inference), with their widths and row bytes (bytes left 0: they follow
 // from a partition's halo rows). Compiles both programs (no cache).
 std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
-                                                    int64_t classes);
+                                                    int64_t classes, bool sparse_features);
 
 // The partition options a job names (parts: the rank count).
 PartitionOptions partition_options(const proto::Job& job, int parts);

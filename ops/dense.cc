@@ -61,11 +61,13 @@ void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               static_cast<blasint>(ldc));
 }
 
-// Applies out[i] = fn(i) over n elements, in parallel when large.
+// Applies out[i] = fn(i) over n elements, in parallel when large. (Not
+// `parallel for simd`: GCC 12 then calls the lambda per element unvectorised
+// even on one thread, 12x slower on a [2708, 16] relu.)
 template <typename Fn>
 void elementwise(std::size_t n, Fn fn) {
   const int64_t size = static_cast<int64_t>(n);
-#pragma omp parallel for simd if (size > kParallelElements)
+#pragma omp parallel for schedule(static) if (size > kParallelElements)
   for (int64_t i = 0; i < size; ++i) fn(i);
 }
 
@@ -142,7 +144,13 @@ void bias_add_forward(std::span<const T> x, std::span<const T> bias, std::span<T
   expect_size(op, "x", x.size(), rows * cols, "rows*cols");
   expect_size(op, "bias", bias.size(), cols, "cols");
   expect_size(op, "out", out.size(), rows * cols, "rows*cols");
-  elementwise(x.size(), [&](int64_t i) { out[i] = x[i] + bias[i % cols]; });
+  if (rows * cols == 0) return;
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x.data() + r * cols;
+    T* o = out.data() + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = xr[c] + bias[c];
+  }
 }
 
 template <typename T>

@@ -98,6 +98,41 @@ void dropout_backward(const DropoutKey& key, double p, int64_t cols,
   apply_mask("dropout_backward", key, p, cols, global_rows, grad_out, grad_x);
 }
 
+template <typename T, typename I>
+void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
+                            std::span<const int64_t> global_rows, std::span<const T> values,
+                            std::span<T> out) {
+  constexpr std::string_view op = "sparse_dropout";
+  if (!(p >= 0.0 && p <= 1.0)) {
+    throw OpError(op, "p = " + std::to_string(p) + " is outside [0, 1]");
+  }
+  const int64_t n = rows.num_rows();
+  expect_size(op, "values", values.size(), rows.num_edges(), "E (stored values)");
+  expect_size(op, "out", out.size(), rows.num_edges(), "E (stored values)");
+  if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), n, "rows");
+  const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+  const uint64_t threshold = keep_threshold(p);
+  const int64_t* rp = rows.rowptr().data();
+  const I* col = rows.col().data();
+  const I* entry = rows.edge().data();
+#pragma omp parallel for schedule(dynamic, 64) if (rows.num_edges() > (1 << 14))
+  for (int64_t r = 0; r < n; ++r) {
+    const uint64_t row = global_rows.empty() ? static_cast<uint64_t>(r) : global_rows[r];
+    uint32_t draw[kColsPerDraw] = {};
+    uint64_t block = ~uint64_t{0};
+    for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
+      const auto c = static_cast<uint64_t>(col[q]);
+      // Columns ascend within a row: one draw serves every entry of its block.
+      if (c / kColsPerDraw != block) {
+        block = c / kColsPerDraw;
+        draws(key, row, block, draw);
+      }
+      const auto e = static_cast<std::size_t>(entry[q]);
+      out[e] = draw[c % kColsPerDraw] >= threshold ? values[e] * scale : T(0);
+    }
+  }
+}
+
 #define GNNRT_INSTANTIATE(T)                                                                   \
   template void dropout_forward<T>(const DropoutKey&, double, int64_t, std::span<const int64_t>, \
                                    std::span<const T>, std::span<T>);                          \
@@ -105,5 +140,12 @@ void dropout_backward(const DropoutKey& key, double p, int64_t cols,
                                     std::span<const int64_t>, std::span<const T>,              \
                                     std::span<T>);
 GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
+#undef GNNRT_INSTANTIATE
+
+#define GNNRT_INSTANTIATE(T, I)                                                              \
+  template void sparse_dropout_forward<T, I>(const DropoutKey&, double, const Csr<I>&,       \
+                                             std::span<const int64_t>, std::span<const T>, \
+                                             std::span<T>);
+GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <span>
 
+#include "ops/csr.h"
+
 namespace gnnrt::ops {
 
 struct DropoutKey {
@@ -34,5 +36,15 @@ template <typename T>
 void dropout_backward(const DropoutKey& key, double p, int64_t cols,
                       std::span<const int64_t> global_rows, std::span<const T> grad_out,
                       std::span<T> grad_x);
+
+// Dropout of a sparse matrix's stored values (sparse input features): the
+// entries of row r of `rows` (rowptr, col = column, edge = the entry's index
+// in values) draw the dense mask of (global row, column), so stored values
+// keep or drop exactly as they would in the dense matrix, and the zeros stay
+// zero. global_rows [rows] as above (empty: row r is global row r).
+template <typename T, typename I>
+void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
+                            std::span<const int64_t> global_rows, std::span<const T> values,
+                            std::span<T> out);
 
 }  // namespace gnnrt::ops

@@ -1,5 +1,7 @@
 #include "ops/gather.h"
 
+#include <algorithm>
+
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/scatter.h"
@@ -13,7 +15,20 @@ void gather_forward(const Csr<I>& seg, int64_t features, std::span<const T> x, s
   expect_non_negative(op, "features", features);
   expect_size(op, "x", x.size(), seg.num_rows() * features, "N*F");
   expect_size(op, "out", out.size(), seg.num_edges() * features, "E*F");
-  detail::broadcast_rows(seg, features, x.data(), /*divide_by_degree=*/false, out.data());
+  // In edge order: sequential writes of out, random reads of x (asked for
+  // ahead). Walking x's rows instead and copying each to its edges' rows
+  // scattered the writes: 3.3x slower than torch's index_select at
+  // E = 4e6, F = 64 once torch pays no page faults (bench/README.md).
+  const int64_t E = seg.num_edges(), F = features;
+  const I* row = seg.row_of_edge().data();
+  const T* xp = x.data();
+  T* o = out.data();
+  const detail::Prefetch plan = detail::prefetch_plan<T>(F);
+#pragma omp parallel for schedule(static, 1024) if (E * F > detail::kParallelWork)
+  for (int64_t e = 0; e < E; ++e) {
+    detail::prefetch_ahead(xp, row, e, E, F, plan);
+    std::copy_n(xp + static_cast<int64_t>(row[e]) * F, F, o + e * F);
+  }
 }
 
 template <typename T, typename I>

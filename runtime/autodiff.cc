@@ -16,6 +16,7 @@ bool stops_gradient(const Op& op) {
     case OpKind::kGcnNorm:
     case OpKind::kSegmentMax:
     case OpKind::kLayerNormMoments:
+    case OpKind::kSparseDropout:  // of input features: nothing upstream is trained
       return true;
     case OpKind::kHaloMax:
       return op.inputs.size() == 1;  // values only: a softmax's shift
@@ -53,6 +54,7 @@ class Backward {
       case OpKind::kGcnNorm:
       case OpKind::kSegmentMax:
       case OpKind::kLayerNormMoments:
+      case OpKind::kSparseDropout:
         return;
       case OpKind::kMatMul: {
         const ValueId A = in[0], B = in[1];
@@ -149,6 +151,17 @@ class Backward {
         if (needs(w)) add(w, b_.spmm_grad_w(reduce_of(a), a.graph(), in[0], g, w, arg));
         return;
       }
+      case OpKind::kSparseMatMul:
+        // X is an input (features): its values get no gradient.
+        if (needs(in[0])) {
+          throw ShapeError(fmt::format("program '{}': sparse_matmul ({}): the stored values of a "
+                                       "sparse matrix get no gradient",
+                                       b_.program().name, op.scope));
+        }
+        if (needs(in[1])) {
+          add(in[1], b_.sparse_matmul_grad_b(a.graph(), in[0], g, in[1], a.trans_b()));
+        }
+        return;
       case OpKind::kSddmmAdd:
         if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph(), g));
         if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph(), g));

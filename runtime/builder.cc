@@ -658,7 +658,76 @@ std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId 
   return {out, arg_output(reduce, out)};
 }
 
+// ---- sparse input features ----
+
+// The sparse matrix `matrix` (a graph), after checking that `values` are
+// its stored values: float, [nnz].
+const GraphInfo& Builder::stored_values(OpKind kind, int32_t matrix, ValueId values) const {
+  const GraphInfo& g = graph_info(kind, matrix);
+  expect_float(kind, values, "values");
+  if (shape(values) != Shape{g.num_edges}) {
+    fail(kind, fmt::format("values {} must be [{}], the stored entries of '{}'",
+                           shape_string(shape(values)), g.num_edges, g.name));
+  }
+  return g;
+}
+
+ValueId Builder::sparse_matmul(int32_t matrix, ValueId values, ValueId b, bool trans_b) {
+  constexpr OpKind k = OpKind::kSparseMatMul;
+  const GraphInfo& g = stored_values(k, matrix, values);
+  expect_float(k, b, "b");
+  expect_rank(k, b, 2, "b");
+  const Shape& sb = shape(b);
+  const int64_t kb = trans_b ? sb[1] : sb[0], m = trans_b ? sb[0] : sb[1];
+  if (kb != g.num_src) {
+    fail(k, fmt::format("inner sizes differ: '{}' [{}, {}] times b {}{}", g.name, g.num_dst,
+                        g.num_src, shape_string(sb), trans_b ? "ᵀ" : ""));
+  }
+  OpAttrs a = graph_attrs(k, matrix);
+  a.set_trans_b(trans_b);
+  const ValueId out = emit_float(k, {values, b}, a, {g.num_dst, m});
+  // b transposed once per call, so every stored value reads one contiguous row.
+  const ValueId workspace = new_value(program_.value(out).name + ".workspace", float_type(),
+                                      trans_b ? Shape{g.num_src, m} : Shape{0}, Role::kTemp);
+  program_.ops.back().outputs.push_back(workspace);
+  return out;
+}
+
+ValueId Builder::sparse_dropout(int32_t matrix, ValueId values, double p, uint64_t key) {
+  constexpr OpKind k = OpKind::kSparseDropout;
+  const GraphInfo& g = stored_values(k, matrix, values);
+  if (!(p >= 0 && p <= 1)) fail(k, fmt::format("p = {} is not in [0, 1]", p));
+  if (p == 0) return values;
+  OpAttrs a = graph_attrs(k, matrix);
+  a.set_alpha(p);
+  a.set_key(key);
+  std::vector<ValueId> inputs{values};
+  if (partitioned()) {
+    const ValueId rows = node_input(kNodeGlobalId, DType::kI64);
+    if (shape(rows)[0] != g.num_dst) {
+      fail(k, fmt::format("'{}' has {} rows, its global ids {}", g.name, g.num_dst,
+                          shape_string(shape(rows))));
+    }
+    inputs.push_back(rows);
+  }
+  return emit_float(k, std::move(inputs), a, shape(values));
+}
+
 // ---- backward ----
+
+ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g, ValueId b,
+                                      bool trans_b) {
+  constexpr OpKind k = OpKind::kSparseMatMulGradB;
+  const GraphInfo& info = graph_info(k, matrix);
+  expect_rank(k, g, 2, "g");
+  if (rows(g) != info.num_dst) {
+    fail(k, fmt::format("g {} must have {} rows, the rows of '{}'", shape_string(shape(g)),
+                        info.num_dst, info.name));
+  }
+  OpAttrs a = graph_attrs(k, matrix);
+  a.set_trans_b(trans_b);
+  return emit_float(k, {values, g}, a, shape(b));
+}
 
 ValueId Builder::bias_grad(ValueId g) {
   expect_rank(OpKind::kBiasGrad, g, 2, "g");

@@ -141,6 +141,20 @@ class Builder {
   // (dot-product attention scores).
   ValueId sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads);
 
+  // ---- sparse input features ----
+  // A sparse matrix X [N, K] is declared as a graph (graph(name, K, N, nnz):
+  // entry e sits at row dst(e), column src(e)) with its stored values [nnz]
+  // as an ordinary input.
+  // X · op(b) [N, M]: b [K, M], or [M, K] when trans_b. No gradient to X.
+  ValueId sparse_matmul(int32_t matrix, ValueId values, ValueId b, bool trans_b = false);
+  // X · weightᵀ, weight [out, K] like torch.nn.Linear.
+  ValueId sparse_linear(int32_t matrix, ValueId values, ValueId weight) {
+    return sparse_matmul(matrix, values, weight, true);
+  }
+  // Dropout of X's stored values with the dense mask of (global row, column)
+  // (the mask dropout() would draw on the dense matrix); p = 0 returns values.
+  ValueId sparse_dropout(int32_t matrix, ValueId values, double p, uint64_t key);
+
   // ---- collectives ----
   // The sum of x (float or f64) over the ranks of the core's communicator;
   // every rank gets the same bits; on one rank a copy. Its backward is the
@@ -196,6 +210,8 @@ class Builder {
                       ValueId g, ValueId arg);
   ValueId spmm_grad_w(ops::Reduce reduce, int32_t graph, ValueId x, ValueId g,
                       ValueId edge_weight, ValueId arg);
+  ValueId sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g, ValueId b,
+                               bool trans_b);  // b's shape
   ValueId sddmm_add_grad_a(int32_t graph, ValueId g);
   ValueId sddmm_add_grad_b(int32_t graph, ValueId g);
   ValueId sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads);
@@ -246,6 +262,7 @@ class Builder {
   void expect_partitioned(OpKind kind) const;
   const GraphInfo& graph_info(OpKind kind, int32_t graph) const;
   int64_t edge_heads(OpKind kind, int32_t graph, ValueId edge_weight, int64_t features) const;
+  const GraphInfo& stored_values(OpKind kind, int32_t matrix, ValueId values) const;
   OpAttrs graph_attrs(OpKind kind, int32_t graph) const;
   // The partitioned program's inputs (file comment).
   ValueId node_input(const char* name, DType dtype);

@@ -55,6 +55,19 @@ OpCost op_cost(const Program& p, const Op& op) {
         c.bytes += 2 * edges * f * 4;
         c.flops = 2 * edges * f;
         break;
+      case OpKind::kSparseMatMul:
+      case OpKind::kSparseMatMulGradB: {
+        // A sparse matrix's stored entry (its value, 4 bytes, and its
+        // indices above) meets one row of the dense operand (b, or the
+        // gradient): 2 flops and 4 bytes per element of that row.
+        const ValueId dense = op.inputs[1];
+        const double m = op.kind == OpKind::kSparseMatMul
+                             ? static_cast<double>(p.value(op.outputs[0]).shape[1])
+                             : static_cast<double>(p.value(dense).shape[1]);
+        c.bytes += edges * m * 4 - static_cast<double>(p.value(dense).bytes());
+        c.flops = 2 * edges * m;
+        break;
+      }
       case OpKind::kGather:
       case OpKind::kScatter:
       case OpKind::kGatherGrad:

@@ -18,6 +18,7 @@
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
 #include "ops/segment_softmax.h"
+#include "ops/sparse_matmul.h"
 #include "ops/spmm.h"
 #include "runtime/core.h"
 #include "runtime/halo.h"
@@ -311,6 +312,18 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       ops::spmm_forward<T, int32_t>(reduce_of(a), graph(), cols(out), in(0), in(1), f(),
                                     op.outputs.size() > 1 ? out_of.template operator()<int32_t>(1)
                                                           : std::span<int32_t>());
+      return 0;
+    case OpKind::kSparseMatMul:
+      ops::sparse_matmul_forward<T, int32_t>(graph(), in(0), in(1), cols(out), a.trans_b(),
+                                             out_of(1), f());
+      return 0;
+    case OpKind::kSparseDropout:
+      ops::sparse_dropout_forward<T, int32_t>(dropout_key, a.alpha(), graph().by_dst,
+                                              in.template operator()<int64_t>(1), in(0), f());
+      return 0;
+    case OpKind::kSparseMatMulGradB:
+      ops::sparse_matmul_backward_b<T, int32_t>(graph(), in(0), in(1), cols(op.inputs[1]),
+                                                a.trans_b(), f());
       return 0;
     case OpKind::kSddmmAdd:
       ops::sddmm_add_forward<T, int32_t>(graph(), a.heads(), in(0), in(1), f());

@@ -76,6 +76,8 @@ struct GraphInfo {
   X(kEdgeScale, "edge_scale")             /* (msg [E,F], w [E,H]) */                    \
   X(kScatter, "scatter")                  /* (msg) -> [N_dst,F] (, arg) */              \
   X(kSpmm, "spmm")                        /* (x[, w]) -> (out[, arg]) */                \
+  X(kSparseMatMul, "sparse_matmul")       /* (values [E], b) -> (out, workspace) */      \
+  X(kSparseDropout, "sparse_dropout")     /* (values [E][, global_rows]) */             \
   X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
   X(kSddmmDot, "sddmm_dot")               /* (a [Ns,F], b [Nd,F]) -> [E,H] */           \
   X(kSegmentSoftmax, "segment_softmax")   /* (score [E,H]) */                           \
@@ -101,6 +103,7 @@ struct GraphInfo {
   X(kScatterGrad, "scatter_grad")         /* (g[, arg]) -> [E,F] */                     \
   X(kSpmmGradX, "spmm_grad_x")            /* (x, g[, w][, arg]) */                      \
   X(kSpmmGradW, "spmm_grad_w")            /* (x, g, w[, arg]) -> [E,H] */               \
+  X(kSparseMatMulGradB, "sparse_matmul_grad_b") /* (values, g) -> b's shape */       \
   X(kSddmmAddGradA, "sddmm_add_grad_a")   /* (g) -> [N_src,H] */                        \
   X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
   X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \

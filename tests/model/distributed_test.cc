@@ -184,6 +184,13 @@ void expect_same_as_one_rank(const Outcome& many, const Outcome& one, const std:
   EXPECT_TRUE(close(many.logits.to_vector<double>(), one.logits.to_vector<double>(), what + " logits"));
 }
 
+// A reference only rank 0 trained: its `epochs` losses go to every rank, so
+// that each compares its own losses with them.
+void share_losses_of_rank_zero(Outcome& one, size_t epochs) {
+  one.losses.resize(epochs);
+  world()->broadcast<double>(one.losses, 0);
+}
+
 // The single-rank reference of a job, computed once per process.
 const Outcome& reference(const ModelCase& m) {
   static std::map<std::string, Outcome> cache;
@@ -275,12 +282,40 @@ TEST(Equivalence, SmallBucketsChecksumsEveryStepAndNormalizedFeatures) {
       }
       many.logits = read_npy(dir / "logits.npy");
     }
-    // Rank 0 holds the reference; the others compare their losses with it.
-    std::vector<double> losses = one.losses;
-    losses.resize(many.losses.size());
-    world()->broadcast<double>(losses, 0);
-    one.losses = losses;
+    share_losses_of_rank_zero(one, many.losses.size());
     expect_same_as_one_rank(many, one, m.name + " (buckets, normalized)");
+  }
+}
+
+// Sparse input features (CSR shards, the sparse first layer, sparse dropout
+// keyed by global rows) on many ranks give the dense single-rank numbers:
+// read from shards for GCN, partitioned in memory for the others.
+TEST(Equivalence, SparseFeaturesEqualOneDenseRank) {
+  for (const ModelCase& m : {models()[0], models()[1], models()[3], models()[4], models()[5]}) {
+    const fs::path dir = shared_dir("sparse_" + m.name);
+    proto::Job job = job_for(m);
+    job.mutable_dataset()->set_path(std::string(kDataset) + ",feature_density=0.2");
+    apply_override(job, "dataset.features=dense");
+    Outcome one;
+    if (world()->rank() == 0) one = run(job, nullptr, dir / "one");
+    apply_override(job, "dataset.features=sparse");
+    apply_override(job, "partition.method=metis");
+    if (m.name == "gcn") {
+      if (world()->rank() == 0) {
+        Dataset data = load_dataset(job.dataset().path());
+        prepare_features(data, job);
+        const PartitionOptions options = partition_options(job, world()->size());
+        const auto manifest = write_shards(
+            dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
+            options, job);
+        EXPECT_EQ(manifest.features(), "sparse");
+      }
+      world()->barrier();
+      apply_override(job, "partition.shards=" + (dir / "shards").string());
+    }
+    const Outcome many = run(job, world(), dir);
+    share_losses_of_rank_zero(one, many.losses.size());
+    expect_same_as_one_rank(many, one, m.name + " (sparse features)");
   }
 }
 

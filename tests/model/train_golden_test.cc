@@ -6,7 +6,8 @@
 // schedule) on a small graph. Per step the loss and the learning rate, at
 // step 1 every parameter gradient, after the steps every parameter and the
 // logits must match within rtol 1e-4 (atol 1e-5). Runs compiled (fused,
-// reordered) and in debug mode (unfused).
+// reordered) and in debug mode (unfused), and compiled with the features
+// held sparse (every case whose first layer can take them).
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +23,7 @@
 #include "model/trainer.h"
 #include "runtime/core.h"
 #include "runtime/npy.h"
+#include "tests/common/compiled_job.h"
 
 namespace gnnrt::model {
 namespace {
@@ -58,6 +60,7 @@ proto::Job job_of(const json& config) {
 struct Case {
   std::string name;
   bool debug;
+  bool sparse;  // the features held as CSR (dataset.features = sparse)
 };
 
 class TrainGolden : public ::testing::TestWithParam<Case> {};
@@ -67,21 +70,19 @@ TEST_P(TrainGolden, MatchesTorch) {
   std::ifstream config_file(dir / "config.json");
   ASSERT_TRUE(config_file) << dir;
   const json config = json::parse(config_file);
-  const proto::Job job = job_of(config);
+  proto::Job job = job_of(config);
+  apply_override(job, std::string("dataset.features=") + (GetParam().sparse ? "sparse" : "dense"));
   Dataset data = load_npy_folder(kGolden / config.at("graph").get<std::string>());
-  if (job.dataset().normalize_features()) normalize_features(data);
+  prepare_features(data, job);
+  ASSERT_EQ(data.x_sparse.has_value(), GetParam().sparse);
 
   runtime::CoreOptions core_options;
   core_options.debug = GetParam().debug;
   runtime::Core core(runtime::DeviceProfile::named("trn1"), core_options);
-  const NetworkShape shape = bind_dataset(core, data, job.model());
-  const Network train_net = build_train_step(job.model(), shape);
-  const Network infer_net = build_inference(job.model(), shape);
-  runtime::CompileOptions options;
-  options.train = runtime::TrainStep{train_net.loss, train_net.param_ids,
-                                     optimizer_config(job.optimizer()), /*keep_grads=*/true};
-  const auto step = core.compile(train_net.program, options);
-  const auto infer = core.compile(infer_net.program, {});
+  const testing::CompiledJob compiled = testing::compile_job(core, job, bind_dataset(core, data, job.model()));
+  const Network& train_net = compiled.train_net;
+  const auto& step = compiled.step;
+  const auto& infer = compiled.infer;
   if (!GetParam().debug) {
     EXPECT_GT(step->passes.fused, 0);
   }
@@ -136,8 +137,12 @@ std::vector<std::string> case_names() {
 std::vector<Case> cases() {
   std::vector<Case> all;
   for (const std::string& name : case_names()) {
-    all.push_back({name, false});
-    all.push_back({name, true});
+    all.push_back({name, false, false});
+    all.push_back({name, true, false});
+    std::ifstream config_file(kGolden / name / "config.json");
+    if (sparse_features_unsupported(job_of(json::parse(config_file)).model()).empty()) {
+      all.push_back({name, false, true});
+    }
   }
   return all;
 }
@@ -152,7 +157,9 @@ TEST(TrainGoldenData, CoversTheIssuesCases) {
 
 INSTANTIATE_TEST_SUITE_P(All, TrainGolden, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           return info.param.name + (info.param.debug ? "_debug" : "_compiled");
+                           return info.param.name + (info.param.debug    ? "_debug"
+                                                     : info.param.sparse ? "_sparse"
+                                                                         : "_compiled");
                          });
 
 }  // namespace

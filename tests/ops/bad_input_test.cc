@@ -19,6 +19,7 @@
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
 #include "ops/segment_softmax.h"
+#include "ops/sparse_matmul.h"
 #include "ops/spmm.h"
 #include "runtime/builder.h"
 
@@ -84,6 +85,44 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(6), g(4), gx(5);
                    spmm_backward<float, int64_t>(Reduce::kSum, adj, 2, x, {}, g, {}, gx, {});
                  }, "spmm_backward: grad_x has 5 elements, expected N_src*F = 6"});
+    // X [2, 3] with the 3 entries of adj (rows = its destinations).
+    v.push_back({"sparse_matmul_values_size", [] {
+                   std::vector<float> values(2), b(6), out(4);
+                   sparse_matmul_forward<float, int64_t>(adj, values, b, 2, false, {}, out);
+                 }, "sparse_matmul: values has 2 elements, expected E (stored values of X) = 3"});
+    v.push_back({"sparse_matmul_b_size", [] {
+                   std::vector<float> values(3), b(5), out(4);
+                   sparse_matmul_forward<float, int64_t>(adj, values, b, 2, false, {}, out);
+                 }, "sparse_matmul: b has 5 elements, expected K*M = 6"});
+    v.push_back({"sparse_matmul_workspace", [] {
+                   std::vector<float> values(3), b(6), out(4);
+                   sparse_matmul_forward<float, int64_t>(adj, values, b, 2, true, {}, out);
+                 }, "sparse_matmul: workspace has 0 elements, expected K*M = 6"});
+    v.push_back({"sparse_matmul_negative_m", [] {
+                   std::vector<float> values(3), b, out;
+                   sparse_matmul_forward<float, int64_t>(adj, values, b, -1, false, {}, out);
+                 }, "sparse_matmul: m is negative (-1)"});
+    v.push_back({"sparse_matmul_backward_grad_out", [] {
+                   std::vector<float> values(3), g(3), gb(6);
+                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, gb);
+                 }, "sparse_matmul_backward_b: grad_out has 3 elements, expected N*M = 4"});
+    v.push_back({"sparse_matmul_backward_grad_b", [] {
+                   std::vector<float> values(3), g(4), gb(7);
+                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, gb);
+                 }, "sparse_matmul_backward_b: b has 7 elements, expected K*M = 6"});
+    v.push_back({"sparse_dropout_p", [] {
+                   std::vector<float> values(3), out(3);
+                   sparse_dropout_forward<float, int64_t>({}, -0.5, adj.by_dst, {}, values, out);
+                 }, "sparse_dropout: p = -0.500000 is outside [0, 1]"});
+    v.push_back({"sparse_dropout_values_size", [] {
+                   std::vector<float> values(4), out(4);
+                   sparse_dropout_forward<float, int64_t>({}, 0.5, adj.by_dst, {}, values, out);
+                 }, "sparse_dropout: values has 4 elements, expected E (stored values) = 3"});
+    v.push_back({"sparse_dropout_global_rows", [] {
+                   std::vector<float> values(3), out(3);
+                   std::vector<int64_t> rows(5);
+                   sparse_dropout_forward<float, int64_t>({}, 0.5, adj.by_dst, rows, values, out);
+                 }, "sparse_dropout: global_rows has 5 elements, expected rows = 2"});
     v.push_back({"sddmm_heads_not_dividing", [] {
                    std::vector<float> a(9), b(6), out(6);
                    sddmm_dot_forward<float, int64_t>(adj, 3, 2, a, b, out);

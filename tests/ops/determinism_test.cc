@@ -172,6 +172,19 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("count_correct/ties_and_nan")).floats("log_prob", {N, F})
           .ints("labels", {N}, F).mask("mask", N).build();
     });
+    for (const bool trans_b : {true, false}) {
+      // X [N, 4F] with E entries (duplicates included), times a [F, 4F] weight.
+      add(trans_b ? "sparse_matmul" : "sparse_matmul_plain_b", [=] {
+        return Synthetic(golden("sparse_matmul/wide")).param("num_rows", N).param("num_cols", 4 * F)
+            .param("trans_b", trans_b).floats("values", {E})
+            .floats("b", trans_b ? std::vector<int64_t>{F, 4 * F} : std::vector<int64_t>{4 * F, F})
+            .ints("src", {E}, 4 * F).ints("dst", {E}, N).upstream("out", {N, F}).build();
+      });
+    }
+    add("sparse_dropout", [=] {
+      return Synthetic(golden("sparse_dropout/half")).param("num_rows", N).param("num_cols", 4 * F)
+          .floats("values", {E}).ints("src", {E}, 4 * F).ints("dst", {E}, N).build();
+    });
     add("dropout", [=] {
       return Synthetic(golden("dropout/half")).floats("x", {N, F}).upstream("out", {N, F}).build();
     });

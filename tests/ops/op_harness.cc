@@ -276,6 +276,22 @@ const std::map<std::string, Recipe<T>>& recipes() {
          t.out("out", t.b.dropout(x, t.p("p"), t.n("op")));
          t.context({.step = t.n("step"), .lr = 0, .seed = t.c().param("seed").template get<uint64_t>()});
        }},
+      {"sparse_matmul",
+       [](Build<T>& t) {
+         // X [num_rows, num_cols]: entry e at row dst[e], column src[e].
+         const int32_t g = t.graph("src", "dst", t.n("num_cols"), t.n("num_rows"));
+         t.out("out", t.b.sparse_matmul(g, t.x("values"), t.x("b"), t.c().param("trans_b")));
+       }},
+      {"sparse_dropout",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_cols"), t.n("num_rows"));
+         if (t.c().has("global_rows")) {
+           t.b.partition(t.n("num_rows"));
+           t.ints("global_rows", DType::kI64, runtime::kNodeGlobalId);
+         }
+         t.out("out", t.b.sparse_dropout(g, t.x("values"), t.p("p"), t.n("op")));
+         t.context({.step = t.n("step"), .lr = 0, .seed = t.c().param("seed").template get<uint64_t>()});
+       }},
       {"head_dot", [](Build<T>& t) { t.out("out", t.b.head_dot(t.x("x"), t.x("att"), t.n("heads"))); }},
       {"head_mean", [](Build<T>& t) { t.out("out", t.b.head_mean(t.x("x"), t.n("heads"))); }},
       {"edge_scale", [](Build<T>& t) { t.out("out", t.b.edge_scale(t.x("messages"), t.x("weight"))); }},

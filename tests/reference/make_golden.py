@@ -659,6 +659,74 @@ def gen_dropout(w, rng):
                {"out": out}, {"out": gout}, {"x": gout.astype(np.float64) * mask * scale}, fd=False)
 
 
+def sparse_entries(rng, n, k, density, shuffle, empty_rows=0, empty_cols=0, duplicates=0):
+    """Entries (row, col) of an n x k sparse matrix; the last empty_rows rows and
+    empty_cols columns hold none; `duplicates` entries repeat an earlier (row, col)."""
+    rows, cols = [], []
+    for r in range(n - empty_rows):
+        for c in range(k - empty_cols):
+            if rng.uniform() < density:
+                rows.append(r)
+                cols.append(c)
+    for _ in range(min(duplicates, len(rows))):
+        i = int(rng.integers(len(rows)))
+        rows.append(rows[i])
+        cols.append(cols[i])
+    rows, cols = np.array(rows, np.int32), np.array(cols, np.int32)
+    if shuffle:
+        order = rng.permutation(len(rows))
+        rows, cols = rows[order], cols[order]
+    return rows, cols
+
+
+def gen_sparse_matmul(w, rng):
+    # out = X op(B), X [n, k] given by entries (dst = row, src = column, values).
+    for name, n, k, m, density, trans_b, shuffle, empty_rows, empty_cols, dups in [
+            ("linear", 7, 11, 5, 0.3, True, False, 0, 0, 0),
+            ("plain_b", 7, 11, 5, 0.3, False, False, 0, 0, 0),
+            ("shuffled_duplicates", 9, 13, 4, 0.25, True, True, 0, 0, 3),
+            ("empty_rows_cols", 8, 10, 3, 0.4, True, False, 3, 4, 0),
+            ("no_entries", 5, 6, 4, 0.0, True, False, 0, 0, 0),
+            ("wide", 200, 400, 48, 0.05, True, True, 10, 20, 0),
+            ("block_and_tail", 30, 50, 20, 0.2, True, True, 2, 3, 2)]:  # one register block + 4
+        rows, cols = sparse_entries(rng, n, k, density, shuffle, empty_rows, empty_cols, dups)
+        values = make_values(rng, (len(rows),), "normal")
+        b = make_values(rng, (m, k) if trans_b else (k, m), "normal")
+        x = torch.zeros(n, k, dtype=torch.float64).index_put(
+            (torch.from_numpy(rows.astype(np.int64)), torch.from_numpy(cols.astype(np.int64))),
+            torch.from_numpy(values.astype(np.float64)), accumulate=True)
+        bt = leaf(b)
+        out = x @ (bt.t() if trans_b else bt)
+        gout = rng.standard_normal((n, m)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("sparse_matmul", name,
+               {"num_rows": n, "num_cols": k, "trans_b": trans_b},
+               {"values": values, "src": cols, "dst": rows, "b": b}, {"out": out}, {"out": gout},
+               {"b": bt.grad})
+
+
+def gen_sparse_dropout(w, rng):
+    # The dense mask of (global row, column) on the stored values only.
+    for name, n, k, density, p, seed, step, op, rows in [
+            ("half", 12, 40, 0.2, 0.5, 1, 0, 3, None),
+            ("global_rows", 6, 70, 0.3, 0.2, 2**40 + 7, 9, 1, [5, 100, 7, 2**33, 0, 1]),
+            ("drop_all", 4, 9, 0.5, 1.0, 3, 1, 0, None)]:
+        r, c = sparse_entries(rng, n, k, density, True)
+        values = rng.standard_normal(len(r)).astype(np.float32)
+        global_rows = np.arange(n, dtype=np.int64) if rows is None else np.array(rows, np.int64)
+        keep = np.zeros(len(r), bool)
+        for i in range(len(r)):
+            u = philox_uniforms(seed, step, op, int(global_rows[r[i]]), int(c[i]) // 8)
+            keep[i] = u[int(c[i]) % 8] >= p
+        scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+        inputs = {"values": values, "src": c, "dst": r}
+        if rows is not None:
+            inputs["global_rows"] = global_rows
+        w.case("sparse_dropout", name,
+               {"p": p, "seed": seed, "step": step, "op": op, "num_rows": n, "num_cols": k}, inputs,
+               {"out": values.astype(np.float64) * keep * scale}, {}, {}, fd=False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "golden" / "ops"))
@@ -668,7 +736,8 @@ def main():
         shutil.rmtree(root)
     w = Writer(root)
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
-                gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers]:
+                gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
+                gen_sparse_matmul, gen_sparse_dropout]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 

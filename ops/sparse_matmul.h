@@ -1,0 +1,37 @@
+// sparse_matmul: a sparse matrix times a dense one, the first layer of a
+// model whose input features are sparse (bag-of-words, TF-IDF):
+//   out [N, M] = X · op(B),  X [N, K] sparse, B [K, M] (or [M, K] when trans_b:
+//   a torch.nn.Linear weight, out = X Bᵀ)
+// and the gradient of B, op(Xᵀ · G). No gradient flows to X (an input).
+//
+// X's pattern is an Adjacency whose destinations are X's rows and whose
+// sources are its columns: stored entry e sits at (dst(e), src(e)) and its
+// value is values[e]. by_dst drives the product (one output row per row of
+// X), by_src the gradient (one row of Xᵀ G per column of X). Each output row
+// is summed by one thread in ascending entry order, so both results are
+// bitwise identical for any thread count, without atomics.
+//
+// Layout (row-major): values [E]; b [K, M] or [M, K]; out and grad_out [N, M];
+// grad_b like b. trans_b needs a workspace of K * M elements (B transposed
+// once per call, so every stored value meets one contiguous row of B);
+// otherwise the workspace is empty. Outputs overwritten. Blocking; OpenMP
+// inside. Bad sizes throw OpError naming the argument.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "ops/csr.h"
+
+namespace gnnrt::ops {
+
+template <typename T, typename I>
+void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std::span<const T> b,
+                           int64_t m, bool trans_b, std::span<T> workspace, std::span<T> out);
+
+template <typename T, typename I>
+void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
+                              std::span<const T> grad_out, int64_t m, bool trans_b,
+                              std::span<T> grad_b);
+
+}  // namespace gnnrt::ops
