@@ -119,6 +119,40 @@ double sgemm_gflops() {
   return best;
 }
 
+// Runs `steps` more train steps with op tracing on and prints each op's
+// median time, slowest first, with its share of the summed medians.
+void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, int64_t epoch,
+                   int steps) {
+  core.set_trace(true);
+  const std::size_t first = core.trace().size();
+  for (int s = 0; s < steps; ++s) core.run(step, {.step = ++epoch, .lr = 0.01, .seed = 0});
+  core.set_trace(false);
+  const std::size_t ops = step.program.ops.size();
+  std::vector<std::vector<double>> us(ops);
+  for (std::size_t i = first; i < core.trace().size(); ++i) {
+    us[(i - first) % ops].push_back(core.trace()[i].duration_us);
+  }
+  std::vector<std::pair<double, std::size_t>> rows;
+  double total = 0;
+  for (std::size_t i = 0; i < ops; ++i) {
+    std::sort(us[i].begin(), us[i].end());
+    rows.emplace_back(us[i][us[i].size() / 2], i);
+    total += rows.back().first;
+  }
+  std::sort(rows.rbegin(), rows.rend());
+  std::cerr << fmt::format("train step: {} ops, summed op medians {:.1f} us over {} steps\n", ops,
+                           total, steps);
+  for (const auto& [t, i] : rows) {
+    const runtime::Op& op = step.program.ops[i];
+    std::string shapes;
+    for (const runtime::ValueId v : op.outputs) {
+      shapes += runtime::shape_string(step.program.value(v).shape);
+    }
+    std::cerr << fmt::format("{:8.1f} us {:5.1f}%  {:3} {:24} {:28} {}\n", t, 100 * t / total, i,
+                             runtime::to_string(op.kind), op.scope, shapes);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +171,10 @@ int main(int argc, char** argv) {
   app.add_option("--features", features, "The features' form (the job's dataset.features)")
       ->check(CLI::IsMember({"auto", "dense", "sparse"}))
       ->capture_default_str();
+  int profile = 0;
+  app.add_option("--profile", profile,
+                 "After the timed runs, trace this many more train steps and print each op's "
+                 "median time to stderr (the share of the step, slowest first)");
   app.add_option("--min-reps", min_reps)->capture_default_str();
   app.add_option("--min-seconds", min_seconds)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -175,6 +213,7 @@ int main(int argc, char** argv) {
         median_ms([&] { core.run(*infer, {.step = epoch, .lr = 0, .seed = 0}); }, min_reps, min_seconds);
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
+    if (profile > 0) print_profile(core, *step, epoch, profile);
     double step_bytes = 0, step_flops = 0;
     for (const runtime::Op& op : step->program.ops) {
       const runtime::OpCost c = runtime::op_cost(step->program, op);

@@ -43,6 +43,7 @@ void scatter_forward(Reduce reduce, const Csr<I>& seg, int64_t features, std::sp
                                         .source = seg.edge().data(),
                                         .x = src.data(),
                                         .features = features,
+                                        .x_rows = seg.num_edges(),
                                         .out = out.data(),
                                         .arg = arg.data()});
 }

@@ -25,11 +25,12 @@ void check_shapes(std::string_view op, const Adjacency<I>& adj, int64_t features
 // the per-head weighted aggregation that both sddmm backwards reduce to.
 template <typename T, typename I>
 void aggregate_by(const Csr<I>& csr, const I* source, int64_t features, int64_t heads,
-                  const T* x, const T* weight, T* out) {
+                  const T* x, int64_t x_rows, const T* weight, T* out) {
   detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &csr,
                                               .source = source,
                                               .x = x,
                                               .features = features,
+                                              .x_rows = x_rows,
                                               .weight = weight,
                                               .heads = heads,
                                               .out = out});
@@ -59,13 +60,13 @@ void sddmm_dot_backward(const Adjacency<I>& adj, int64_t features, int64_t heads
   expect_size(op, "grad_out", grad_out.size(), adj.num_edges() * heads, "E*H");
   if (!grad_a.empty()) {
     expect_size(op, "grad_a", grad_a.size(), adj.num_src_nodes() * features, "N_src*F");
-    aggregate_by(adj.by_src, adj.by_src.col().data(), features, heads, b.data(), grad_out.data(),
-                 grad_a.data());
+    aggregate_by(adj.by_src, adj.by_src.col().data(), features, heads, b.data(),
+                 adj.num_dst_nodes(), grad_out.data(), grad_a.data());
   }
   if (!grad_b.empty()) {
     expect_size(op, "grad_b", grad_b.size(), adj.num_dst_nodes() * features, "N_dst*F");
-    aggregate_by(adj.by_dst, adj.by_dst.col().data(), features, heads, a.data(), grad_out.data(),
-                 grad_b.data());
+    aggregate_by(adj.by_dst, adj.by_dst.col().data(), features, heads, a.data(),
+                 adj.num_src_nodes(), grad_out.data(), grad_b.data());
   }
 }
 
@@ -98,12 +99,12 @@ void sddmm_add_backward(const Adjacency<I>& adj, int64_t heads, std::span<const 
   if (!grad_a.empty()) {
     expect_size(op, "grad_a", grad_a.size(), adj.num_src_nodes() * heads, "N_src*H");
     aggregate_by(adj.by_src, adj.by_src.edge().data(), heads, 1, grad_out.data(),
-                 static_cast<const T*>(nullptr), grad_a.data());
+                 adj.num_edges(), static_cast<const T*>(nullptr), grad_a.data());
   }
   if (!grad_b.empty()) {
     expect_size(op, "grad_b", grad_b.size(), adj.num_dst_nodes() * heads, "N_dst*H");
     aggregate_by(adj.by_dst, adj.by_dst.edge().data(), heads, 1, grad_out.data(),
-                 static_cast<const T*>(nullptr), grad_b.data());
+                 adj.num_edges(), static_cast<const T*>(nullptr), grad_b.data());
   }
 }
 

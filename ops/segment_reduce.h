@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "ops/csr.h"
 #include "ops/reduce.h"
@@ -98,8 +99,9 @@ template <typename T, typename I>
 struct SegmentReduce {
   const Csr<I>* csr;
   const I* source;     // [E] by position: the row of x each message reads
-  const T* x;          // [*, F]
+  const T* x;          // [x_rows, F]
   int64_t features;
+  int64_t x_rows = -1;                     // rows of x; -1: unknown (taken as large)
   const T* weight = nullptr;               // [E, heads] or null (weight 1)
   int64_t heads = 1;
   const int64_t* source_rowptr = nullptr;  // if set: message scaled by 1 / its degree there
@@ -120,6 +122,102 @@ inline bool improves(T candidate, T current) {
   }
 }
 
+// ---- sum and mean with the sums in registers ----
+//
+// The walk below keeps a row's running sums in out[r] and adds each message
+// to memory, so every edge waits on the previous edge's store of the same
+// columns: 5-9 ns per edge on Cora's rows of 7-16 columns, whose messages sit
+// in cache (bench/README.md). Here a block of up to kBlockCols columns is
+// summed in registers over the whole row and stored once; a row wider than a
+// block walks its edges once per block. Each column still adds its messages
+// in ascending position, with the same products, so the bits are the
+// walk's. Used for rows of at most one block (F <= 16, or a weighted row
+// whose heads are that narrow) and for any x small enough to stay in cache;
+// wide rows of a large x keep the walk, whose two-step prefetch is tuned for
+// DRAM (docs/kernels.md).
+inline constexpr int64_t kBlockCols = 16;
+inline constexpr int64_t kCachedBytes = int64_t{1} << 20;
+
+// Columns [lo, lo + kN) of out[r] (a block of head h when weighted).
+template <int kN, bool kWeighted, bool kScaled, typename T, typename I>
+[[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t begin,
+                                             int64_t end, int64_t h, int64_t lo,
+                                             bool prefetch, Prefetch plan, T* __restrict o) {
+  const int64_t F = a.features;
+  const I* source = a.source;
+  const I* edge = a.csr->edge().data();
+  const int64_t positions = a.csr->num_edges();
+  T acc[kN] = {};
+  for (int64_t p = begin; p < end; ++p) {
+    if (prefetch) prefetch_ahead(a.x, source, p, positions, F, plan);
+    const int64_t s = source[p];
+    T c = T(1);
+    if constexpr (kScaled) c = T(1) / T(a.source_rowptr[s + 1] - a.source_rowptr[s]);
+    if constexpr (kWeighted) c *= a.weight[static_cast<int64_t>(edge[p]) * a.heads + h];
+    const T* __restrict xr = a.x + s * F + lo;
+    for (int j = 0; j < kN; ++j) {
+      if constexpr (kWeighted || kScaled) {
+        acc[j] += c * xr[j];
+      } else {
+        acc[j] += xr[j];
+      }
+    }
+  }
+  for (int j = 0; j < kN; ++j) o[lo + j] = acc[j];
+}
+
+// Every row: per weight group (a head when weighted, else the whole row),
+// full blocks of kBlockCols columns and a last block of kTail.
+template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
+void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
+  const Csr<I>& csr = *a.csr;
+  const int64_t F = a.features;
+  const int64_t groups = kWeighted ? a.heads : 1;
+  const int64_t width = F / groups;
+  const int64_t full = width / kBlockCols;
+  const int64_t* rp = csr.rowptr().data();
+  const Prefetch plan = prefetch_plan<T>(F);
+  parallel_rows(csr, F, [&](int64_t r) {
+    T* __restrict o = a.out + r * F;
+    const int64_t begin = rp[r], end = rp[r + 1];
+    for (int64_t g = 0; g < groups; ++g) {
+      // Only the row's first block prefetches; the others find its rows in cache.
+      for (int64_t b = 0; b < full; ++b) {
+        sum_block<kBlockCols, kWeighted, kScaled>(a, begin, end, g, g * width + b * kBlockCols,
+                                                  prefetch && g == 0 && b == 0, plan, o);
+      }
+      if constexpr (kTail > 0) {
+        sum_block<kTail, kWeighted, kScaled>(a, begin, end, g, g * width + full * kBlockCols,
+                                             prefetch && g == 0 && full == 0, plan, o);
+      }
+    }
+    if (mean && end > begin) {
+      const T count = static_cast<T>(end - begin);
+      for (int64_t f = 0; f < F; ++f) o[f] /= count;
+    }
+  });
+}
+
+template <bool kWeighted, bool kScaled, typename T, typename I, int... kTails>
+void sum_rows_blocked_dispatch(const SegmentReduce<T, I>& a, bool mean, bool prefetch, int tail,
+                               std::integer_sequence<int, kTails...>) {
+  ((tail == kTails ? sum_rows_blocked<kTails, kWeighted, kScaled>(a, mean, prefetch) : void()), ...);
+}
+
+// True when the blocked sum took the call.
+template <bool kWeighted, bool kScaled, typename T, typename I>
+bool try_sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean) {
+  const int64_t F = a.features;
+  const int64_t width = kWeighted ? F / a.heads : F;
+  const bool cached = a.x_rows >= 0 && a.x_rows * F * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
+  if (F == 0 || width == 0 || (width > kBlockCols && !cached)) return false;
+  const bool prefetch = !cached;
+  sum_rows_blocked_dispatch<kWeighted, kScaled>(a, mean, prefetch,
+                                                static_cast<int>(width % kBlockCols),
+                                                std::make_integer_sequence<int, kBlockCols>());
+  return true;
+}
+
 template <Reduce R, bool kWeighted, bool kScaled, bool kMasked, typename T, typename I>
 void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const Csr<I>& csr = *a.csr;
@@ -134,6 +232,9 @@ void segment_reduce_impl(const SegmentReduce<T, I>& a) {
   const int64_t num_positions = csr.num_edges();
   const Prefetch plan = prefetch_plan<T>(F);
 
+  if constexpr ((R == Reduce::kSum || R == Reduce::kMean) && !kMasked) {
+    if (try_sum_rows_blocked<kWeighted, kScaled>(a, R == Reduce::kMean)) return;
+  }
   parallel_rows(csr, F, [&](int64_t r) {
     T* __restrict o = a.out + r * F;
     const int64_t begin = rp[r];

@@ -162,14 +162,17 @@ class Core {
   Tensor read(const CompiledProgram& compiled, ValueId value);
   Tensor read(const std::string& name);  // a resident tensor
 
-  // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
-  void write_trace(const std::filesystem::path& path) const;
-
- private:
+  // Every op run so far (CoreOptions::trace), in order.
   struct TraceEvent {
     std::string name, scope, program;
     double start_us, duration_us, simulated_us;
   };
+  const std::vector<TraceEvent>& trace() const { return trace_; }
+  void set_trace(bool on) { options_.trace = on; }
+  // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
+  void write_trace(const std::filesystem::path& path) const;
+
+ private:
   struct Bound;
   Bound bind(const CompiledProgram& compiled);
   template <typename T>
