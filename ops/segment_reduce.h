@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "ops/csr.h"
@@ -109,16 +110,19 @@ struct SegmentReduce {
                                            // only where winner[source[p], f] == edge[p]
   T* out;                                  // [rows, F]
   I* arg = nullptr;                        // [rows, F], max/min only
+  bool transposed_out = false;             // sum only: out is [F, rows] instead
 };
 
 template <Reduce R, typename T>
 inline bool improves(T candidate, T current) {
-  // (c != c) is isnan(c), spelled so that the compiler vectorises it.
-  const bool nan_wins = candidate != candidate && current == current;
+  // (c != c) is isnan(c), spelled so that the compiler vectorises it; & and |
+  // rather than && and ||, which GCC kept as branches (a mispredicted branch
+  // per element on random scores: 8 ns per score in a softmax's max).
+  const bool nan_wins = (candidate != candidate) & (current == current);
   if constexpr (R == Reduce::kMax) {
-    return candidate > current || nan_wins;
+    return (candidate > current) | nan_wins;
   } else {
-    return candidate < current || nan_wins;
+    return (candidate < current) | nan_wins;
   }
 }
 
@@ -127,92 +131,169 @@ inline bool improves(T candidate, T current) {
 // The walk below keeps a row's running sums in out[r] and adds each message
 // to memory, so every edge waits on the previous edge's store of the same
 // columns: 5-9 ns per edge on Cora's rows of 7-16 columns, whose messages sit
-// in cache (bench/README.md). Here a block of up to kBlockCols columns is
-// summed in registers over the whole row and stored once; a row wider than a
-// block walks its edges once per block. Each column still adds its messages
-// in ascending position, with the same products, so the bits are the
-// walk's. Used for rows of at most one block (F <= 16, or a weighted row
-// whose heads are that narrow) and for any x small enough to stay in cache;
-// wide rows of a large x keep the walk, whose two-step prefetch is tuned for
-// DRAM (docs/kernels.md).
+// in cache (bench/README.md). Here a block of columns (64, 16, or the last
+// 1-15) is summed in registers over the whole row and stored once; a row
+// wider than a block walks its edges once per block. Weighted rows of
+// several narrow heads (GAT: 8 heads of 8) take a group of heads per block,
+// each head's weight broadcast over its columns, instead of one walk per
+// head. Each column still adds its messages in ascending position with the
+// same products, so the bits are the walk's. Used for rows of at most 16
+// columns (per head when weighted) and for any x small enough to stay in
+// cache; wide rows of a large x keep the walk, whose two-step prefetch is
+// tuned for DRAM (docs/kernels.md).
 inline constexpr int64_t kBlockCols = 16;
+inline constexpr int64_t kWideBlockCols = 64;
 inline constexpr int64_t kCachedBytes = int64_t{1} << 20;
 
-// Columns [lo, lo + kN) of out[r] (a block of head h when weighted).
-template <int kN, bool kWeighted, bool kScaled, typename T, typename I>
-[[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t begin,
-                                             int64_t end, int64_t h, int64_t lo,
-                                             bool prefetch, Prefetch plan, T* __restrict o) {
-  const int64_t F = a.features;
-  const I* source = a.source;
-  const I* edge = a.csr->edge().data();
+// Where the blocked sum stores row r's column f: out[r * F + f], or
+// out[f * rows + r] when transposed (a weight gradient Xᵀ G stored as
+// torch.nn.Linear's [out, in]).
+template <typename T, typename I>
+[[gnu::always_inline]] inline T* out_at(const SegmentReduce<T, I>& a, bool transposed,
+                                        int64_t r, int64_t f) {
+  return transposed ? a.out + f * a.csr->num_rows() + r : a.out + r * a.features + f;
+}
+
+// Columns [lo, lo + kN) of row r, heads [h0, h0 + kG) of kN / kG columns
+// each when weighted (kG = 1 when not).
+// kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
+// made Cora's 7-column rows 2.5x slower than scalars).
+template <typename T, int kV>
+struct LanesOf {
+  using type [[gnu::vector_size(kV * sizeof(T))]] = T;
+};
+template <typename T>
+struct LanesOf<T, 1> {
+  using type = T;
+};
+
+template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
+[[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t r, int64_t h0,
+                                             int64_t lo, Prefetch plan, bool transposed) {
+  constexpr int kD = kN / kG;  // columns per head
+  // Lanes: a head's columns as GCC vectors of up to 16 (kept in registers;
+  // a plain array became lane permutations when several heads shared a
+  // block, and one 64-lane vector was spilled). Other widths: scalars.
+  constexpr bool kVector = kD >= 2 && (kD & (kD - 1)) == 0;
+  constexpr int kV = !kVector ? 1 : (kD < 16 ? kD : 16);
+  constexpr int kPerHead = kD / kV;
+  using Lanes = typename LanesOf<T, kV>::type;
+  // Everything the loop reads, in locals (read through `a` it was reloaded
+  // from the stack every edge).
+  const int64_t F = a.features, H = a.heads;
+  const I* __restrict source = a.source;
+  const I* __restrict edge = a.csr->edge().data();
+  const T* __restrict x = a.x + lo;
+  const T* __restrict weight = a.weight + h0;
+  const int64_t* __restrict degree_ptr = a.source_rowptr;
+  const int64_t begin = a.csr->rowptr()[r], end = a.csr->rowptr()[r + 1];
   const int64_t positions = a.csr->num_edges();
-  T acc[kN] = {};
+  Lanes acc[kG * kPerHead] = {};
   for (int64_t p = begin; p < end; ++p) {
-    if (prefetch) prefetch_ahead(a.x, source, p, positions, F, plan);
+    if constexpr (kPrefetch) prefetch_ahead(a.x, source, p, positions, F, plan);
     const int64_t s = source[p];
-    T c = T(1);
-    if constexpr (kScaled) c = T(1) / T(a.source_rowptr[s + 1] - a.source_rowptr[s]);
-    if constexpr (kWeighted) c *= a.weight[static_cast<int64_t>(edge[p]) * a.heads + h];
-    const T* __restrict xr = a.x + s * F + lo;
-    for (int j = 0; j < kN; ++j) {
-      if constexpr (kWeighted || kScaled) {
-        acc[j] += c * xr[j];
-      } else {
-        acc[j] += xr[j];
+    T scale = T(1);
+    if constexpr (kScaled) scale = T(1) / T(degree_ptr[s + 1] - degree_ptr[s]);
+    const T* xr = x + s * F;
+    for (int g = 0; g < kG; ++g) {
+      T c = scale;
+      if constexpr (kWeighted) c *= weight[static_cast<int64_t>(edge[p]) * H + g];
+      for (int q = 0; q < kPerHead; ++q) {
+        Lanes xv;
+        std::memcpy(&xv, xr + g * kD + q * kV, sizeof(Lanes));
+        if constexpr (kWeighted || kScaled) {
+          acc[g * kPerHead + q] += c * xv;
+        } else {
+          acc[g * kPerHead + q] += xv;
+        }
       }
     }
   }
-  for (int j = 0; j < kN; ++j) o[lo + j] = acc[j];
+  if constexpr (kVector) {
+    if (!transposed) {
+      std::memcpy(out_at(a, false, r, lo), acc, sizeof(acc));
+      return;
+    }
+    const T* sums = reinterpret_cast<const T*>(acc);  // GCC vectors are arrays of T in memory
+    for (int j = 0; j < kN; ++j) *out_at(a, true, r, lo + j) = sums[j];
+  } else {
+    // Element by element, so the sums stay scalars in registers (copying the
+    // array whole kept it in memory).
+    for (int j = 0; j < kN; ++j) *out_at(a, transposed, r, lo + j) = acc[j];
+  }
 }
 
-// Every row: per weight group (a head when weighted, else the whole row),
-// full blocks of kBlockCols columns and a last block of kTail.
+// Every row, one block of columns at a time: per weight group (a head when
+// weighted, else the whole row), blocks of 64 and 16 columns and a last
+// block of kTail. Each block is its own loop over the rows (one loop that
+// chose among every block shape per row grew so large that GCC spilled the
+// loop's pointers and reloaded them every edge). Rows are independent, so
+// any thread may take any row.
 template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
-void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
+void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch, bool transposed) {
   const Csr<I>& csr = *a.csr;
   const int64_t F = a.features;
   const int64_t groups = kWeighted ? a.heads : 1;
   const int64_t width = F / groups;
-  const int64_t full = width / kBlockCols;
-  const int64_t* rp = csr.rowptr().data();
   const Prefetch plan = prefetch_plan<T>(F);
-  parallel_rows(csr, F, [&](int64_t r) {
-    T* __restrict o = a.out + r * F;
-    const int64_t begin = rp[r], end = rp[r + 1];
-    for (int64_t g = 0; g < groups; ++g) {
-      // Only the row's first block prefetches; the others find its rows in cache.
-      for (int64_t b = 0; b < full; ++b) {
-        sum_block<kBlockCols, kWeighted, kScaled>(a, begin, end, g, g * width + b * kBlockCols,
-                                                  prefetch && g == 0 && b == 0, plan, o);
-      }
-      if constexpr (kTail > 0) {
-        sum_block<kTail, kWeighted, kScaled>(a, begin, end, g, g * width + full * kBlockCols,
-                                             prefetch && g == 0 && full == 0, plan, o);
-      }
+  const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
+    if (prefetch) {
+      parallel_rows(csr, kN, [&](int64_t r) {
+        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan, transposed);
+      });
+    } else {
+      parallel_rows(csr, kN, [&](int64_t r) {
+        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan, transposed);
+      });
     }
-    if (mean && end > begin) {
-      const T count = static_cast<T>(end - begin);
-      for (int64_t f = 0; f < F; ++f) o[f] /= count;
-    }
-  });
+  };
+  int64_t g = 0;
+  if constexpr (kWeighted) {
+    // Groups of heads that fill a wide block, when a head is a power of two
+    // of at most 16 columns.
+    const auto grouped = [&]<int kD>() {
+      constexpr int kG = static_cast<int>(kWideBlockCols) / kD;
+      if (width != kD) return;
+      for (; g + kG <= groups; g += kG) block.template operator()<kWideBlockCols, kG>(g, g * kD);
+    };
+    grouped.template operator()<2>();
+    grouped.template operator()<4>();
+    grouped.template operator()<8>();
+    grouped.template operator()<16>();
+  }
+  for (; g < groups; ++g) {
+    int64_t lo = g * width;
+    const int64_t hi = lo + width;
+    for (; lo + kWideBlockCols <= hi; lo += kWideBlockCols) block.template operator()<kWideBlockCols, 1>(g, lo);
+    for (; lo + kBlockCols <= hi; lo += kBlockCols) block.template operator()<kBlockCols, 1>(g, lo);
+    if constexpr (kTail > 0) block.template operator()<kTail, 1>(g, lo);
+  }
+  if (mean) {
+    const int64_t* rp = csr.rowptr().data();
+    parallel_rows(csr, F, [&](int64_t r) {
+      if (rp[r + 1] == rp[r]) return;
+      const T count = static_cast<T>(rp[r + 1] - rp[r]);
+      for (int64_t f = 0; f < F; ++f) *out_at(a, transposed, r, f) /= count;
+    });
+  }
 }
 
 template <bool kWeighted, bool kScaled, typename T, typename I, int... kTails>
-void sum_rows_blocked_dispatch(const SegmentReduce<T, I>& a, bool mean, bool prefetch, int tail,
-                               std::integer_sequence<int, kTails...>) {
-  ((tail == kTails ? sum_rows_blocked<kTails, kWeighted, kScaled>(a, mean, prefetch) : void()), ...);
+void sum_rows_blocked_dispatch(const SegmentReduce<T, I>& a, bool mean, bool prefetch,
+                               bool transposed, int tail, std::integer_sequence<int, kTails...>) {
+  ((tail == kTails ? sum_rows_blocked<kTails, kWeighted, kScaled>(a, mean, prefetch, transposed)
+                   : void()),
+   ...);
 }
 
-// True when the blocked sum took the call.
+// True when the blocked sum took the call (always when transposed).
 template <bool kWeighted, bool kScaled, typename T, typename I>
 bool try_sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean) {
   const int64_t F = a.features;
   const int64_t width = kWeighted ? F / a.heads : F;
   const bool cached = a.x_rows >= 0 && a.x_rows * F * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
-  if (F == 0 || width == 0 || (width > kBlockCols && !cached)) return false;
-  const bool prefetch = !cached;
-  sum_rows_blocked_dispatch<kWeighted, kScaled>(a, mean, prefetch,
+  if (F == 0 || width == 0 || (width > kBlockCols && !cached && !a.transposed_out)) return false;
+  sum_rows_blocked_dispatch<kWeighted, kScaled>(a, mean, /*prefetch=*/!cached, a.transposed_out,
                                                 static_cast<int>(width % kBlockCols),
                                                 std::make_integer_sequence<int, kBlockCols>());
   return true;
@@ -405,13 +486,50 @@ void broadcast_rows(const Csr<I>& csr, int64_t features, const T* x, bool divide
 // out[edge[p], h] = scale(r) * sum_{d} a[col[p], h, d] * b[r, h, d], where
 // scale(r) = 1 / degree(r) if divide_by_degree, and, with winner set, only the
 // elements f with winner[r, f] == edge[p] count. sddmm's dot product and the
-// weight gradient of spmm.
+// weight gradient of spmm. Each dot adds its products in ascending d.
+template <int kD, typename T, typename I>
+void edge_dot_fixed(const Csr<I>& csr, int64_t heads, const T* a, const T* b,
+                    bool divide_by_degree, T* out) {
+  // Heads of kD <= 16 channels with no winner mask: the dot is unrolled
+  // (a runtime-length loop with the mask test per element took 13-23 ns per
+  // edge on Cora's GAT: bench/README.md).
+  const int64_t H = heads, F = kD * heads;
+  const int64_t* rp = csr.rowptr().data();
+  const I* edge = csr.edge().data();
+  const I* col = csr.col().data();
+  parallel_rows(csr, F, [&](int64_t r) {
+    const T* __restrict br = b + r * F;
+    const T scale = divide_by_degree ? T(1) / T(rp[r + 1] - rp[r]) : T(1);
+    for (int64_t p = rp[r]; p < rp[r + 1]; ++p) {
+      const T* __restrict ar = a + static_cast<int64_t>(col[p]) * F;
+      T* __restrict o = out + static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) {
+        T acc = T(0);
+        for (int d = 0; d < kD; ++d) acc += ar[h * kD + d] * br[h * kD + d];
+        o[h] = scale * acc;
+      }
+    }
+  });
+}
+
+template <typename T, typename I, int... kDs>
+bool edge_dot_fixed_dispatch(const Csr<I>& csr, int64_t D, int64_t heads, const T* a, const T* b,
+                             bool divide_by_degree, T* out, std::integer_sequence<int, kDs...>) {
+  return ((D == kDs + 1 ? (edge_dot_fixed<kDs + 1>(csr, heads, a, b, divide_by_degree, out), true)
+                        : false) || ...);
+}
+
 template <typename T, typename I>
 void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, const T* b,
               bool divide_by_degree, const I* winner, T* out) {
   const int64_t F = features;
   const int64_t H = heads;
   const int64_t D = F / H;
+  if (winner == nullptr && D >= 1 &&
+      edge_dot_fixed_dispatch(csr, D, H, a, b, divide_by_degree, out,
+                              std::make_integer_sequence<int, kBlockCols>())) {
+    return;
+  }
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
   const I* col = csr.col().data();

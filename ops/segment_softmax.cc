@@ -11,6 +11,7 @@
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/segment_reduce.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -23,26 +24,186 @@ void check_heads(std::string_view op, int64_t heads) {
 
 namespace {
 
-// Both passes walk a destination's edges once per step with all heads of an
-// edge together (score[e, 0..H) is contiguous), prefetching the scores of
-// edges ahead: edge ids within a destination are scattered over [0, E).
-// Per-head running values live in a per-thread scratch of 2 H values.
+// Per-destination values [N, H] (maxima, sums, dots) in a per-thread buffer
+// that only grows, so a call allocates nothing once warm.
 template <typename T>
-std::span<T> head_scratch(int64_t heads) {
+T* node_scratch(int64_t size) {
   thread_local std::vector<T> scratch;
-  if (static_cast<int64_t>(scratch.size()) < 2 * heads) scratch.resize(2 * heads);
-  return {scratch.data(), static_cast<std::size_t>(2 * heads)};
+  if (static_cast<int64_t>(scratch.size()) < size) scratch.resize(static_cast<std::size_t>(size));
+  return scratch.data();
 }
 
-// Prefetches the heads of edge[p + ahead]'s row, to be written when kForWrite.
-// Always inlined: GCC deletes calls to a function that only prefetches
-// (ops/segment_reduce.h).
-template <bool kForWrite = false, typename T, typename I>
-[[gnu::always_inline]] inline void prefetch_edge(const T* values, const I* edge, int64_t p,
-                                                 int64_t ahead, int64_t num_edges, int64_t heads) {
-  if (p + ahead < num_edges) {
-    __builtin_prefetch(values + static_cast<int64_t>(edge[p + ahead]) * heads, kForWrite ? 1 : 0);
+// Heads known at compile time (1..16; 0: read from `heads`), so the loops
+// over a score's heads unroll and a row's running values stay in registers.
+// Per-edge loops over a runtime H, with exp called per element, took 3-10
+// ns per score on Cora's GAT (bench/README.md).
+template <int kH>
+struct Heads {
+  int64_t runtime;
+  constexpr int64_t operator()() const { return kH > 0 ? kH : runtime; }
+};
+
+// out[0, H) = the row's messages folded in ascending position:
+// fold(acc, h, i) gives head h's new value from the message at i = edge * H.
+// With kH > 0 the running values are a local array of constant size, which
+// the compiler keeps in registers; writing them through a pointer into out
+// stored and reloaded them every edge.
+template <int kH, typename T, typename I, typename Fold>
+[[gnu::always_inline]] inline void fold_row(const int64_t* rp, const I* edge, int64_t v,
+                                            int64_t H, T init, Fold fold, T* __restrict out) {
+  if constexpr (kH > 0) {
+    T acc[kH];
+    for (int h = 0; h < kH; ++h) acc[h] = init;
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * kH;
+#pragma omp simd
+      for (int h = 0; h < kH; ++h) acc[h] = fold(acc[h], h, i);
+    }
+    for (int h = 0; h < kH; ++h) out[h] = acc[h];
+  } else {
+    for (int64_t h = 0; h < H; ++h) out[h] = init;
+    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+      const int64_t i = static_cast<int64_t>(edge[p]) * H;
+      for (int64_t h = 0; h < H; ++h) out[h] = fold(out[h], h, i);
+    }
   }
+}
+
+// fn(i, n) for the scores i of edges [begin, end), n = the score's index
+// in the per-destination arrays [N, H]. Vectorised over the edges for one
+// head, over the heads of an edge for several (one flat loop with a gather
+// per score was 3x slower at 8 heads).
+template <int kH, typename I, typename Fn>
+[[gnu::always_inline]] inline void for_scores(const I* row, int64_t H, int64_t begin, int64_t end,
+                                              Fn fn) {
+  if constexpr (kH == 1) {
+#pragma omp simd
+    for (int64_t e = begin; e < end; ++e) fn(e, static_cast<int64_t>(row[e]));
+  } else if constexpr (kH > 1) {
+    for (int64_t e = begin; e < end; ++e) {
+      const int64_t n = static_cast<int64_t>(row[e]) * kH;
+#pragma omp simd
+      for (int64_t h = 0; h < kH; ++h) fn(e * kH + h, n + h);
+    }
+  } else {
+    for (int64_t e = begin; e < end; ++e) {
+      for (int64_t h = 0; h < H; ++h) fn(e * H + h, static_cast<int64_t>(row[e]) * H + h);
+    }
+  }
+}
+
+// The passes of a softmax call, in order, in one OpenMP region: walks over
+// each destination's edges (maxima and sums, in ascending edge position, so
+// the result does not depend on the thread count; row(v)) and flat loops
+// over the edges in id order (edges(begin, end)), which vectorise whatever
+// H is. Each pass is its own function: one loop testing a pass number per
+// element kept GCC from vectorising it.
+template <typename I>
+struct Passes {
+  const Csr<I>& seg;
+  int64_t heads;
+
+  bool parallel() const {
+    return (seg.num_edges() + seg.num_rows()) * heads > detail::kParallelWork;
+  }
+  template <typename RowFn>
+  void rows(RowFn fn) const {
+    const int64_t N = seg.num_rows();
+#pragma omp for schedule(dynamic, detail::kRowChunk)
+    for (int64_t v = 0; v < N; ++v) fn(v);
+  }
+  template <typename EdgeFn>
+  void edges(EdgeFn fn) const {
+    constexpr int64_t kChunk = 1024;
+    const int64_t E = seg.num_edges();
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < (E + kChunk - 1) / kChunk; ++c) fn(c * kChunk, std::min(E, (c + 1) * kChunk));
+  }
+};
+
+// Each destination's maximum, then e^(score - max) per edge, each
+// destination's sum of those, then the division.
+template <int kH, typename T, typename I>
+void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alpha) {
+  static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const int64_t H = heads();
+  T* m = node_scratch<T>(2 * seg.num_rows() * H);
+  T* sum = m + seg.num_rows() * H;
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  const I* row = seg.row_of_edge().data();
+  const auto max_of = [=](int64_t v) {
+    fold_row<kH>(rp, edge, v, heads(), kNegInf, [=](T acc, int64_t h, int64_t i) {
+      return detail::improves<Reduce::kMax>(score[i + h], acc) ? score[i + h] : acc;
+    }, m + v * heads());
+  };
+  const auto sum_of = [=](int64_t v) {
+    fold_row<kH>(rp, edge, v, heads(), T(0),
+                 [=](T acc, int64_t h, int64_t i) { return acc + alpha[i + h]; }, sum + v * heads());
+  };
+  // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN; the
+  // softmax of nothing is 0.
+  // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN; the
+  // softmax of nothing is 0. (The division is computed for every score, so
+  // the loop has no branch.)
+  const auto exp_of = [=](int64_t begin, int64_t end) {
+    const T* __restrict s = score;
+    T* __restrict a = alpha;
+    for_scores<kH>(row, heads(), begin, end, [=](int64_t i, int64_t n) {
+      a[i] = m[n] == kNegInf ? T(0) : detail::vexp(s[i] - m[n]);
+    });
+  };
+  const auto divide = [=](int64_t begin, int64_t end) {
+    T* __restrict a = alpha;
+    for_scores<kH>(row, heads(), begin, end, [=](int64_t i, int64_t n) {
+      const T q = a[i] / sum[n];
+      a[i] = m[n] == kNegInf ? T(0) : q;
+    });
+  };
+  const Passes<I> passes{seg, H};
+#pragma omp parallel if (passes.parallel())
+  {
+    passes.rows(max_of);
+    passes.edges(exp_of);
+    passes.rows(sum_of);
+    passes.edges(divide);
+  }
+}
+
+// Each destination's sum of alpha * grad_alpha, then grad_score = alpha
+// (grad_alpha - that sum) per edge.
+template <int kH, typename T, typename I>
+void softmax_backward(const Csr<I>& seg, Heads<kH> heads, const T* alpha, const T* grad_alpha,
+                      T* grad_score) {
+  const int64_t H = heads();
+  T* dot = node_scratch<T>(seg.num_rows() * H);
+  const int64_t* rp = seg.rowptr().data();
+  const I* edge = seg.edge().data();
+  const I* row = seg.row_of_edge().data();
+  const auto dot_of = [=](int64_t v) {
+    fold_row<kH>(rp, edge, v, heads(), T(0), [=](T acc, int64_t h, int64_t i) {
+      return acc + alpha[i + h] * grad_alpha[i + h];
+    }, dot + v * heads());
+  };
+  const auto grad = [=](int64_t begin, int64_t end) {
+    const T* __restrict a = alpha;
+    const T* __restrict ga = grad_alpha;
+    T* __restrict gs = grad_score;
+    for_scores<kH>(row, heads(), begin, end,
+                   [=](int64_t i, int64_t n) { gs[i] = a[i] * (ga[i] - dot[n]); });
+  };
+  const Passes<I> passes{seg, H};
+#pragma omp parallel if (passes.parallel())
+  {
+    passes.rows(dot_of);
+    passes.edges(grad);
+  }
+}
+
+// Calls fn(Heads<kH>) with kH = heads when heads <= 16, else Heads<0>.
+template <typename Fn, int... kHs>
+void with_heads(int64_t heads, Fn fn, std::integer_sequence<int, kHs...>) {
+  if (!((heads == kHs + 1 ? (fn(Heads<kHs + 1>{heads}), true) : false) || ...)) fn(Heads<0>{heads});
 }
 
 }  // namespace
@@ -54,41 +215,8 @@ void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T
   check_heads(op, heads);
   expect_size(op, "score", score.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
-  const int64_t H = heads;
-  const int64_t E = seg.num_edges();
-  const int64_t* rp = seg.rowptr().data();
-  const I* edge = seg.edge().data();
-  const int64_t ahead = detail::prefetch_distance<T>(H);
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  detail::parallel_rows(seg, H, [&](int64_t v) {
-    const std::span<T> scratch = head_scratch<T>(H);
-    T* m = scratch.data();
-    T* sum = scratch.data() + H;
-    std::fill(m, m + H, kNegInf);
-    std::fill(sum, sum + H, T(0));
-    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-      prefetch_edge(score.data(), edge, p, ahead, E, H);
-      prefetch_edge</*kForWrite=*/true>(alpha.data(), edge, p, ahead, E, H);
-      const T* s = score.data() + static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) m[h] = detail::improves<Reduce::kMax>(s[h], m[h]) ? s[h] : m[h];
-    }
-    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-      const T* s = score.data() + static_cast<int64_t>(edge[p]) * H;
-      T* a = alpha.data() + static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) {
-        // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN;
-        // the softmax of nothing is 0.
-        a[h] = m[h] == kNegInf ? T(0) : std::exp(s[h] - m[h]);
-        sum[h] += a[h];
-      }
-    }
-    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-      T* a = alpha.data() + static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) {
-        if (m[h] != kNegInf) a[h] /= sum[h];
-      }
-    }
-  });
+  with_heads(heads, [&](auto h) { softmax_forward(seg, h, score.data(), alpha.data()); },
+             std::make_integer_sequence<int, 16>());
 }
 
 template <typename T, typename I>
@@ -99,26 +227,11 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_alpha", grad_alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_score", grad_score.size(), seg.num_edges() * heads, "E*H");
-  const int64_t H = heads;
-  const int64_t E = seg.num_edges();
-  const int64_t* rp = seg.rowptr().data();
-  const I* edge = seg.edge().data();
-  const int64_t ahead = detail::prefetch_distance<T>(H);
-  detail::parallel_rows(seg, H, [&](int64_t v) {
-    T* dot = head_scratch<T>(H).data();
-    std::fill(dot, dot + H, T(0));
-    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-      prefetch_edge(alpha.data(), edge, p, ahead, E, H);
-      prefetch_edge(grad_alpha.data(), edge, p, ahead, E, H);
-      prefetch_edge</*kForWrite=*/true>(grad_score.data(), edge, p, ahead, E, H);
-      const int64_t i = static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) dot[h] += alpha[i + h] * grad_alpha[i + h];
-    }
-    for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
-      const int64_t i = static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) grad_score[i + h] = alpha[i + h] * (grad_alpha[i + h] - dot[h]);
-    }
-  });
+  with_heads(heads,
+             [&](auto h) {
+               softmax_backward(seg, h, alpha.data(), grad_alpha.data(), grad_score.data());
+             },
+             std::make_integer_sequence<int, 16>());
 }
 
 namespace {
@@ -163,7 +276,7 @@ void segment_exp_sum(const Csr<I>& seg, int64_t H, std::span<const T> score, std
     std::fill(sv, sv + H, T(0));
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       const T* sc = score.data() + static_cast<int64_t>(edge[p]) * H;
-      for (int64_t h = 0; h < H; ++h) sv[h] += mv[h] == kNegInf ? T(0) : std::exp(sc[h] - mv[h]);
+      for (int64_t h = 0; h < H; ++h) sv[h] += mv[h] == kNegInf ? T(0) : detail::vexp(sc[h] - mv[h]);
     }
   });
 }
@@ -183,7 +296,7 @@ void segment_exp_sum_grad(const Csr<I>& seg, int64_t H, std::span<const T> score
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       const int64_t i = static_cast<int64_t>(edge[p]) * H;
       for (int64_t h = 0; h < H; ++h) {
-        grad_score[i + h] = mv[h] == kNegInf ? T(0) : gv[h] * std::exp(score[i + h] - mv[h]);
+        grad_score[i + h] = mv[h] == kNegInf ? T(0) : gv[h] * detail::vexp(score[i + h] - mv[h]);
       }
     }
   });
@@ -203,7 +316,7 @@ void segment_softmax_apply(const Csr<I>& seg, int64_t H, std::span<const T> scor
     for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
       const int64_t i = static_cast<int64_t>(edge[p]) * H;
       for (int64_t h = 0; h < H; ++h) {
-        alpha[i + h] = mv[h] == kNegInf ? T(0) : std::exp(score[i + h] - mv[h]) / sv[h];
+        alpha[i + h] = mv[h] == kNegInf ? T(0) : detail::vexp(score[i + h] - mv[h]) / sv[h];
       }
     }
   });

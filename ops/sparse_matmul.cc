@@ -1,8 +1,5 @@
 #include "ops/sparse_matmul.h"
 
-#include <algorithm>
-#include <cstring>
-#include <vector>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -18,37 +15,6 @@ void check_sizes(std::string_view op, const Adjacency<I>& x, std::size_t values_
   expect_size(op, "values", values_size, x.num_edges(), "E (stored values of X)");
   expect_size(op, "b", b_size, x.num_src_nodes() * m, "K*M");
   expect_size(op, out_name, out_size, x.num_dst_nodes() * m, "N*M");
-}
-
-// out[0, m) = sum over positions p in [begin, end) of values[entry[p]] *
-// rows[index[p]][0, m), each element summed in ascending p. The columns go
-// in blocks of one cache line whose sums stay in registers for the whole
-// walk (a running sum in memory would wait on its own store every entry).
-template <typename T, typename I>
-inline void sum_scaled_rows(int64_t m, int64_t begin, int64_t end, const I* index, const I* entry,
-                            const T* values, const T* rows, T* out) {
-  // A GCC vector of one cache line: kept in registers (an array with an
-  // `omp simd` loop was spilled to the stack and loaded through gathers).
-  using Line [[gnu::vector_size(64)]] = T;
-  constexpr int64_t kBlock = 64 / static_cast<int64_t>(sizeof(T));
-  int64_t j0 = 0;
-  for (; j0 + kBlock <= m; j0 += kBlock) {
-    Line acc = {};
-    for (int64_t p = begin; p < end; ++p) {
-      const T c = values[entry[p]];
-      Line r;
-      std::memcpy(&r, rows + static_cast<int64_t>(index[p]) * m + j0, sizeof(Line));
-      acc += c * r;
-    }
-    std::memcpy(out + j0, &acc, sizeof(Line));
-  }
-  if (j0 == m) return;
-  std::fill(out + j0, out + m, T(0));
-  for (int64_t p = begin; p < end; ++p) {
-    const T c = values[entry[p]];
-    const T* r = rows + static_cast<int64_t>(index[p]) * m;
-    for (int64_t j = j0; j < m; ++j) out[j] += c * r[j];
-  }
 }
 
 }  // namespace
@@ -69,15 +35,15 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
     }
     bt = w;
   }
-  const Csr<I>& rows = x.by_dst;
-  const int64_t* rp = rows.rowptr().data();
-  const I* col = rows.col().data();
-  const I* entry = rows.edge().data();
-  const T* v = values.data();
-  T* o = out.data();
-  detail::parallel_rows(rows, m, [&](int64_t r) {
-    sum_scaled_rows(m, rp[r], rp[r + 1], col, entry, v, bt, o + r * m);
-  });
+  // out[r] = sum over row r's stored entries of value * row col of op(b): a
+  // weighted aggregation (ops/segment_reduce.h) with the values as weights.
+  detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &x.by_dst,
+                                              .source = x.by_dst.col().data(),
+                                              .x = bt,
+                                              .features = m,
+                                              .x_rows = K,
+                                              .weight = values.data(),
+                                              .out = out.data()});
 }
 
 template <typename T, typename I>
@@ -86,29 +52,16 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                               std::span<T> grad_b) {
   constexpr std::string_view op = "sparse_matmul_backward_b";
   check_sizes(op, x, values.size(), m, grad_b.size(), grad_out.size(), "grad_out");
-  const int64_t K = x.num_src_nodes();
-  const Csr<I>& cols = x.by_src;
-  const int64_t* cp = cols.rowptr().data();
-  const I* row = cols.col().data();
-  const I* entry = cols.edge().data();
-  const T* v = values.data();
-  const T* g = grad_out.data();
-  T* gb = grad_b.data();
   // Row k of Xᵀ G: the rows of G that column k of X touches, in ascending
-  // row order; written to row k of grad_b, or to its column k (trans_b).
-  const bool parallel = (cols.num_edges() + K) * m > detail::kParallelWork;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<T> local(trans_b ? static_cast<std::size_t>(m) : 0);
-#pragma omp for schedule(dynamic, detail::kRowChunk)
-    for (int64_t k = 0; k < K; ++k) {
-      T* acc = trans_b ? local.data() : gb + k * m;
-      sum_scaled_rows(m, cp[k], cp[k + 1], row, entry, v, g, acc);
-      if (trans_b) {
-        for (int64_t j = 0; j < m; ++j) gb[j * K + k] = acc[j];
-      }
-    }
-  }
+  // row order; stored as row k of grad_b, or as its column k (trans_b).
+  detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &x.by_src,
+                                              .source = x.by_src.col().data(),
+                                              .x = grad_out.data(),
+                                              .features = m,
+                                              .x_rows = x.num_dst_nodes(),
+                                              .weight = values.data(),
+                                              .out = grad_b.data(),
+                                              .transposed_out = trans_b});
 }
 
 #define GNNRT_INSTANTIATE(T, I)                                                              \
