@@ -178,16 +178,27 @@ void bias_add_backward(std::span<const T> grad_out, int64_t rows, int64_t cols,
   expect_size(op, "grad_out", grad_out.size(), rows * cols, "rows*cols");
   expect_size(op, "grad_bias", grad_bias.size(), cols, "cols");
   // Columns are split among threads; each column sums its rows in order.
+  // A whole block has a constant width, so its sums stay in registers.
   constexpr int64_t kBlock = 16;
+  const T* __restrict gp = grad_out.data();
+  T* __restrict out = grad_bias.data();
 #pragma omp parallel for if (rows * cols > kParallelElements)
   for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
     const int64_t c1 = std::min(cols, c0 + kBlock);
     T acc[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* g = grad_out.data() + r * cols;
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += g[c];
+    if (c1 - c0 == kBlock) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* g = gp + r * cols + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < kBlock; ++c) acc[c] += g[c];
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* g = gp + r * cols;
+        for (int64_t c = c0; c < c1; ++c) acc[c - c0] += g[c];
+      }
     }
-    std::copy(acc, acc + (c1 - c0), grad_bias.data() + c0);
+    std::copy(acc, acc + (c1 - c0), out + c0);
   }
 }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -18,6 +20,16 @@ void expect_heads(std::string_view op, int64_t rows, int64_t heads, int64_t chan
   expect_non_negative(op, "rows", rows);
   expect_non_negative(op, "channels", channels);
   if (heads < 1) throw OpError(op, "heads must be >= 1, got " + std::to_string(heads));
+}
+
+// fn.template operator()<kC>() with kC = channels when it is 1..16, else 0
+// (read channels at run time).
+template <typename Fn>
+void with_channels(int64_t channels, Fn fn) {
+  const bool fixed = [&]<int... kCs>(std::integer_sequence<int, kCs...>) {
+    return ((channels == kCs + 1 ? (fn.template operator()<kCs + 1>(), true) : false) || ...);
+  }(std::make_integer_sequence<int, 16>());
+  if (!fixed) fn.template operator()<0>();
 }
 
 void expect_same(std::string_view op, std::size_t a, std::size_t b, std::size_t out) {
@@ -66,16 +78,29 @@ void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows
   expect_size(op, "x", x.size(), rows * heads * channels, "N*H*C");
   expect_size(op, "att", att.size(), heads * channels, "H*C");
   expect_size(op, "out", out.size(), rows * heads, "N*H");
-#pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
-  for (int64_t n = 0; n < rows; ++n) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const T* xr = &x[static_cast<size_t>((n * heads + h) * channels)];
-      const T* ar = &att[static_cast<size_t>(h * channels)];
-      T s = 0;
-      for (int64_t c = 0; c < channels; ++c) s += xr[c] * ar[c];
-      out[static_cast<size_t>(n * heads + h)] = s;
+  // Channels known at compile time (1..16) unroll each head's dot, whose
+  // products still add in channel order; other widths loop.
+  const auto run = [&]<int kC>() {
+    const int64_t C = kC > 0 ? kC : channels;
+    const T* __restrict xp = x.data();
+    const T* __restrict ap = att.data();
+    T* __restrict o = out.data();
+#pragma omp parallel for schedule(static) if (rows * heads * C > kParallelElements)
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const T* xr = xp + (n * heads + h) * C;
+        const T* ar = ap + h * C;
+        T s = 0;
+        if constexpr (kC > 0) {
+          for (int c = 0; c < kC; ++c) s += xr[c] * ar[c];
+        } else {
+          for (int64_t c = 0; c < C; ++c) s += xr[c] * ar[c];
+        }
+        o[n * heads + h] = s;
+      }
     }
-  }
+  };
+  with_channels(channels, run);
 }
 
 template <typename T>
@@ -105,38 +130,51 @@ void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t r
   expect_size(op, "x", x.size(), rows * heads * channels, "N*H*C");
   expect_size(op, "g", g.size(), rows * heads, "N*H");
   expect_size(op, "grad_att", grad_att.size(), heads * channels, "H*C");
-  // Threads take blocks of 16 (head, channel) columns and walk every row in
-  // order, so each column sums its rows in ascending order for any thread
-  // count. (One column at a time read x with a stride of a row: 107 us for
-  // Cora's [2708, 64] against 9 us this way.)
+  // Row by row, each column summing its rows in ascending order, so any
+  // split of the columns over threads gives the same bits. (One column at a
+  // time read x with a stride of a row: 107 us for Cora's [2708, 64].)
   const int64_t width = heads * channels;
-  constexpr int64_t kBlock = 16;
-  const int64_t blocks = (width + kBlock - 1) / kBlock;
   const T* __restrict xp = x.data();
   const T* __restrict gp = g.data();
   T* __restrict out = grad_att.data();
+  const auto run = [&]<int kC>() {
+    if constexpr (kC > 0 && (kC & (kC - 1)) == 0) {
+      // Groups of heads, 32 columns at most, as GCC vectors of one head's
+      // channels: each row adds g[n, h] * x[n, h, :] to its head's vector.
+      constexpr int kG = kC >= 32 ? 1 : 32 / kC;
+      using Lanes [[gnu::vector_size(kC * sizeof(T))]] = T;
+      const int64_t groups = (heads + kG - 1) / kG;
 #pragma omp parallel for schedule(static) if (rows * width > kParallelElements)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t j0 = b * kBlock;
-    const int64_t nb = std::min(kBlock, width - j0);
-    int64_t head[kBlock];
-    for (int64_t j = 0; j < nb; ++j) head[j] = (j0 + j) / channels;
-    T acc[kBlock] = {};
-    if (nb == kBlock) {  // a whole block: constant trip counts, sums in registers
-      for (int64_t n = 0; n < rows; ++n) {
-        const T* __restrict xr = xp + n * width + j0;
-        const T* __restrict gr = gp + n * heads;
-#pragma omp simd
-        for (int64_t j = 0; j < kBlock; ++j) acc[j] += gr[head[j]] * xr[j];
+      for (int64_t grp = 0; grp < groups; ++grp) {
+        const int64_t h0 = grp * kG;
+        const int64_t nh = std::min<int64_t>(kG, heads - h0);
+        Lanes acc[kG] = {};
+        for (int64_t n = 0; n < rows; ++n) {
+          const T* gr = gp + n * heads + h0;
+          const T* xr = xp + n * width + h0 * kC;
+          for (int64_t k = 0; k < nh; ++k) {
+            Lanes xv;
+            std::memcpy(&xv, xr + k * kC, sizeof(Lanes));
+            acc[k] += gr[k] * xv;
+          }
+        }
+        std::memcpy(out + h0 * kC, acc, static_cast<std::size_t>(nh) * sizeof(Lanes));
       }
     } else {
-      for (int64_t n = 0; n < rows; ++n) {
-        const T* __restrict xr = xp + n * width + j0;
-        for (int64_t j = 0; j < nb; ++j) acc[j] += gp[n * heads + head[j]] * xr[j];
+      const int64_t C = channels;
+#pragma omp parallel for schedule(static) if (rows * width > kParallelElements)
+      for (int64_t h = 0; h < heads; ++h) {
+        T* acc = out + h * C;
+        std::fill(acc, acc + C, T(0));
+        for (int64_t n = 0; n < rows; ++n) {
+          const T gv = gp[n * heads + h];
+          const T* xr = xp + n * width + h * C;
+          for (int64_t c = 0; c < C; ++c) acc[c] += gv * xr[c];
+        }
       }
     }
-    for (int64_t j = 0; j < nb; ++j) out[j0 + j] = acc[j];
-  }
+  };
+  with_channels(channels, run);
 }
 
 template <typename T>

@@ -78,6 +78,17 @@ RngWords philox(uint64_t seed, uint64_t stream, const RngWords& counter) {
   return {w.v[0], w.v[1], w.v[2], w.v[3]};
 }
 
+void philox_many(uint64_t seed, uint64_t stream, const RngWords* counters, RngWords* out,
+                 int64_t n) {
+  using Philox = r123::Philox4x64;
+  const Philox::key_type key = {{seed, stream}};
+  for (int64_t i = 0; i < n; ++i) {
+    const RngWords& c = counters[i];
+    const Philox::ctr_type w = Philox()({{c[0], c[1], c[2], c[3]}}, key);
+    out[i] = {w.v[0], w.v[1], w.v[2], w.v[3]};
+  }
+}
+
 std::array<double, 4> normals(const RngWords& w) {
   std::array<double, 4> z;
   for (int pair = 0; pair < 2; ++pair) {
