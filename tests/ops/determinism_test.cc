@@ -101,6 +101,40 @@ const std::vector<Recipe>& recipes() {
             .upstream("out", {N, F}).build();
       });
     }
+    // x small enough to stay in cache (2,000 rows of 64): the register-blocked
+    // sums (ops/segment_reduce.h) take every width, GAT's 8 heads of 8 as one
+    // group, and fixed-width dots run unrolled.
+    const int64_t Nc = 2000;
+    add("spmm_sum_cached_8_heads", [=] {
+      return Synthetic(golden("spmm/sum_wide")).param("num_src", Nc).param("num_dst", Nc)
+          .floats("x", {Nc, 64}).floats("weight", {E, 8}).ints("src", {E}, Nc).ints("dst", {E}, Nc)
+          .upstream("out", {Nc, 64}).build();
+    });
+    add("spmm_mean_cached_wide", [=] {
+      return Synthetic(golden("spmm/mean_wide")).param("num_src", Nc).param("num_dst", Nc)
+          .floats("x", {Nc, 100}).floats("weight", {E}).ints("src", {E}, Nc).ints("dst", {E}, Nc)
+          .upstream("out", {Nc, 100}).build();
+    });
+    add("sddmm_dot_cached_8_heads", [=] {
+      return Synthetic(golden("sddmm_dot/random")).param("num_src", Nc).param("num_dst", Nc)
+          .param("heads", 8).floats("a", {Nc, 64}).floats("b", {Nc, 64}).ints("src", {E}, Nc)
+          .ints("dst", {E}, Nc).upstream("out", {E, 8}).build();
+    });
+    for (const int64_t heads : {1, 8, 20}) {  // compile-time head counts, and a run-time one
+      add("segment_softmax_" + std::to_string(heads) + "_heads", [=] {
+        return Synthetic(golden("segment_softmax/random")).param("num_rows", N)
+            .floats("score", {E, heads}).ints("index", {E}, N).upstream("alpha", {E, heads}).build();
+      });
+    }
+    add("head_dot_8_heads", [=] {
+      return Synthetic(golden("head_dot/heads")).param("heads", 8).floats("x", {N, 8 * 8})
+          .floats("att", {1, 8, 8}).upstream("out", {N, 8}).build();
+    });
+    add("sparse_matmul_wide", [=] {
+      return Synthetic(golden("sparse_matmul/wide")).param("num_rows", N).param("num_cols", 1000)
+          .param("trans_b", true).floats("values", {E}).floats("b", {64, 1000})
+          .ints("src", {E}, 1000).ints("dst", {E}, N).upstream("out", {N, 64}).build();
+    });
     add("scatter_max_wide_rows", [=] {
       return Synthetic(golden("scatter/max_wide")).param("num_rows", N).floats("src", {E / 4, 160})
           .ints("index", {E / 4}, N).upstream("out", {N, 160}).build();
