@@ -190,7 +190,13 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
   const int64_t positions = a.csr->num_edges();
   Lanes acc[kG * kPerHead] = {};
   for (int64_t p = begin; p < end; ++p) {
-    if constexpr (kPrefetch) prefetch_ahead(a.x, source, p, positions, F, plan);
+    if constexpr (kPrefetch) {
+      prefetch_ahead(a.x, source, p, positions, F, plan);
+      // Edge ids are scattered within a row: their weights too.
+      if (kWeighted && p + plan.far < positions) {
+        __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + plan.far]) * H);
+      }
+    }
     const int64_t s = source[p];
     T scale = T(1);
     if constexpr (kScaled) scale = T(1) / T(degree_ptr[s + 1] - degree_ptr[s]);
