@@ -11,12 +11,13 @@
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 #include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kParallelElements = 1 << 15;
+using detail::kParallelElements;
 
 // matmul is bitwise identical for any thread count because the work is cut
 // into pieces that depend only on (m, k, n): OpenBLAS runs single-threaded
@@ -62,29 +63,12 @@ void cblas_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               static_cast<blasint>(ldc));
 }
 
-// Calls fn(begin, end) over [0, n) in chunks of whole cache lines, spread
-// over OpenMP threads when n is large. fn's loop over raw pointers is what
-// vectorises: a per-element lambda inside `omp parallel for` did not (GCC
-// 12 kept one branch per element; a [13264, 8] leaky_relu took 1.6 ns per
-// element, mispredicting on the sign).
+// Calls fn(begin, end) over [0, n) in blocks of 4096 elements, spread over
+// threads when n is large (detail::for_blocks).
 template <typename Fn>
-void elementwise(std::size_t n, Fn fn) {
+void elementwise(std::size_t n, const Fn& fn) {
   const auto size = static_cast<int64_t>(n);
-  if (size <= kParallelElements) {
-    fn(int64_t{0}, size);
-    return;
-  }
-  constexpr int64_t kChunk = 1 << 12;
-  const int64_t chunks = (size + kChunk - 1) / kChunk;
-#pragma omp parallel
-  {
-    // A private copy: the outlined region would otherwise reach fn's
-    // pointers through memory the loop writes, and reload them per element
-    // instead of vectorising.
-    const Fn local = fn;
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) local(c * kChunk, std::min(size, (c + 1) * kChunk));
-  }
+  detail::for_blocks(size, int64_t{1} << 12, size > kParallelElements, fn);
 }
 
 template <typename T>
@@ -275,23 +259,13 @@ void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out,
 namespace {
 
 // Rows of a [rows, cols] matrix in blocks of about 1024 elements (at least
-// one row), spread over threads when large: fn(first row, end row).
+// one row), spread over threads when large: fn(first row, end row). A row
+// costs a log and a few passes besides its columns (about 10 ns at 7
+// columns), so rows count for 16 elements each in the threshold.
 template <typename Fn>
-void row_blocks(int64_t rows, int64_t cols, Fn fn) {
+void row_blocks(int64_t rows, int64_t cols, const Fn& fn) {
   const int64_t block = std::max<int64_t>(1, 1024 / std::max<int64_t>(cols, 1));
-  const int64_t blocks = (rows + block - 1) / block;
-  // A row costs a log and a few passes besides its columns (about 10 ns at
-  // 7 columns), so rows count for 16 elements each in the threshold.
-  if (rows * (cols + 16) <= kParallelElements) {
-    for (int64_t b = 0; b < blocks; ++b) fn(b * block, std::min(rows, (b + 1) * block));
-    return;
-  }
-#pragma omp parallel
-  {
-    const Fn local = fn;  // private: see elementwise()
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) local(b * block, std::min(rows, (b + 1) * block));
-  }
+  detail::for_blocks(rows, block, rows * (cols + 16) > kParallelElements, fn);
 }
 
 }  // namespace

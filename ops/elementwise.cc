@@ -5,15 +5,15 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kParallelElements = 1 << 15;
+using detail::kParallelElements;
 
 // heads >= 1 and channels >= 0, rows >= 0.
 void expect_heads(std::string_view op, int64_t rows, int64_t heads, int64_t channels) {
@@ -26,10 +26,7 @@ void expect_heads(std::string_view op, int64_t rows, int64_t heads, int64_t chan
 // (read channels at run time).
 template <typename Fn>
 void with_channels(int64_t channels, Fn fn) {
-  const bool fixed = [&]<int... kCs>(std::integer_sequence<int, kCs...>) {
-    return ((channels == kCs + 1 ? (fn.template operator()<kCs + 1>(), true) : false) || ...);
-  }(std::make_integer_sequence<int, 16>());
-  if (!fixed) fn.template operator()<0>();
+  if (!detail::with_constant<1, 16>(channels, fn)) fn.template operator()<0>();
 }
 
 void expect_same(std::string_view op, std::size_t a, std::size_t b, std::size_t out) {

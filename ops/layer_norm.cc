@@ -7,11 +7,12 @@
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kParallelElements = 1 << 15;
+using detail::kParallelElements;
 
 // The affine-free normalisation y[i] = (x[i] - shift) * scale of one group
 // (the whole matrix, or one row).

@@ -1,16 +1,16 @@
 #include "ops/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kParallelElements = 1 << 15;
+using detail::kParallelElements;
 
 void expect_step(std::string_view op, int64_t step) {
   if (step < 1) throw OpError(op, "step must be >= 1, got " + std::to_string(step));
@@ -40,31 +40,19 @@ void adam_update(const AdamHyper& h, std::span<const T> grad, std::span<T> param
   T* __restrict w = param.data();
   T* __restrict m = exp_avg.data();
   T* __restrict v = exp_avg_sq.data();
-  const T l2 = h.decoupled ? T(0) : wd;
-  const T shrink = h.decoupled ? decay : T(1);
-  const bool l2_on = !h.decoupled && wd != 0, shrink_on = h.decoupled;
-  const auto update = [=](int64_t begin, int64_t end) {
+  const bool shrink = h.decoupled, l2 = !h.decoupled && wd != 0;
+  detail::for_blocks(n, 4096, n > kParallelElements, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       T g = gp[i];
       T p = w[i];
-      if (shrink_on) p *= shrink;
-      if (l2_on) g += l2 * p;
+      if (shrink) p *= decay;
+      if (l2) g += wd * p;
       m[i] = m[i] * b1 + g * (1 - b1);
       v[i] = v[i] * b2 + g * g * (1 - b2);
       const T denom = std::sqrt(v[i]) / bias2_sqrt + eps;
       w[i] = p - step_size * (m[i] / denom);
     }
-  };
-  if (n <= kParallelElements) {
-    update(0, n);
-    return;
-  }
-#pragma omp parallel
-  {
-    const auto local = update;  // private, so its pointers stay in registers (ops/dense.cc)
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < (n + 4095) / 4096; ++c) local(c * 4096, std::min(n, (c + 1) * 4096));
-  }
+  });
 }
 
 template <typename T>

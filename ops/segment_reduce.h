@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 #include "ops/csr.h"
+#include "ops/loops.h"
 #include "ops/reduce.h"
 
 namespace gnnrt::ops::detail {
@@ -145,17 +145,21 @@ inline constexpr int64_t kBlockCols = 16;
 inline constexpr int64_t kWideBlockCols = 64;
 inline constexpr int64_t kCachedBytes = int64_t{1} << 20;
 
-// Where the blocked sum stores row r's column f: out[r * F + f], or
-// out[f * rows + r] when transposed (a weight gradient Xᵀ G stored as
-// torch.nn.Linear's [out, in]).
-template <typename T, typename I>
-[[gnu::always_inline]] inline T* out_at(const SegmentReduce<T, I>& a, bool transposed,
-                                        int64_t r, int64_t f) {
-  return transposed ? a.out + f * a.csr->num_rows() + r : a.out + r * a.features + f;
+// True when a [rows, width] matrix of T stays in cache (rows < 0: unknown,
+// taken as large), where its rows need no prefetch.
+template <typename T>
+bool fits_in_cache(int64_t rows, int64_t width) {
+  return rows >= 0 && rows * width * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
 }
 
-// Columns [lo, lo + kN) of row r, heads [h0, h0 + kG) of kN / kG columns
-// each when weighted (kG = 1 when not).
+// Where the blocked sum stores row r's column f: out[r * F + f], or
+// out[f * rows + r] when transposed_out (a weight gradient Xᵀ G stored as
+// torch.nn.Linear's [out, in]).
+template <typename T, typename I>
+[[gnu::always_inline]] inline T* out_at(const SegmentReduce<T, I>& a, int64_t r, int64_t f) {
+  return a.transposed_out ? a.out + f * a.csr->num_rows() + r : a.out + r * a.features + f;
+}
+
 // kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
 // made Cora's 7-column rows 2.5x slower than scalars).
 template <typename T, int kV>
@@ -167,9 +171,11 @@ struct LanesOf<T, 1> {
   using type = T;
 };
 
+// Columns [lo, lo + kN) of row r, heads [h0, h0 + kG) of kN / kG columns
+// each when weighted (kG = 1 when not).
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 [[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t r, int64_t h0,
-                                             int64_t lo, Prefetch plan, bool transposed) {
+                                             int64_t lo, Prefetch plan) {
   constexpr int kD = kN / kG;  // columns per head
   // Lanes: a head's columns as GCC vectors of up to 16 (kept in registers;
   // a plain array became lane permutations when several heads shared a
@@ -216,16 +222,16 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
     }
   }
   if constexpr (kVector) {
-    if (!transposed) {
-      std::memcpy(out_at(a, false, r, lo), acc, sizeof(acc));
+    if (!a.transposed_out) {
+      std::memcpy(out_at(a, r, lo), acc, sizeof(acc));
       return;
     }
     const T* sums = reinterpret_cast<const T*>(acc);  // GCC vectors are arrays of T in memory
-    for (int j = 0; j < kN; ++j) *out_at(a, true, r, lo + j) = sums[j];
+    for (int j = 0; j < kN; ++j) *out_at(a, r, lo + j) = sums[j];
   } else {
     // Element by element, so the sums stay scalars in registers (copying the
     // array whole kept it in memory).
-    for (int j = 0; j < kN; ++j) *out_at(a, transposed, r, lo + j) = acc[j];
+    for (int j = 0; j < kN; ++j) *out_at(a, r, lo + j) = acc[j];
   }
 }
 
@@ -236,7 +242,7 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
 // loop's pointers and reloaded them every edge). Rows are independent, so
 // any thread may take any row.
 template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
-void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch, bool transposed) {
+void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Csr<I>& csr = *a.csr;
   const int64_t F = a.features;
   const int64_t groups = kWeighted ? a.heads : 1;
@@ -245,11 +251,11 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch, bo
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
     if (prefetch) {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan, transposed);
+        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan);
       });
     } else {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan, transposed);
+        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan);
       });
     }
   };
@@ -279,29 +285,21 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch, bo
     parallel_rows(csr, F, [&](int64_t r) {
       if (rp[r + 1] == rp[r]) return;
       const T count = static_cast<T>(rp[r + 1] - rp[r]);
-      for (int64_t f = 0; f < F; ++f) *out_at(a, transposed, r, f) /= count;
+      for (int64_t f = 0; f < F; ++f) *out_at(a, r, f) /= count;
     });
   }
 }
 
-template <bool kWeighted, bool kScaled, typename T, typename I, int... kTails>
-void sum_rows_blocked_dispatch(const SegmentReduce<T, I>& a, bool mean, bool prefetch,
-                               bool transposed, int tail, std::integer_sequence<int, kTails...>) {
-  ((tail == kTails ? sum_rows_blocked<kTails, kWeighted, kScaled>(a, mean, prefetch, transposed)
-                   : void()),
-   ...);
-}
-
-// True when the blocked sum took the call (always when transposed).
+// True when the blocked sum took the call (always when transposed_out).
 template <bool kWeighted, bool kScaled, typename T, typename I>
 bool try_sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean) {
   const int64_t F = a.features;
   const int64_t width = kWeighted ? F / a.heads : F;
-  const bool cached = a.x_rows >= 0 && a.x_rows * F * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
+  const bool cached = fits_in_cache<T>(a.x_rows, F);
   if (F == 0 || width == 0 || (width > kBlockCols && !cached && !a.transposed_out)) return false;
-  sum_rows_blocked_dispatch<kWeighted, kScaled>(a, mean, /*prefetch=*/!cached, a.transposed_out,
-                                                static_cast<int>(width % kBlockCols),
-                                                std::make_integer_sequence<int, kBlockCols>());
+  with_constant<0, kBlockCols>(width % kBlockCols, [&]<int kTail>() {
+    sum_rows_blocked<kTail, kWeighted, kScaled>(a, mean, /*prefetch=*/!cached);
+  });
   return true;
 }
 
@@ -522,27 +520,17 @@ void edge_dot_fixed(const Csr<I>& csr, int64_t heads, const T* a, const T* b,
   });
 }
 
-template <typename T, typename I, int... kDs>
-bool edge_dot_fixed_dispatch(const Csr<I>& csr, int64_t D, int64_t heads, const T* a, const T* b,
-                             bool divide_by_degree, T* out, std::integer_sequence<int, kDs...>) {
-  const bool cached = csr.num_cols() * D * heads * static_cast<int64_t>(sizeof(T)) <= kCachedBytes;
-  const auto run = [&]<int kD>() {
-    cached ? edge_dot_fixed<kD, false>(csr, heads, a, b, divide_by_degree, out)
-           : edge_dot_fixed<kD, true>(csr, heads, a, b, divide_by_degree, out);
-    return true;
-  };
-  return ((D == kDs + 1 ? run.template operator()<kDs + 1>() : false) || ...);
-}
-
 template <typename T, typename I>
 void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, const T* b,
               bool divide_by_degree, const I* winner, T* out) {
   const int64_t F = features;
   const int64_t H = heads;
   const int64_t D = F / H;
-  if (winner == nullptr && D >= 1 &&
-      edge_dot_fixed_dispatch(csr, D, H, a, b, divide_by_degree, out,
-                              std::make_integer_sequence<int, kBlockCols>())) {
+  const bool cached = fits_in_cache<T>(csr.num_cols(), F);
+  if (winner == nullptr && with_constant<1, kBlockCols>(D, [&]<int kD>() {
+        cached ? edge_dot_fixed<kD, false>(csr, H, a, b, divide_by_degree, out)
+               : edge_dot_fixed<kD, true>(csr, H, a, b, divide_by_degree, out);
+      })) {
     return;
   }
   const int64_t* rp = csr.rowptr().data();

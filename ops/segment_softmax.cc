@@ -10,6 +10,7 @@
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 #include "ops/segment_reduce.h"
 #include "ops/vector_math.h"
 
@@ -142,8 +143,6 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alph
                  [=](T acc, int64_t h, int64_t i) { return acc + alpha[i + h]; }, sum + v * heads());
   };
   // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN; the
-  // softmax of nothing is 0.
-  // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN; the
   // softmax of nothing is 0. (The division is computed for every score, so
   // the loop has no branch.)
   const auto exp_of = [=](int64_t begin, int64_t end) {
@@ -201,9 +200,10 @@ void softmax_backward(const Csr<I>& seg, Heads<kH> heads, const T* alpha, const 
 }
 
 // Calls fn(Heads<kH>) with kH = heads when heads <= 16, else Heads<0>.
-template <typename Fn, int... kHs>
-void with_heads(int64_t heads, Fn fn, std::integer_sequence<int, kHs...>) {
-  if (!((heads == kHs + 1 ? (fn(Heads<kHs + 1>{heads}), true) : false) || ...)) fn(Heads<0>{heads});
+template <typename Fn>
+void with_heads(int64_t heads, Fn fn) {
+  const auto fixed = [&]<int kH>() { fn(Heads<kH>{heads}); };
+  if (!detail::with_constant<1, 16>(heads, fixed)) fn(Heads<0>{heads});
 }
 
 }  // namespace
@@ -215,8 +215,7 @@ void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T
   check_heads(op, heads);
   expect_size(op, "score", score.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
-  with_heads(heads, [&](auto h) { softmax_forward(seg, h, score.data(), alpha.data()); },
-             std::make_integer_sequence<int, 16>());
+  with_heads(heads, [&](auto h) { softmax_forward(seg, h, score.data(), alpha.data()); });
 }
 
 template <typename T, typename I>
@@ -227,11 +226,9 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_alpha", grad_alpha.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "grad_score", grad_score.size(), seg.num_edges() * heads, "E*H");
-  with_heads(heads,
-             [&](auto h) {
-               softmax_backward(seg, h, alpha.data(), grad_alpha.data(), grad_score.data());
-             },
-             std::make_integer_sequence<int, 16>());
+  with_heads(heads, [&](auto h) {
+    softmax_backward(seg, h, alpha.data(), grad_alpha.data(), grad_score.data());
+  });
 }
 
 namespace {
