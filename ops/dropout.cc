@@ -1,6 +1,7 @@
 #include "ops/dropout.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <type_traits>
@@ -14,34 +15,58 @@
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kColsPerDraw = 8;  // four 64-bit words = eight 32-bit uniforms
+constexpr int64_t kColsPerDraw = 4;  // a Threefry4x32 draw: four 32-bit uniforms
 
-// The eight 32-bit draws r for columns [8 * block, 8 * block + 8) of one
-// row; column j's uniform is u = r[j] * 2^-32.
-void unpack(const RngWords& w, uint32_t r[kColsPerDraw]) {
-  for (int i = 0; i < 4; ++i) {
-    r[2 * i] = static_cast<uint32_t>(w[i]);
-    r[2 * i + 1] = static_cast<uint32_t>(w[i] >> 32);
-  }
+// The widest column count whose blocks fit the counter's 32-bit block word.
+constexpr int64_t kMaxCols = kColsPerDraw << 32;
+
+// The generator's key for a dropout: (seed low, seed high, op, step low)
+// words; a draw's counter is (row low, row high, column block, step high).
+Words32 generator_key(const DropoutKey& key) {
+  return {static_cast<uint32_t>(key.seed), static_cast<uint32_t>(key.seed >> 32),
+          static_cast<uint32_t>(key.op), static_cast<uint32_t>(key.step)};
 }
 
-void draws(const DropoutKey& key, uint64_t row, uint64_t block, uint32_t r[kColsPerDraw]) {
-  unpack(philox(key.seed, key.op, {key.step, row, block, 0}), r);
+// The four 32-bit draws r for columns [4 * block, 4 * block + 4) of one row;
+// column j's uniform is u = r[j] * 2^-32.
+Words32 draws(const DropoutKey& key, uint64_t row, uint64_t block) {
+  return threefry(generator_key(key),
+                  {static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32),
+                   static_cast<uint32_t>(block), static_cast<uint32_t>(key.step >> 32)});
 }
 
-// A chunk's draws, made together (ops/rng.h philox_many): the counters of
+// A chunk's draws, made together (ops/rng.h threefry_many): the counters of
 // the (row, block) pairs that need one, then their words, in per-thread
-// buffers that only grow.
+// arrays that only grow.
 struct DrawBatch {
-  std::vector<RngWords> counters, words;
+  std::array<std::vector<uint32_t>, 4> counters, words;
+  std::size_t size = 0;
 
-  void clear() { counters.clear(); }
+  // Room for up to n draws, none made yet.
+  void start(std::size_t n) {
+    size = 0;
+    if (counters[0].size() < n) {
+      for (auto& c : counters) c.resize(n);
+      for (auto& w : words) w.resize(n);
+    }
+  }
   void add(const DropoutKey& key, uint64_t row, uint64_t block) {
-    counters.push_back({key.step, row, block, 0});
+    counters[0][size] = static_cast<uint32_t>(row);
+    counters[1][size] = static_cast<uint32_t>(row >> 32);
+    counters[2][size] = static_cast<uint32_t>(block);
+    counters[3][size] = static_cast<uint32_t>(key.step >> 32);
+    ++size;
+  }
+  bool holds(std::size_t i, uint64_t row, uint64_t block) const {
+    return i < size && counters[0][i] == static_cast<uint32_t>(row) &&
+           counters[1][i] == static_cast<uint32_t>(row >> 32) &&
+           counters[2][i] == static_cast<uint32_t>(block);
   }
   void draw(const DropoutKey& key) {
-    words.resize(counters.size());
-    philox_many(key.seed, key.op, counters.data(), words.data(), static_cast<int64_t>(counters.size()));
+    threefry_many(generator_key(key),
+                  {counters[0].data(), counters[1].data(), counters[2].data(), counters[3].data()},
+                  {words[0].data(), words[1].data(), words[2].data(), words[3].data()},
+                  static_cast<int64_t>(size));
   }
 };
 
@@ -63,9 +88,12 @@ struct Mask {
   T scale;
   uint64_t threshold;
 
-  Mask(std::string_view op, double p) {
+  Mask(std::string_view op, const DropoutKey& key, double p) {
     if (!(p >= 0.0 && p <= 1.0)) {
       throw OpError(op, "p = " + std::to_string(p) + " is outside [0, 1]");
+    }
+    if (key.op >> 32 != 0) {
+      throw OpError(op, "key op = " + std::to_string(key.op) + " does not fit in 32 bits");
     }
     scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
     threshold = keep_threshold(p);
@@ -97,7 +125,7 @@ bool all_positive_zero(const T* v, int64_t n) {
 template <typename T>
 void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t cols,
                 std::span<const int64_t> global_rows, std::span<const T> in, std::span<T> out) {
-  const Mask<T> mask(op, p);
+  const Mask<T> mask(op, key, p);
   expect_non_negative(op, "cols", cols);
   if (cols == 0) {
     if (!in.empty()) throw OpError(op, "cols is 0 but x is not empty");
@@ -108,6 +136,7 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
   expect_size(op, "x", in.size(), rows * cols, "rows*cols");
   expect_size(op, "out", out.size(), rows * cols, "rows*cols");
   if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
+  if (cols > kMaxCols) throw OpError(op, "cols = " + std::to_string(cols) + " exceeds 2^34");
   const int64_t blocks = (cols + kColsPerDraw - 1) / kColsPerDraw;
   const T* __restrict x = in.data();
   T* __restrict o = out.data();
@@ -117,7 +146,7 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
     // A block of +0.0 inputs gives +0.0 whatever the mask: it needs no draw.
     // Sparse inputs (bag-of-words features, relu outputs) have many.
     DrawBatch& batch = thread_batch();
-    batch.clear();
+    batch.start(static_cast<std::size_t>((r1 - r0) * blocks));
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t c0 = b * kColsPerDraw;
@@ -129,24 +158,18 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
     batch.draw(key);
     std::size_t next = 0;
     for (int64_t r = r0; r < r1; ++r) {
+      const uint64_t row = global_row(global_rows, r);
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t c0 = b * kColsPerDraw;
         const int64_t n = std::min(kColsPerDraw, cols - c0);
         const T* xb = x + r * cols + c0;
         T* ob = o + r * cols + c0;
-        if (next == batch.counters.size() || batch.counters[next][1] != global_row(global_rows, r) ||
-            batch.counters[next][2] != static_cast<uint64_t>(b)) {
+        if (!batch.holds(next, row, static_cast<uint64_t>(b))) {
           for (int64_t j = 0; j < n; ++j) ob[j] = T(0);  // all +0.0
           continue;
         }
-        uint32_t draw[kColsPerDraw];
-        unpack(batch.words[next++], draw);
-        if (n == kColsPerDraw) {
-#pragma omp simd
-          for (int64_t j = 0; j < kColsPerDraw; ++j) ob[j] = mask(draw[j], xb[j]);
-        } else {
-          for (int64_t j = 0; j < n; ++j) ob[j] = mask(draw[j], xb[j]);
-        }
+        for (int64_t j = 0; j < n; ++j) ob[j] = mask(batch.words[j][next], xb[j]);
+        ++next;
       }
     }
   }
@@ -155,9 +178,7 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
 }  // namespace
 
 bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col) {
-  uint32_t draw[kColsPerDraw];
-  draws(key, global_row, col / kColsPerDraw, draw);
-  return draw[col % kColsPerDraw] >= keep_threshold(p);
+  return draws(key, global_row, col / kColsPerDraw)[col % kColsPerDraw] >= keep_threshold(p);
 }
 
 template <typename T>
@@ -179,11 +200,14 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
                             std::span<const int64_t> global_rows, std::span<const T> values,
                             std::span<T> out) {
   constexpr std::string_view op = "sparse_dropout";
-  const Mask<T> mask(op, p);
+  const Mask<T> mask(op, key, p);
   const int64_t n = rows.num_rows();
   expect_size(op, "values", values.size(), rows.num_edges(), "E (stored values)");
   expect_size(op, "out", out.size(), rows.num_edges(), "E (stored values)");
   if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), n, "rows");
+  if (rows.num_cols() > kMaxCols) {
+    throw OpError(op, "the matrix's " + std::to_string(rows.num_cols()) + " columns exceed 2^34");
+  }
   const int64_t* rp = rows.rowptr().data();
   const I* col = rows.col().data();
   const I* entry = rows.edge().data();
@@ -192,7 +216,7 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
     const int64_t r1 = std::min(n, r0 + kRowChunk);
     // Columns ascend within a row: one draw per block holding a stored value.
     DrawBatch& batch = thread_batch();
-    batch.clear();
+    batch.start(static_cast<std::size_t>(rp[r1] - rp[r0]));
     for (int64_t r = r0; r < r1; ++r) {
       uint64_t block = ~uint64_t{0};
       for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
@@ -201,21 +225,17 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
       }
     }
     batch.draw(key);
-    std::size_t next = 0;
+    std::size_t draw = 0;  // one past the draw of the current block
     for (int64_t r = r0; r < r1; ++r) {
       uint64_t block = ~uint64_t{0};
-      const RngWords* words = nullptr;
       for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
         const auto c = static_cast<uint64_t>(col[q]);
         if (c / kColsPerDraw != block) {
           block = c / kColsPerDraw;
-          words = &batch.words[next++];
+          ++draw;
         }
-        // Column c's 32 bits, as unpack() lays them out, read directly (an
-        // unpacked array stored and reloaded stalled every entry).
-        const auto draw = static_cast<uint32_t>((*words)[(c % kColsPerDraw) / 2] >> (32 * (c % 2)));
         const auto e = static_cast<std::size_t>(entry[q]);
-        out[e] = mask(draw, values[e]);
+        out[e] = mask(batch.words[c % kColsPerDraw][draw - 1], values[e]);
       }
     }
   }

@@ -1,8 +1,10 @@
 // Dropout whose mask is a pure function of (seed, step, op id, global row,
-// column): a Philox4x64-10 counter-based generator (Random123) keyed by
-// (seed, op) and counted by (step, global row, column / 8). Any split of the
-// rows over cores, any thread count and the backward pass all draw the same
-// mask, and nothing is stored between forward and backward.
+// column): Random123's Threefry4x32-20 counter-based generator keyed by
+// (seed, op, step) and counted by (global row, column / 4), each draw giving
+// the uniforms of four columns. Any split of the rows over cores, any thread
+// count and the backward pass all draw the same mask, and nothing is stored
+// between forward and backward. The op id must fit in 32 bits and a row in
+// at most 2^34 columns (the key's and counter's words; docs/kernels.md).
 //
 // An element is kept when its uniform draw u in [0, 1) satisfies u >= p; kept
 // elements are scaled by 1 / (1 - p). p = 0 copies; p = 1 zeroes.

@@ -1,7 +1,8 @@
 // Dropout's mask is a function of (seed, step, op, global row, column) only:
 // any split of the rows gives the mask of the whole, the backward reuses it,
-// and the keep rate is 1 - p. (Exact masks are also checked against NumPy's
-// own Philox in the golden cases.)
+// and the keep rate is 1 - p. The lane-parallel Threefry gives Random123's
+// words. (Exact masks are also checked against the reference's NumPy
+// Threefry in the golden cases.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "ops/dropout.h"
+#include "ops/error.h"
+#include "ops/rng.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -67,6 +70,38 @@ TEST(Dropout, KeyPartsChangeTheMask) {
     dropout_forward<float>(k, 0.5, kCols, {}, ones(other.size()), other);
     EXPECT_NE(base, other);
   }
+}
+
+// threefry_many against Random123's own Threefry4x32 (ops::threefry), for
+// counts that fill no vector, one, and a tail, and counters whose words
+// carry (all ones) or differ only in their high bits.
+TEST(Threefry, ManyGivesTheLibrarysWords) {
+  const Words32 key = {0xdeadbeefu, 7, 0xffffffffu, 123};
+  for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
+    std::array<std::vector<uint32_t>, 4> c, w;
+    for (auto& v : c) v.resize(n);
+    for (auto& v : w) v.resize(n, 0xabababab);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto u = static_cast<uint32_t>(i);
+      c[0][i] = u * 2654435761u;
+      c[1][i] = i % 3 == 0 ? 0xffffffffu : u;
+      c[2][i] = u << 24;
+      c[3][i] = ~u;
+    }
+    threefry_many(key, {c[0].data(), c[1].data(), c[2].data(), c[3].data()},
+                  {w[0].data(), w[1].data(), w[2].data(), w[3].data()}, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const Words32 want = threefry(key, {c[0][i], c[1][i], c[2][i], c[3][i]});
+      for (int j = 0; j < 4; ++j) ASSERT_EQ(w[j][i], want[j]) << "n = " << n << ", i = " << i;
+    }
+  }
+}
+
+TEST(Dropout, OpIdBeyond32BitsIsAnError) {
+  std::vector<float> y(kCols);
+  EXPECT_THROW(dropout_forward<float>({.seed = 1, .step = 1, .op = uint64_t{1} << 32}, 0.5, kCols, {},
+                                      ones(kCols), y),
+               OpError);
 }
 
 }  // namespace

@@ -512,34 +512,75 @@ def make_optimizer(name: str, params, lr: float, weight_decay: float = 0.0,
 # {"layer": [{"type": "gcn", "out": 16, ...}, ...], "loss": ...}), built
 # from the layers above with the job's naming (conv1, lin1, norm1 counted by
 # kind) and defaults. Dropout draws gnnrt's documented masks (ops/dropout.h)
-# with NumPy's own Philox4x64-10, so a run with p > 0 is reproducible here:
+# with the Threefry4x32-20 below, so a run with p > 0 is reproducible here:
 # element (row, col) of a dropout keyed `key` at optimizer step `step` is
-# kept when its uniform u >= p, u from Philox key (seed, key), counter
-# (step, row, col // 8, 0), word col % 8 (low 32 bits first) / 2^32. Rows
-# are node ids, or edge ids of the self-loop graph for GAT's attention.
+# kept when its uniform u >= p, u = word col % 4 of Threefry4x32-20 with key
+# (seed low 32 bits, seed high, key, step low) and counter (row low, row
+# high, col // 4, step high), over 2^32. Rows are node ids, or edge ids of
+# the self-loop graph for GAT's attention.
+
+# Threefry4x32-20 (Salmon et al., "Parallel random numbers: as easy as 1,
+# 2, 3", SC'11), written from the paper's description in NumPy: 20 rounds of
+# add-rotate-xor on four 32-bit words, the key injected every four rounds.
+THREEFRY_ROTATIONS = [(10, 26), (11, 21), (13, 27), (23, 5), (6, 20), (17, 11), (25, 10), (18, 20)]
+THREEFRY_PARITY = 0x1BD11BDA
 
 
-def philox_uniforms(seed: int, step: int, key: int, row: int, block: int) -> np.ndarray:
-    """Eight uniforms of Philox4x64-10, key (seed, key), counter (step, row, block, 0).
-    NumPy's generator increments the counter before drawing, so start one below."""
-    ctr = step + (row << 64) + (block << 128) - 1
-    g = np.random.Philox(key=[seed, key], counter=ctr % (1 << 256))
-    words = g.random_raw(4).astype(np.uint64)
-    lo = (words & np.uint64(0xFFFFFFFF)).astype(np.float64)
-    hi = (words >> np.uint64(32)).astype(np.float64)
-    return np.stack([lo, hi], axis=1).reshape(-1) / 4294967296.0
+def threefry4x32(key, counter: np.ndarray) -> np.ndarray:
+    """Threefry4x32-20 of counters [..., 4] under key (four 32-bit ints): words [..., 4] uint32."""
+    m = np.uint64(0xFFFFFFFF)
+    ks = [np.uint64(k) for k in key] + [np.uint64(THREEFRY_PARITY ^ key[0] ^ key[1] ^ key[2] ^ key[3])]
+    x = [(np.asarray(counter[..., i], np.uint64) + ks[i]) & m for i in range(4)]
+
+    def rotl(v, r):
+        return ((v << np.uint64(r)) | (v >> np.uint64(32 - r))) & m
+
+    for rnd in range(20):
+        r0, r1 = THREEFRY_ROTATIONS[rnd % 8]
+        a, b = (1, 3) if rnd % 2 == 0 else (3, 1)  # words mixed into x0 and x2
+        x[0] = (x[0] + x[a]) & m
+        x[a] = rotl(x[a], r0) ^ x[0]
+        x[2] = (x[2] + x[b]) & m
+        x[b] = rotl(x[b], r1) ^ x[2]
+        if rnd % 4 == 3:
+            s = rnd // 4 + 1
+            for i in range(4):
+                x[i] = (x[i] + ks[(s + i) % 5]) & m
+            x[3] = (x[3] + np.uint64(s)) & m
+    return np.stack(x, axis=-1).astype(np.uint32)
+
+
+# Random123's known answers for threefry4x32 with 20 rounds (its
+# kat_vectors): (counter, key, words). Checked on import.
+THREEFRY_KAT = [
+    ([0] * 4, [0] * 4, [0x9c6ca96a, 0xe17eae66, 0xfc10ecd4, 0x5256a7d8]),
+    ([0xffffffff] * 4, [0xffffffff] * 4, [0x2a881696, 0x57012287, 0xf6c7446e, 0xa16a6732]),
+    ([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0, 0x082efa98, 0xec4e6c89],
+     [0x59cd1dbb, 0xb8879579, 0x86b5d00c, 0xac8b6d84]),
+]
+for _ctr, _key, _words in THREEFRY_KAT:
+    assert threefry4x32(_key, np.array([_ctr], np.uint64))[0].tolist() == _words, "threefry4x32 known answer"
+
+
+def dropout_uniforms(seed: int, step: int, key: int, rows, cols: int) -> np.ndarray:
+    """The uniforms [len(rows), cols] of gnnrt's dropout mask for global rows `rows`."""
+    rows = np.asarray(rows, np.uint64).reshape(-1)
+    low = 0xFFFFFFFF
+    blocks = (cols + 3) // 4
+    ctr = np.zeros((len(rows), blocks, 4), np.uint64)
+    ctr[..., 0] = (rows & np.uint64(low))[:, None]
+    ctr[..., 1] = (rows >> np.uint64(32))[:, None]
+    ctr[..., 2] = np.arange(blocks, dtype=np.uint64)[None, :]
+    ctr[..., 3] = step >> 32
+    words = threefry4x32([seed & low, seed >> 32, key, step & low], ctr)
+    return words.reshape(len(rows), blocks * 4)[:, :cols].astype(np.float64) / 4294967296.0
 
 
 def dropout_mask(rows: int, cols: int, p: float, seed: int, step: int, key: int) -> np.ndarray:
     """keep / (1 - p) per element, float64 [rows, cols]."""
     if p >= 1:
         return np.zeros((rows, cols))
-    mask = np.zeros((rows, cols))
-    blocks = (cols + 7) // 8
-    for r in range(rows):
-        u = np.concatenate([philox_uniforms(seed, step, key, r, b) for b in range(blocks)])[:cols]
-        mask[r] = (u >= p) / (1.0 - p)
-    return mask
+    return (dropout_uniforms(seed, step, key, np.arange(rows), cols) >= p) / (1.0 - p)
 
 
 class Context:

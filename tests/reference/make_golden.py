@@ -16,7 +16,8 @@ is written out here in torch ops, not taken from gnnrt:
   - segment softmax: PyG's formula (max-subtracted, +1e-16 in the
     denominator), with the max of an all -inf segment taken as 0 so that it
     gives 0, not NaN.
-  - dropout: NumPy's own Philox4x64-10 bit generator draws the mask.
+  - dropout: gnn_reference.dropout_uniforms (Threefry4x32-20 in NumPy,
+    checked against Random123's known answers) draws the mask.
 
 Usage: /usr/bin/python3 tests/reference/make_golden.py [--out tests/golden/ops]
 CI does not run this; the files it writes are committed.
@@ -24,11 +25,15 @@ CI does not run this; the files it writes are committed.
 import argparse
 import json
 import shutil
+import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gnn_reference import dropout_uniforms  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -140,17 +145,6 @@ def segment_softmax_ref(score, index, n):
     ex = (score - m[index]).exp()
     s = torch.zeros(n, h).index_add(0, index, ex)
     return ex / (s[index] + 1e-16)
-
-
-def philox_uniforms(seed, step, op, row, block):
-    """Eight uniforms of Philox4x64-10, key (seed, op), counter (step, row, block, 0).
-    NumPy's generator increments the counter before drawing, so start one below."""
-    ctr = step + (row << 64) + (block << 128) - 1
-    g = np.random.Philox(key=[seed, op], counter=ctr % (1 << 256))
-    words = g.random_raw(4).astype(np.uint64)
-    lo = (words & np.uint64(0xFFFFFFFF)).astype(np.float64)
-    hi = (words >> np.uint64(32)).astype(np.float64)
-    return np.stack([lo, hi], axis=1).reshape(-1) / 4294967296.0
 
 
 # ---------------------------------------------------------------- cases
@@ -646,10 +640,7 @@ def gen_dropout(w, rng):
         x = rng.standard_normal((r, c)).astype(np.float32)
         gout = rng.standard_normal((r, c)).astype(np.float32)
         global_rows = np.arange(r, dtype=np.int64) if rows is None else np.array(rows, np.int64)
-        mask = np.zeros((r, c), bool)
-        for i, g in enumerate(global_rows):
-            u = np.concatenate([philox_uniforms(seed, step, op, int(g), b) for b in range((c + 7) // 8)])
-            mask[i] = u[:c] >= p
+        mask = dropout_uniforms(seed, step, op, global_rows, c) >= p
         scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
         out = x.astype(np.float64) * mask * scale
         inputs = {"x": x}
@@ -714,10 +705,7 @@ def gen_sparse_dropout(w, rng):
         r, c = sparse_entries(rng, n, k, density, True)
         values = rng.standard_normal(len(r)).astype(np.float32)
         global_rows = np.arange(n, dtype=np.int64) if rows is None else np.array(rows, np.int64)
-        keep = np.zeros(len(r), bool)
-        for i in range(len(r)):
-            u = philox_uniforms(seed, step, op, int(global_rows[r[i]]), int(c[i]) // 8)
-            keep[i] = u[int(c[i]) % 8] >= p
+        keep = dropout_uniforms(seed, step, op, global_rows[r], k)[np.arange(len(r)), c] >= p
         scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
         inputs = {"values": values, "src": c, "dst": r}
         if rows is not None:
