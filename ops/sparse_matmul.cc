@@ -1,5 +1,8 @@
 #include "ops/sparse_matmul.h"
 
+#include <omp.h>
+
+#include <algorithm>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -46,19 +49,85 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
                                               .out = out.data()});
 }
 
+namespace {
+
+// acc [K, M] = Xᵀ G, X walked by rows; thread t owns the columns whose
+// stored values are its share of all of them (by_src's row pointers).
+template <typename T, typename I>
+void sum_by_rows(const Adjacency<I>& x, const T* values, const T* g, int64_t m, T* acc) {
+  const Csr<I>& rows = x.by_dst;
+  const int64_t n = rows.num_rows(), K = x.num_src_nodes();
+  const int64_t* rp = rows.rowptr().data();
+  const I* col = rows.col().data();
+  const I* entry = rows.edge().data();
+  const int64_t* column_start = x.by_src.rowptr().data();
+  const int64_t E = x.num_edges();
+#pragma omp parallel if (E * m > detail::kParallelWork)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    // Columns [k0, k1): the first column whose values start at or after
+    // this thread's share of E.
+    const auto first_column = [&](int i) {
+      const int64_t target = E * i / threads;
+      return static_cast<int64_t>(std::lower_bound(column_start, column_start + K, target) -
+                                  column_start);
+    };
+    const int64_t k0 = t == 0 ? 0 : first_column(t);
+    const int64_t k1 = t == threads - 1 ? K : first_column(t + 1);
+    std::fill(acc + k0 * m, acc + k1 * m, T(0));
+    for (int64_t r = 0; r < n; ++r) {
+      const T* __restrict gr = g + r * m;
+      for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
+        const int64_t k = col[q];
+        if (k < k0 || k >= k1) continue;
+        const T c = values[entry[q]];
+        T* __restrict a = acc + k * m;
+#pragma omp simd
+        for (int64_t f = 0; f < m; ++f) a[f] += c * gr[f];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m) {
+  return m >= detail::kWideBlockCols && !detail::fits_in_cache<T>(n, m);
+}
+
+template <typename T>
+int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b) {
+  return trans_b && sparse_matmul_backward_b_by_rows<T>(n, m) ? k * m : 0;
+}
+
 template <typename T, typename I>
 void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                               std::span<const T> grad_out, int64_t m, bool trans_b,
-                              std::span<T> grad_b) {
+                              std::span<T> workspace, std::span<T> grad_b) {
   constexpr std::string_view op = "sparse_matmul_backward_b";
   check_sizes(op, x, values.size(), m, grad_b.size(), grad_out.size(), "grad_out");
+  const int64_t n = x.num_dst_nodes(), K = x.num_src_nodes();
+  const int64_t need = sparse_matmul_backward_b_workspace<T>(n, K, m, trans_b);
+  expect_size(op, "workspace", workspace.size(), need, trans_b ? "K*M (N*M > 1 MiB, M >= 64) or 0" : "0");
+  if (sparse_matmul_backward_b_by_rows<T>(n, m)) {
+    T* acc = trans_b ? workspace.data() : grad_b.data();
+    sum_by_rows(x, values.data(), grad_out.data(), m, acc);
+    if (trans_b) {  // grad_b [M, K] = acc [K, M] transposed
+#pragma omp parallel for schedule(static) if (K * m > detail::kParallelWork)
+      for (int64_t j = 0; j < m; ++j) {
+        for (int64_t k = 0; k < K; ++k) grad_b[static_cast<std::size_t>(j * K + k)] = acc[k * m + j];
+      }
+    }
+    return;
+  }
   // Row k of Xᵀ G: the rows of G that column k of X touches, in ascending
   // row order; stored as row k of grad_b, or as its column k (trans_b).
   detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &x.by_src,
                                               .source = x.by_src.col().data(),
                                               .x = grad_out.data(),
                                               .features = m,
-                                              .x_rows = x.num_dst_nodes(),
+                                              .x_rows = n,
                                               .weight = values.data(),
                                               .out = grad_b.data(),
                                               .transposed_out = trans_b});
@@ -70,7 +139,13 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                                             std::span<T>);                                   \
   template void sparse_matmul_backward_b<T, I>(const Adjacency<I>&, std::span<const T>,      \
                                                std::span<const T>, int64_t, bool,            \
-                                               std::span<T>);
+                                               std::span<T>, std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
+#undef GNNRT_INSTANTIATE
+
+#define GNNRT_INSTANTIATE(T)                                                          \
+  template bool sparse_matmul_backward_b_by_rows<T>(int64_t, int64_t);                 \
+  template int64_t sparse_matmul_backward_b_workspace<T>(int64_t, int64_t, int64_t, bool);
+GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -29,9 +29,27 @@ template <typename T, typename I>
 void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std::span<const T> b,
                            int64_t m, bool trans_b, std::span<T> workspace, std::span<T> out);
 
+// The gradient walks X by columns (by_src: row k of Xᵀ G sums the rows of G
+// that column k touches, in a register block), unless G is too large for the
+// cache and its rows are wide (N * M * sizeof(T) > 1 MiB and M >= 64): then
+// that walk reads a row of G from memory for every stored value (PubMed at
+// M = 256: 1 GB a step). There X is walked by rows instead: each thread owns
+// a range of X's columns and, for every row r in ascending order, adds
+// values[e] * G[r] to the accumulator of column col(e), so G is read once
+// per thread and the accumulators stay in cache. Either way column k's sum
+// adds the same products in X's row order, from 0: the same bits (when X's
+// stored values are in row order within each column, as built from a
+// row-major matrix). The accumulators are grad_b itself, or, with trans_b,
+// a workspace of K * M elements transposed into grad_b at the end:
+// sparse_matmul_backward_b_workspace gives the size, 0 when not needed.
+template <typename T>
+bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m);
+template <typename T>
+int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b);
+
 template <typename T, typename I>
 void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                               std::span<const T> grad_out, int64_t m, bool trans_b,
-                              std::span<T> grad_b);
+                              std::span<T> workspace, std::span<T> grad_b);
 
 }  // namespace gnnrt::ops

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "ops/sparse_matmul.h"
+
 namespace gnnrt::runtime {
 namespace {
 
@@ -726,7 +728,18 @@ ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g,
   }
   OpAttrs a = graph_attrs(k, matrix);
   a.set_trans_b(trans_b);
-  return emit_float(k, {values, g}, a, shape(b));
+  const ValueId out = emit_float(k, {values, g}, a, shape(b));
+  // Accumulators for a walk by rows that ends transposed (ops/sparse_matmul.h).
+  const int64_t m = shape(g)[1];
+  const bool f64 = float_type() == DType::kF64;
+  const int64_t size =
+      f64 ? ops::sparse_matmul_backward_b_workspace<double>(info.num_dst, info.num_src, m, trans_b)
+          : ops::sparse_matmul_backward_b_workspace<float>(info.num_dst, info.num_src, m, trans_b);
+  const ValueId workspace =
+      new_value(program_.value(out).name + ".workspace", float_type(),
+                size > 0 ? Shape{info.num_src, m} : Shape{0}, Role::kTemp);
+  program_.ops.back().outputs.push_back(workspace);
+  return out;
 }
 
 ValueId Builder::bias_grad(ValueId g) {

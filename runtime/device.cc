@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "ops/sparse_matmul.h"
+
 namespace gnnrt::runtime {
 
 DeviceProfile DeviceProfile::named(std::string_view name) {
@@ -64,8 +66,15 @@ OpCost op_cost(const Program& p, const Op& op) {
         const double m = op.kind == OpKind::kSparseMatMul
                              ? static_cast<double>(p.value(op.outputs[0]).shape[1])
                              : static_cast<double>(p.value(dense).shape[1]);
-        c.bytes += edges * m * 4 - static_cast<double>(p.value(dense).bytes());
         c.flops = 2 * edges * m;
+        if (op.kind == OpKind::kSparseMatMulGradB &&
+            ops::sparse_matmul_backward_b_by_rows<float>(g.num_dst, static_cast<int64_t>(m))) {
+          // Walked by rows (ops/sparse_matmul.h): G read once, and each
+          // entry reads and writes its column's accumulator row instead.
+          c.bytes += 2 * edges * m * 4;
+          break;
+        }
+        c.bytes += edges * m * 4 - static_cast<double>(p.value(dense).bytes());
         break;
       }
       case OpKind::kGather:

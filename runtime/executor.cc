@@ -323,7 +323,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     case OpKind::kSparseMatMulGradB:
       ops::sparse_matmul_backward_b<T, int32_t>(graph(), in(0), in(1), cols(op.inputs[1]),
-                                                a.trans_b(), f());
+                                                a.trans_b(), out_of(1), f());
       return 0;
     case OpKind::kSddmmAdd:
       ops::sddmm_add_forward<T, int32_t>(graph(), a.heads(), in(0), in(1), f());

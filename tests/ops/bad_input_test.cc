@@ -104,11 +104,11 @@ const std::vector<BadInput>& bad_inputs() {
                  }, "sparse_matmul: m is negative (-1)"});
     v.push_back({"sparse_matmul_backward_grad_out", [] {
                    std::vector<float> values(3), g(3), gb(6);
-                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, gb);
+                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, {}, gb);
                  }, "sparse_matmul_backward_b: grad_out has 3 elements, expected N*M = 4"});
     v.push_back({"sparse_matmul_backward_grad_b", [] {
                    std::vector<float> values(3), g(4), gb(7);
-                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, gb);
+                   sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, {}, gb);
                  }, "sparse_matmul_backward_b: b has 7 elements, expected K*M = 6"});
     v.push_back({"sparse_dropout_p", [] {
                    std::vector<float> values(3), out(3);

@@ -18,6 +18,7 @@
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
 #include "ops/segment_softmax.h"
+#include "ops/sparse_matmul.h"
 #include "ops/spmm.h"
 #include "tests/ops/op_harness.h"
 
@@ -371,6 +372,60 @@ TEST(ScatterPaths, StreamingEqualsCsrWalk) {
         expect_paths_agree<float, int64_t>(pc, reduce, threads);
         expect_paths_agree<double, int32_t>(pc, reduce, threads);
         expect_paths_agree<double, int64_t>(pc, reduce, threads);
+      }
+    }
+  }
+}
+
+// sparse_matmul's weight gradient walks X by columns (G narrow or in cache)
+// or by rows (G wide and large): both add column k's products in row order,
+// starting from 0. Each must equal that sum, written here as a plain serial
+// loop, bit for bit, on 1 and 2 threads, stored plainly and transposed.
+TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
+  struct Case {
+    int64_t n, m;
+    bool by_rows;
+  };
+  const int64_t K = 300;
+  for (const Case c : {Case{1000, 64, false}, Case{5000, 16, false}, Case{5000, 64, true},
+                       Case{2000, 200, true}}) {
+    // Row-major entries, about 3% dense, some rows empty, a duplicate now and then.
+    std::vector<int32_t> row, col;
+    for (int64_t r = 0; r < c.n; ++r) {
+      for (int64_t k = 0; k < K; ++k) {
+        const uint64_t u = ops::philox(7, 1, {static_cast<uint64_t>(r), static_cast<uint64_t>(k), 0, 0})[0];
+        if (r % 10 == 3 || ops::unit(u) >= 0.03) continue;
+        row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
+        if (u % 17 == 0) row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
+      }
+    }
+    const auto x = ops::Adjacency<int32_t>::build(col, row, K, c.n);
+    const int64_t E = x.num_edges();
+    std::vector<float> values(E), g(c.n * c.m);
+    for (int64_t i = 0; i < E; ++i) values[i] = static_cast<float>(ops::unit(ops::philox(8, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
+    for (int64_t i = 0; i < c.n * c.m; ++i) g[i] = static_cast<float>(ops::unit(ops::philox(9, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
+    std::vector<float> want(K * c.m, 0.0f);  // [K, M]
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t f = 0; f < c.m; ++f) want[col[e] * c.m + f] += values[e] * g[row[e] * c.m + f];
+    }
+    for (const bool trans_b : {false, true}) {
+      const int64_t ws = ops::sparse_matmul_backward_b_workspace<float>(c.n, K, c.m, trans_b);
+      EXPECT_EQ(ws, trans_b && c.by_rows ? K * c.m : 0) << c.n << " x " << c.m;
+      for (const int threads : {1, 2}) {
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<float> workspace(ws), grad(K * c.m, std::numeric_limits<float>::quiet_NaN());
+        ops::sparse_matmul_backward_b<float, int32_t>(x, values, g, c.m, trans_b, workspace, grad);
+        omp_set_num_threads(saved);
+        for (int64_t k = 0; k < K; ++k) {
+          for (int64_t f = 0; f < c.m; ++f) {
+            const float got = trans_b ? grad[f * K + k] : grad[k * c.m + f];
+            ASSERT_EQ(std::memcmp(&got, &want[k * c.m + f], sizeof(float)), 0)
+                << c.n << " x " << c.m << (trans_b ? " transposed" : "") << ", " << threads
+                << " thread(s): column " << k << ", feature " << f << ": " << got << " against "
+                << want[k * c.m + f];
+          }
+        }
       }
     }
   }
