@@ -87,8 +87,8 @@ struct Mask {
     threshold = keep_threshold(p);
   }
   // x scaled if its 32-bit draw keeps it, else +0.0, without a branch (one
-  // mispredicts half the time on a random mask: 15 ns per block of 8 on
-  // Cora's hidden layer) and without multiplying (NaN * 0 is NaN).
+  // mispredicts half the time on a random mask) and without multiplying
+  // (NaN * 0 is NaN).
   T operator()(uint32_t draw, T x) const {
     using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
     return std::bit_cast<T>(std::bit_cast<Bits>(x * scale) &
@@ -169,7 +169,11 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
 }  // namespace
 
 bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col) {
-  return draws(key, global_row, col / kColsPerDraw)[col % kColsPerDraw] >= keep_threshold(p);
+  const Mask<float> mask("dropout_keeps", key, p);
+  if (col >= static_cast<uint64_t>(kMaxCols)) {
+    throw OpError("dropout_keeps", "col = " + std::to_string(col) + " is at or beyond 2^34");
+  }
+  return draws(key, global_row, col / kColsPerDraw)[col % kColsPerDraw] >= mask.threshold;
 }
 
 template <typename T>

@@ -89,7 +89,7 @@ Words32 threefry(const Words32& key, const Words32& counter) {
 // Random123's threefry4x32_R(20, ...) written over lanes: the library's
 // function works on one counter in a struct, which GCC does not vectorise
 // across calls. Rotations R_32x4 and key schedule as in Random123's
-// threefry.h; tests/ops/rng_test.cc checks every word against the library.
+// threefry.h; tests/ops/dropout_test.cc checks every word against the library.
 __attribute__((target("prefer-vector-width=512")))
 void threefry_many(const Words32& key, const std::array<const uint32_t*, 4>& c,
                    const std::array<uint32_t*, 4>& out, int64_t n) {

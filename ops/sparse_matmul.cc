@@ -109,7 +109,7 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
   check_sizes(op, x, values.size(), m, grad_b.size(), grad_out.size(), "grad_out");
   const int64_t n = x.num_dst_nodes(), K = x.num_src_nodes();
   const int64_t need = sparse_matmul_backward_b_workspace<T>(n, K, m, trans_b);
-  expect_size(op, "workspace", workspace.size(), need, trans_b ? "K*M (N*M > 1 MiB, M >= 64) or 0" : "0");
+  expect_size(op, "workspace", workspace.size(), need, need > 0 ? "K*M (walked by rows)" : "0");
   if (sparse_matmul_backward_b_by_rows<T>(n, m)) {
     T* acc = trans_b ? workspace.data() : grad_b.data();
     sum_by_rows(x, values.data(), grad_out.data(), m, acc);

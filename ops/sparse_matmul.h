@@ -36,10 +36,11 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
 // M = 256: 1 GB a step). There X is walked by rows instead: each thread owns
 // a range of X's columns and, for every row r in ascending order, adds
 // values[e] * G[r] to the accumulator of column col(e), so G is read once
-// per thread and the accumulators stay in cache. Either way column k's sum
-// adds the same products in X's row order, from 0: the same bits (when X's
-// stored values are in row order within each column, as built from a
-// row-major matrix). The accumulators are grad_b itself, or, with trans_b,
+// per thread and the accumulators stay in cache. By rows, column k's sum
+// adds its products in X's row order from 0; by columns, in entry order.
+// The bits are the same when X's entries are stored row by row (as built
+// from a row-major matrix, the trainer's features); otherwise each walk is
+// still the same on any thread count. The accumulators are grad_b itself, or, with trans_b,
 // a workspace of K * M elements transposed into grad_b at the end:
 // sparse_matmul_backward_b_workspace gives the size, 0 when not needed.
 template <typename T>

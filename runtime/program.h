@@ -103,7 +103,7 @@ struct GraphInfo {
   X(kScatterGrad, "scatter_grad")         /* (g[, arg]) -> [E,F] */                     \
   X(kSpmmGradX, "spmm_grad_x")            /* (x, g[, w][, arg]) */                      \
   X(kSpmmGradW, "spmm_grad_w")            /* (x, g, w[, arg]) -> [E,H] */               \
-  X(kSparseMatMulGradB, "sparse_matmul_grad_b") /* (values, g) -> b's shape */       \
+  X(kSparseMatMulGradB, "sparse_matmul_grad_b") /* (values, g) -> (b's shape, workspace) */\
   X(kSddmmAddGradA, "sddmm_add_grad_a")   /* (g) -> [N_src,H] */                        \
   X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
   X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \

@@ -110,6 +110,14 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> values(3), g(4), gb(7);
                    sparse_matmul_backward_b<float, int64_t>(adj, values, g, 2, true, {}, gb);
                  }, "sparse_matmul_backward_b: b has 7 elements, expected K*M = 6"});
+    // G [5000, 64] misses the cache: the gradient walks X by rows and, stored
+    // transposed, needs its [K, M] accumulators.
+    v.push_back({"sparse_matmul_backward_workspace", [] {
+                   const std::vector<int64_t> src{2}, dst{4999};
+                   const auto wide = Adjacency<int64_t>::build(src, dst, 3, 5000);
+                   std::vector<float> values(1), g(5000 * 64), gb(3 * 64);
+                   sparse_matmul_backward_b<float, int64_t>(wide, values, g, 64, true, {}, gb);
+                 }, "sparse_matmul_backward_b: workspace has 0 elements, expected K*M (walked by rows) = 192"});
     v.push_back({"sparse_dropout_p", [] {
                    std::vector<float> values(3), out(3);
                    sparse_dropout_forward<float, int64_t>({}, -0.5, adj.by_dst, {}, values, out);

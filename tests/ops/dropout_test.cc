@@ -97,11 +97,13 @@ TEST(Threefry, ManyGivesTheLibrarysWords) {
   }
 }
 
-TEST(Dropout, OpIdBeyond32BitsIsAnError) {
+TEST(Dropout, OpIdBeyond32BitsAndColumnsBeyond2To34AreErrors) {
   std::vector<float> y(kCols);
-  EXPECT_THROW(dropout_forward<float>({.seed = 1, .step = 1, .op = uint64_t{1} << 32}, 0.5, kCols, {},
-                                      ones(kCols), y),
-               OpError);
+  const DropoutKey wide_op{.seed = 1, .step = 1, .op = uint64_t{1} << 32};
+  EXPECT_THROW(dropout_forward<float>(wide_op, 0.5, kCols, {}, ones(kCols), y), OpError);
+  EXPECT_THROW(dropout_keeps(wide_op, 0.5, 0, 0), OpError);
+  EXPECT_THROW(dropout_keeps({}, 0.5, 0, uint64_t{1} << 34), OpError);
+  EXPECT_NO_THROW(dropout_keeps({}, 0.5, 0, (uint64_t{1} << 34) - 1));
 }
 
 }  // namespace
