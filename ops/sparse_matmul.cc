@@ -20,6 +20,15 @@ void check_sizes(std::string_view op, const Adjacency<I>& x, std::size_t values_
   expect_size(op, out_name, out_size, x.num_dst_nodes() * m, "N*M");
 }
 
+// out [cols, rows] = in [rows, cols] transposed, one output row per thread.
+template <typename T>
+void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kParallelWork)
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) out[c * rows + r] = in[r * cols + c];
+  }
+}
+
 }  // namespace
 
 template <typename T, typename I>
@@ -31,12 +40,8 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
   expect_size(op, "workspace", workspace.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
   const T* bt = b.data();
   if (trans_b) {  // workspace [K, M] = b [M, K] transposed
-    T* w = workspace.data();
-#pragma omp parallel for schedule(static) if (K * m > detail::kParallelWork)
-    for (int64_t k = 0; k < K; ++k) {
-      for (int64_t j = 0; j < m; ++j) w[k * m + j] = b[static_cast<std::size_t>(j * K + k)];
-    }
-    bt = w;
+    transpose(b.data(), m, K, workspace.data());
+    bt = workspace.data();
   }
   // out[r] = sum over row r's stored entries of value * row col of op(b): a
   // weighted aggregation (ops/segment_reduce.h) with the values as weights.
@@ -91,14 +96,15 @@ void sum_by_rows(const Adjacency<I>& x, const T* values, const T* g, int64_t m, 
 
 }  // namespace
 
-template <typename T>
-bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m) {
-  return m >= detail::kWideBlockCols && !detail::fits_in_cache<T>(n, m);
+bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m, std::size_t item_bytes) {
+  // G [n, m] in bytes: rows of m * item_bytes one-byte items.
+  return m >= detail::kWideBlockCols &&
+         !detail::fits_in_cache<std::byte>(n, m * static_cast<int64_t>(item_bytes));
 }
 
-template <typename T>
-int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b) {
-  return trans_b && sparse_matmul_backward_b_by_rows<T>(n, m) ? k * m : 0;
+int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b,
+                                           std::size_t item_bytes) {
+  return trans_b && sparse_matmul_backward_b_by_rows(n, m, item_bytes) ? k * m : 0;
 }
 
 template <typename T, typename I>
@@ -108,17 +114,12 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
   constexpr std::string_view op = "sparse_matmul_backward_b";
   check_sizes(op, x, values.size(), m, grad_b.size(), grad_out.size(), "grad_out");
   const int64_t n = x.num_dst_nodes(), K = x.num_src_nodes();
-  const int64_t need = sparse_matmul_backward_b_workspace<T>(n, K, m, trans_b);
+  const int64_t need = sparse_matmul_backward_b_workspace(n, K, m, trans_b, sizeof(T));
   expect_size(op, "workspace", workspace.size(), need, need > 0 ? "K*M (walked by rows)" : "0");
-  if (sparse_matmul_backward_b_by_rows<T>(n, m)) {
+  if (sparse_matmul_backward_b_by_rows(n, m, sizeof(T))) {
     T* acc = trans_b ? workspace.data() : grad_b.data();
     sum_by_rows(x, values.data(), grad_out.data(), m, acc);
-    if (trans_b) {  // grad_b [M, K] = acc [K, M] transposed
-#pragma omp parallel for schedule(static) if (K * m > detail::kParallelWork)
-      for (int64_t j = 0; j < m; ++j) {
-        for (int64_t k = 0; k < K; ++k) grad_b[static_cast<std::size_t>(j * K + k)] = acc[k * m + j];
-      }
-    }
+    if (trans_b) transpose(acc, K, m, grad_b.data());  // grad_b [M, K] = acc [K, M]ᵀ
     return;
   }
   // Row k of Xᵀ G: the rows of G that column k of X touches, in ascending
@@ -141,11 +142,5 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                                                std::span<const T>, int64_t, bool,            \
                                                std::span<T>, std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
-#undef GNNRT_INSTANTIATE
-
-#define GNNRT_INSTANTIATE(T)                                                          \
-  template bool sparse_matmul_backward_b_by_rows<T>(int64_t, int64_t);                 \
-  template int64_t sparse_matmul_backward_b_workspace<T>(int64_t, int64_t, int64_t, bool);
-GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -18,6 +18,7 @@
 // inside. Bad sizes throw OpError naming the argument.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -40,13 +41,14 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
 // adds its products in X's row order from 0; by columns, in entry order.
 // The bits are the same when X's entries are stored row by row (as built
 // from a row-major matrix, the trainer's features); otherwise each walk is
-// still the same on any thread count. The accumulators are grad_b itself, or, with trans_b,
-// a workspace of K * M elements transposed into grad_b at the end:
-// sparse_matmul_backward_b_workspace gives the size, 0 when not needed.
-template <typename T>
-bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m);
-template <typename T>
-int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b);
+// still the same on any thread count. The accumulators are grad_b itself,
+// or, with trans_b, a workspace of K * M elements transposed into grad_b at
+// the end: sparse_matmul_backward_b_workspace gives the size, 0 when not
+// needed. Both take the element size (sizeof(T)), so the runtime's memory
+// plan and cost model ask with its dtype.
+bool sparse_matmul_backward_b_by_rows(int64_t n, int64_t m, std::size_t item_bytes);
+int64_t sparse_matmul_backward_b_workspace(int64_t n, int64_t k, int64_t m, bool trans_b,
+                                           std::size_t item_bytes);
 
 template <typename T, typename I>
 void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,

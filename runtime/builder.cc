@@ -731,10 +731,8 @@ ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g,
   const ValueId out = emit_float(k, {values, g}, a, shape(b));
   // Accumulators for a walk by rows that ends transposed (ops/sparse_matmul.h).
   const int64_t m = shape(g)[1];
-  const bool f64 = float_type() == DType::kF64;
-  const int64_t size =
-      f64 ? ops::sparse_matmul_backward_b_workspace<double>(info.num_dst, info.num_src, m, trans_b)
-          : ops::sparse_matmul_backward_b_workspace<float>(info.num_dst, info.num_src, m, trans_b);
+  const int64_t size = ops::sparse_matmul_backward_b_workspace(info.num_dst, info.num_src, m,
+                                                               trans_b, item_size(float_type()));
   const ValueId workspace =
       new_value(program_.value(out).name + ".workspace", float_type(),
                 size > 0 ? Shape{info.num_src, m} : Shape{0}, Role::kTemp);

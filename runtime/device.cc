@@ -67,12 +67,9 @@ OpCost op_cost(const Program& p, const Op& op) {
                              ? static_cast<double>(p.value(op.outputs[0]).shape[1])
                              : static_cast<double>(p.value(dense).shape[1]);
         c.flops = 2 * edges * m;
-        const auto n = g.num_dst;
-        const auto width = static_cast<int64_t>(m);
-        const bool by_rows = p.float_type == DType::kF64
-                                 ? ops::sparse_matmul_backward_b_by_rows<double>(n, width)
-                                 : ops::sparse_matmul_backward_b_by_rows<float>(n, width);
-        if (op.kind == OpKind::kSparseMatMulGradB && by_rows) {
+        if (op.kind == OpKind::kSparseMatMulGradB &&
+            ops::sparse_matmul_backward_b_by_rows(g.num_dst, static_cast<int64_t>(m),
+                                                  item_size(p.float_type))) {
           // Walked by rows (ops/sparse_matmul.h): G is read once and the
           // accumulator rows each entry updates stay in cache: the operands
           // and results counted above are what moves.

@@ -409,7 +409,7 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
       for (int64_t f = 0; f < c.m; ++f) want[col[e] * c.m + f] += values[e] * g[row[e] * c.m + f];
     }
     for (const bool trans_b : {false, true}) {
-      const int64_t ws = ops::sparse_matmul_backward_b_workspace<float>(c.n, K, c.m, trans_b);
+      const int64_t ws = ops::sparse_matmul_backward_b_workspace(c.n, K, c.m, trans_b, sizeof(float));
       EXPECT_EQ(ws, trans_b && c.by_rows ? K * c.m : 0) << c.n << " x " << c.m;
       for (const int threads : {1, 2}) {
         const int saved = omp_get_max_threads();
@@ -437,7 +437,7 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
 // and 2 threads.
 TEST(SparseMatmulGradB, ShuffledEntriesWalkedByRows) {
   const int64_t n = 5000, m = 64, K = 300, E = 40000;
-  ASSERT_TRUE(ops::sparse_matmul_backward_b_by_rows<float>(n, m));
+  ASSERT_TRUE(ops::sparse_matmul_backward_b_by_rows(n, m, sizeof(float)));
   std::vector<int32_t> row(E), col(E);
   std::vector<float> values(E), g(n * m);
   const auto draw = [](uint64_t stream, uint64_t i) { return ops::philox(10, stream, {i, 0, 0, 0})[0]; };
