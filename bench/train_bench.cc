@@ -142,14 +142,16 @@ void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, in
   std::sort(rows.rbegin(), rows.rend());
   std::cerr << fmt::format("train step: {} ops, summed op medians {:.1f} us over {} steps\n", ops,
                            total, steps);
+  const std::vector<int> op_threads = core.op_threads(step);
   for (const auto& [t, i] : rows) {
     const runtime::Op& op = step.program.ops[i];
     std::string shapes;
     for (const runtime::ValueId v : op.outputs) {
       shapes += runtime::shape_string(step.program.value(v).shape);
     }
-    std::cerr << fmt::format("{:8.1f} us {:5.1f}%  {:3} {:24} {:28} {}\n", t, 100 * t / total, i,
-                             runtime::to_string(op.kind), op.scope, shapes);
+    const int on = op_threads.empty() ? omp_get_max_threads() : op_threads[i];
+    std::cerr << fmt::format("{:8.1f} us {:5.1f}%  {:3} {:24} {:28} {:3}t {}\n", t, 100 * t / total,
+                             i, runtime::to_string(op.kind), op.scope, on, shapes);
   }
 }
 
@@ -170,6 +172,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--features", features, "The features' form (the job's dataset.features)")
       ->check(CLI::IsMember({"auto", "dense", "sparse"}))
+      ->capture_default_str();
+  std::string tune_threads = "on";
+  app.add_option("--tune-threads", tune_threads,
+                 "on: each op runs on one thread or all, whichever its first runs measured "
+                 "faster; off: every op on all threads")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   int profile = 0;
   app.add_option("--profile", profile,
@@ -195,7 +203,9 @@ int main(int argc, char** argv) {
     model::Dataset data = model::load_npy_folder(dataset_dir);
     model::prepare_features(data, job);
     const bool sparse = data.x_sparse.has_value();
-    runtime::Core core(runtime::DeviceProfile::named("trn1"), {});
+    runtime::CoreOptions core_options;
+    core_options.tune_threads = tune_threads == "on";
+    runtime::Core core(runtime::DeviceProfile::named("trn1"), core_options);
     const model::NetworkShape shape = model::bind_dataset(core, data, spec);
     const model::Network train_net = model::build_train_step(spec, shape);
     const model::Network infer_net = model::build_inference(spec, shape);
@@ -243,6 +253,10 @@ int main(int argc, char** argv) {
         }
       }
     }
+    const std::vector<int> op_threads = core.op_threads(*step);
+    const auto ops_on_all = op_threads.empty()
+                                ? static_cast<int64_t>(step->program.ops.size())
+                                : std::count(op_threads.begin(), op_threads.end(), threads);
     const double triad = triad_gbs(), sgemm = sgemm_gflops();
     const double floor_ms = (must_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
     const double cost_model_floor_ms = (step_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
@@ -253,6 +267,8 @@ int main(int argc, char** argv) {
         {"hidden", hidden},
         {"heads", heads},
         {"threads", threads},
+        {"tune_threads", tune_threads},
+        {"ops_on_all_threads", ops_on_all},
         {"dropout", dropout},
         {"features", sparse ? "sparse" : "dense"},
         {"train_ms", train_ms},

@@ -119,7 +119,7 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
   const int64_t blocks = (cols + kColsPerDraw - 1) / kColsPerDraw;
   const T* __restrict x = in.data();
   T* __restrict o = out.data();
-#pragma omp parallel for schedule(dynamic, 1) if (rows * cols > (1 << 14))
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 14))
   for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
     const int64_t r1 = std::min(rows, r0 + kRowChunk);
     const auto n = static_cast<std::size_t>((r1 - r0) * blocks);

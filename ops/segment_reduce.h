@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <omp.h>
+
 #include "ops/csr.h"
 #include "ops/loops.h"
 #include "ops/reduce.h"
@@ -86,14 +88,44 @@ template <typename T, typename I>
   }
 }
 
-// Calls fn(r) for every row r of csr; when the work (edges + rows) * width is
-// large, whole rows are spread over OpenMP threads.
+// Calls fn(r) for every row r of csr: all on the calling thread when the
+// work (edges + rows) * width is small, else a range of consecutive rows per
+// OpenMP thread, each about an equal share of edges + rows. The ranges
+// depend only on the row pointers and the thread count, so the ops of a step
+// over the same rows give each thread the same rows, whose values stay in
+// its cache (the dynamic schedule before moved them between cores, at about
+// 85 ns a cache line on the 2-core VM: Cora's spmm at 64 columns took 61 us
+// on two threads with it, 37 us without).
 template <typename I, typename Fn>
 void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn) {
   const int64_t rows = csr.num_rows();
-  const bool parallel = (csr.num_edges() + rows) * width > kParallelWork;
-#pragma omp parallel for schedule(dynamic, kRowChunk) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) fn(r);
+  const int64_t edges = csr.num_edges();
+  if ((edges + rows) * width <= kParallelWork) {
+    for (int64_t r = 0; r < rows; ++r) fn(r);
+    return;
+  }
+  const int64_t* rowptr = csr.rowptr().data();
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    // The first row r whose cost before it, rowptr[r] + r, reaches share i.
+    const auto first_row = [&](int64_t i) {
+      if (i == threads) return rows;
+      const int64_t target = (edges + rows) * i / threads;
+      int64_t lo = 0, hi = rows;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi) / 2;
+        if (rowptr[mid] + mid < target) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      return lo;
+    };
+    const int64_t end = first_row(t + 1);
+    for (int64_t r = first_row(t); r < end; ++r) fn(r);
+  }
 }
 
 template <typename T, typename I>

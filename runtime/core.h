@@ -115,6 +115,11 @@ struct CoreOptions {
   std::shared_ptr<collectives::Communicator> communicator;
   // The exchange behind a partitioned program's halo ops (runtime/halo.h).
   std::shared_ptr<Halo> halo;
+  // With more than one OpenMP thread, each op of a program runs on one
+  // thread or on all of them, whichever its first runs measured faster
+  // (Core::run). Results do not depend on it: every kernel gives the same
+  // bits on any number of threads.
+  bool tune_threads = true;
 };
 
 // The tensors resident on the core, by name.
@@ -168,6 +173,15 @@ class Core {
     double start_us, duration_us, simulated_us;
   };
   const std::vector<TraceEvent>& trace() const { return trace_; }
+
+  // The threads each op of `compiled` runs on once tuned
+  // (CoreOptions::tune_threads); empty while it is being measured, or when
+  // it runs every op on all threads.
+  std::vector<int> op_threads(const CompiledProgram& compiled) const;
+  // Runs of a program measured before its ops' threads are chosen: one
+  // warm-up, then kThreadSamples on one thread and kThreadSamples on all,
+  // alternating.
+  static constexpr int kThreadSamples = 3;
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;
@@ -196,6 +210,14 @@ class Core {
   HostVector<std::byte> arena_;
   const CompiledProgram* last_run_ = nullptr;
   std::vector<TraceEvent> trace_;
+  // Per program key: the per-op thread choice and the samples behind it.
+  struct ThreadPlan {
+    int threads = 0;  // omp_get_max_threads() it was measured with
+    int runs = 0;
+    std::vector<std::vector<double>> seconds[2];  // [0]: one thread, [1]: all; per op
+    std::vector<int> op_threads;                  // set once tuned
+  };
+  std::map<std::string, ThreadPlan> thread_plans_;
   std::vector<std::pair<uint64_t, std::unique_ptr<collectives::Work>>> buckets_;
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 };

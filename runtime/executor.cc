@@ -2,6 +2,7 @@
 // ops one after another, each through its kernel in ops/ (or a collective),
 // in the program's float type.
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -78,11 +79,66 @@ Core::Bound Core::bind(const CompiledProgram& compiled) {
   return b;
 }
 
+namespace {
+
+// Sets the OpenMP threads of the ops that follow, and puts back the count
+// found at construction when it goes out of scope (also on a throw).
+class OpThreads {
+ public:
+  OpThreads() : all_(omp_get_max_threads()), now_(all_) {}
+  ~OpThreads() { set(all_); }
+  int all() const { return all_; }
+  void set(int threads) {
+    if (threads != now_) omp_set_num_threads(threads);
+    now_ = threads;
+  }
+
+ private:
+  int all_, now_;
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
+  const auto it = thread_plans_.find(compiled.key);
+  return it == thread_plans_.end() ? std::vector<int>{} : it->second.op_threads;
+}
+
+// Op threads: an op that reads rows another core has just written pays for
+// moving each cache line between the cores (about 85 ns a line on the 2-core
+// VM, against 5 ns from the core's own cache), so a small op often ran
+// slower on two threads than on one (Cora's train step: 0.48 ms on one
+// thread, 0.68 ms on two). Which ops gain depends on the op, its sizes and
+// the ops around it, so Core::run measures instead of guessing: after a
+// warm-up run, runs alternate between every op on one thread and every op on
+// all, kThreadSamples each, and then each op keeps the count whose median
+// was lower.
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
   const Program& p = compiled.program;
+  OpThreads threads;
+  ThreadPlan* plan = nullptr;
+  if (options_.tune_threads && threads.all() > 1) {
+    plan = &thread_plans_[compiled.key];
+    if (plan->threads != threads.all()) {  // new, or OpenMP's count changed since
+      *plan = ThreadPlan{};
+      plan->threads = threads.all();
+      for (auto& s : plan->seconds) s.assign(p.ops.size(), {});
+    }
+  }
+  // Which samples this run takes: -1 none, 0 one thread, 1 all threads.
+  const int sampling = !plan || !plan->op_threads.empty() || plan->runs == 0
+                           ? -1
+                           : plan->runs % 2 == 1 ? 0 : 1;
   for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (sampling == 0) threads.set(1);
+    if (plan && sampling < 0 && !plan->op_threads.empty()) threads.set(plan->op_threads[i]);
     const auto start = std::chrono::steady_clock::now();
     const Op& op = p.ops[i];
     double comm_bytes = 0;
@@ -120,6 +176,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     if (options_.debug) check_finite(compiled, i, bound);
     const auto end = std::chrono::steady_clock::now();
     const double seconds = std::chrono::duration<double>(end - start).count();
+    if (sampling >= 0) plan->seconds[sampling][i].push_back(seconds);
     const bool gradient = op.kind == OpKind::kBucketStart || op.kind == OpKind::kBucketWait;
     (gradient                   ? counters_.gradient_seconds
      : is_collective(op.kind)   ? counters_.halo_seconds
@@ -135,6 +192,14 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   if (!buckets_.empty()) {
     throw RunError(fmt::format("program '{}' ended with {} gradient all-reduce(s) not waited for",
                                p.name, buckets_.size()));
+  }
+  if (plan && plan->op_threads.empty() && ++plan->runs > 2 * kThreadSamples) {
+    plan->op_threads.resize(p.ops.size());
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+      const bool one = median(plan->seconds[0][i]) <= median(plan->seconds[1][i]);
+      plan->op_threads[i] = one ? 1 : plan->threads;
+    }
+    for (auto& s : plan->seconds) s = {};
   }
 }
 

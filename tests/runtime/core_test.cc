@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -290,6 +293,58 @@ TEST(Core, UnboundInputsAndWrongShapesAreNamed) {
   core.bind_graph("g", random_graph(299, 1).adj);
   EXPECT_THAT([&] { core.run(*compiled, {}); },
               testing::ThrowsMessage<RunError>(HasSubstr("graph 'g' is bound with 50 -> 50 nodes and 299 edges")));
+}
+
+// Op threads (CoreOptions::tune_threads): measured on the first runs, then
+// each op on one thread or all; the results are those of a core that runs
+// every op on all threads, bit for bit, and OpenMP's thread count is what it
+// was after every run. Wide rows (2048 features) so that the element-wise
+// ops and the aggregation take their parallel paths.
+TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
+  constexpr int64_t kWide = 2048;
+  const Graph g = random_graph(3000, 7);
+  const auto program = [] {
+    Builder b("wide");
+    const ValueId x = b.input("x", DType::kF32, {kNodes, kWide});
+    const int32_t graph = b.graph("g", kNodes, kNodes, 3000);
+    ValueId h = b.aggregate(ops::Reduce::kSum, graph, b.relu(x));
+    h = b.aggregate(ops::Reduce::kMax, graph, b.leaky_relu(h, 0.2));
+    b.program().value(h).name = "out";
+    b.output(h);
+    return b.take();
+  };
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);
+  CoreOptions tuned_options, plain_options;
+  plain_options.tune_threads = false;
+  Core tuned(DeviceProfile::named("trn1"), tuned_options);
+  Core plain(DeviceProfile::named("trn1"), plain_options);
+  const auto tuned_program = tuned.compile(program(), {});
+  const auto plain_program = plain.compile(program(), {});
+  for (Core* core : {&tuned, &plain}) {
+    core->bind_graph("g", g.adj);
+    core->memory().put("x", random_array({kNodes, kWide}, 8));
+  }
+  const int runs = 2 * Core::kThreadSamples + 1;
+  for (int run = 0; run < runs + 2; ++run) {
+    EXPECT_EQ(tuned.op_threads(*tuned_program).empty(), run < runs) << run;
+    tuned.run(*tuned_program, {});
+    plain.run(*plain_program, {});
+    EXPECT_EQ(omp_get_max_threads(), 2) << run;
+    const Tensor a = tuned.read(*tuned_program, "out"), b = plain.read(*plain_program, "out");
+    ASSERT_EQ(a.bytes().size(), b.bytes().size());
+    EXPECT_EQ(std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()), 0) << "run " << run;
+  }
+  const std::vector<int> threads = tuned.op_threads(*tuned_program);
+  ASSERT_EQ(threads.size(), tuned_program->program.ops.size());
+  for (const int t : threads) EXPECT_TRUE(t == 1 || t == 2) << t;
+  EXPECT_TRUE(plain.op_threads(*plain_program).empty());
+  // Another thread count: measured again.
+  omp_set_num_threads(3);
+  tuned.run(*tuned_program, {});
+  EXPECT_TRUE(tuned.op_threads(*tuned_program).empty());
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(saved);
 }
 
 }  // namespace
