@@ -3,7 +3,9 @@
 // bench/compare_torch_train.py's PyTorch runs, with the same models (PyG's
 // layers, raw features, dropout on or, --dropout off, every p = 0), optimizer
 // (Adam, lr 0.01, weight decay 5e-4) and timing rules (3 warm-up calls, then
-// at least --min-reps samples and --min-seconds; medians). The features'
+// at least --min-reps samples and --min-seconds; medians). On more than one
+// thread the warm-up also covers Core::run's thread tuning (up to
+// Core::kTuningRuns calls), so no timed call is one of its measuring runs. The features'
 // form is the trainer's (--features auto: sparse when mostly zero). One
 // configuration per process, so the peak RSS is that configuration's alone.
 //
@@ -75,7 +77,8 @@ model::proto::Model model_for(const std::string& name, int64_t* hidden, int64_t*
 
 template <typename F>
 std::pair<double, int> median_ms(F&& fn, int min_reps, double min_seconds) {
-  for (int i = 0; i < 3; ++i) fn();
+  const int warm_up = omp_get_max_threads() > 1 ? std::max(3, runtime::Core::kTuningRuns + 1) : 3;
+  for (int i = 0; i < warm_up; ++i) fn();
   std::vector<double> ms;
   const auto start = std::chrono::steady_clock::now();
   while (static_cast<int>(ms.size()) < min_reps ||

@@ -181,7 +181,7 @@ void Core::write_trace(const std::filesystem::path& path) const {
                       {"dur", e.duration_us},
                       {"pid", 0},
                       {"tid", 0},
-                      {"args", {{"scope", e.scope}, {"simulated_us", e.simulated_us}}}});
+                      {"args", {{"scope", e.scope}, {"simulated_us", e.simulated_us}, {"threads", e.threads}}}});
   }
   const nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   try {

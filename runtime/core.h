@@ -116,9 +116,11 @@ struct CoreOptions {
   // The exchange behind a partitioned program's halo ops (runtime/halo.h).
   std::shared_ptr<Halo> halo;
   // With more than one OpenMP thread, each op of a program runs on one
-  // thread or on all of them, whichever its first runs measured faster
+  // thread or on all of them, whichever its first runs measured faster, and
+  // the whole program on one thread when that measured faster than the mix
   // (Core::run). Results do not depend on it: every kernel gives the same
-  // bits on any number of threads.
+  // bits on any number of threads, except the sign of a NaN in a scatter of
+  // rows of at most 64 bytes above two threads (docs/runtime.md, "Running").
   bool tune_threads = true;
 };
 
@@ -171,6 +173,7 @@ class Core {
   struct TraceEvent {
     std::string name, scope, program;
     double start_us, duration_us, simulated_us;
+    int threads = 1;  // the OpenMP threads the op ran with
   };
   const std::vector<TraceEvent>& trace() const { return trace_; }
 
@@ -178,10 +181,14 @@ class Core {
   // (CoreOptions::tune_threads); empty while it is being measured, or when
   // it runs every op on all threads.
   std::vector<int> op_threads(const CompiledProgram& compiled) const;
-  // Runs of a program measured before its ops' threads are chosen: one
-  // warm-up, then kThreadSamples on one thread and kThreadSamples on all,
-  // alternating.
+  // How a program's ops' threads are chosen: one warm-up run; then
+  // 2 kThreadSamples runs alternating every op on one thread and every op on
+  // all, after which each op keeps the count with the lower median (the
+  // mix); if the mix keeps any op on all threads, 2 kThreadSamples more runs
+  // alternating every op on one thread and the mix, and the whole program
+  // keeps whichever had the lower median run time. At most kTuningRuns runs.
   static constexpr int kThreadSamples = 3;
+  static constexpr int kTuningRuns = 4 * kThreadSamples + 1;
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;
@@ -213,9 +220,11 @@ class Core {
   // Per program key: the per-op thread choice and the samples behind it.
   struct ThreadPlan {
     int threads = 0;  // omp_get_max_threads() it was measured with
-    int runs = 0;
-    std::vector<std::vector<double>> seconds[2];  // [0]: one thread, [1]: all; per op
-    std::vector<int> op_threads;                  // set once tuned
+    int runs = 0;     // runs so far, the warm-up included
+    std::vector<std::vector<double>> op_seconds[2];  // [0]: one thread, [1]: all; per op
+    std::vector<int> mix;                            // each op's faster count
+    std::vector<double> run_seconds[2];              // [0]: one thread, [1]: the mix
+    std::vector<int> op_threads;                     // set once tuned
   };
   std::map<std::string, ThreadPlan> thread_plans_;
   std::vector<std::pair<uint64_t, std::unique_ptr<collectives::Work>>> buckets_;

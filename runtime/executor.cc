@@ -116,8 +116,12 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // thread, 0.68 ms on two). Which ops gain depends on the op, its sizes and
 // the ops around it, so Core::run measures instead of guessing: after a
 // warm-up run, runs alternate between every op on one thread and every op on
-// all, kThreadSamples each, and then each op keeps the count whose median
-// was lower.
+// all, kThreadSamples each, and each op takes the count whose median was
+// lower (the mix). An op's neighbours in the mix differ from both kinds of
+// run, and libgomp's idle worker spins between parallel ops, slowing the
+// ops kept on one thread: when the mix keeps any op on all threads, runs
+// alternate between every op on one thread and the mix, kThreadSamples
+// each, and the lower median run time decides.
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -129,16 +133,30 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     if (plan->threads != threads.all()) {  // new, or OpenMP's count changed since
       *plan = ThreadPlan{};
       plan->threads = threads.all();
-      for (auto& s : plan->seconds) s.assign(p.ops.size(), {});
+      for (auto& s : plan->op_seconds) s.assign(p.ops.size(), {});
     }
   }
-  // Which samples this run takes: -1 none, 0 one thread, 1 all threads.
-  const int sampling = !plan || !plan->op_threads.empty() || plan->runs == 0
-                           ? -1
-                           : plan->runs % 2 == 1 ? 0 : 1;
+  // What this run measures, and on how many threads op i runs.
+  enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun };
+  Sample sample = Sample::kNone;
+  if (plan && plan->op_threads.empty() && plan->runs > 0) {
+    const bool odd = plan->runs % 2 == 1;
+    sample = plan->runs <= 2 * kThreadSamples ? (odd ? Sample::kOneOp : Sample::kAllOp)
+                                              : (odd ? Sample::kOneRun : Sample::kMixRun);
+  }
+  const auto threads_of = [&](size_t i) {
+    switch (sample) {
+      case Sample::kOneOp:
+      case Sample::kOneRun: return 1;
+      case Sample::kMixRun: return plan->mix[i];
+      case Sample::kAllOp: return threads.all();
+      case Sample::kNone: break;
+    }
+    return plan && !plan->op_threads.empty() ? plan->op_threads[i] : threads.all();
+  };
+  double run_seconds = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (sampling == 0) threads.set(1);
-    if (plan && sampling < 0 && !plan->op_threads.empty()) threads.set(plan->op_threads[i]);
+    threads.set(threads_of(i));
     const auto start = std::chrono::steady_clock::now();
     const Op& op = p.ops[i];
     double comm_bytes = 0;
@@ -176,7 +194,10 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     if (options_.debug) check_finite(compiled, i, bound);
     const auto end = std::chrono::steady_clock::now();
     const double seconds = std::chrono::duration<double>(end - start).count();
-    if (sampling >= 0) plan->seconds[sampling][i].push_back(seconds);
+    if (sample == Sample::kOneOp || sample == Sample::kAllOp) {
+      plan->op_seconds[sample == Sample::kAllOp][i].push_back(seconds);
+    }
+    run_seconds += seconds;
     const bool gradient = op.kind == OpKind::kBucketStart || op.kind == OpKind::kBucketWait;
     (gradient                   ? counters_.gradient_seconds
      : is_collective(op.kind)   ? counters_.halo_seconds
@@ -186,20 +207,31 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
         return std::chrono::duration<double, std::micro>(t - epoch_).count();
       };
       trace_.push_back({std::string(to_string(op.kind)), op.scope, p.name, us(start),
-                        us(end) - us(start), simulated * 1e6});
+                        us(end) - us(start), simulated * 1e6, omp_get_max_threads()});
     }
   }
   if (!buckets_.empty()) {
     throw RunError(fmt::format("program '{}' ended with {} gradient all-reduce(s) not waited for",
                                p.name, buckets_.size()));
   }
-  if (plan && plan->op_threads.empty() && ++plan->runs > 2 * kThreadSamples) {
-    plan->op_threads.resize(p.ops.size());
+  if (!plan || !plan->op_threads.empty()) return;
+  if (sample == Sample::kOneRun || sample == Sample::kMixRun) {
+    plan->run_seconds[sample == Sample::kMixRun].push_back(run_seconds);
+  }
+  ++plan->runs;
+  if (plan->runs == 2 * kThreadSamples + 1) {
+    plan->mix.resize(p.ops.size());
     for (size_t i = 0; i < p.ops.size(); ++i) {
-      const bool one = median(plan->seconds[0][i]) <= median(plan->seconds[1][i]);
-      plan->op_threads[i] = one ? 1 : plan->threads;
+      const bool one = median(plan->op_seconds[0][i]) <= median(plan->op_seconds[1][i]);
+      plan->mix[i] = one ? 1 : plan->threads;
     }
-    for (auto& s : plan->seconds) s = {};
+    for (auto& s : plan->op_seconds) s = {};
+    if (std::count(plan->mix.begin(), plan->mix.end(), 1) == std::ssize(plan->mix)) {
+      plan->op_threads = plan->mix;
+    }
+  } else if (plan->runs == kTuningRuns) {
+    const bool one = median(plan->run_seconds[0]) <= median(plan->run_seconds[1]);
+    plan->op_threads = one ? std::vector<int>(p.ops.size(), 1) : plan->mix;
   }
 }
 

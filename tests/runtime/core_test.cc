@@ -316,6 +316,7 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(2);
   CoreOptions tuned_options, plain_options;
+  tuned_options.trace = true;
   plain_options.tune_threads = false;
   Core tuned(DeviceProfile::named("trn1"), tuned_options);
   Core plain(DeviceProfile::named("trn1"), plain_options);
@@ -325,19 +326,52 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
     core->bind_graph("g", g.adj);
     core->memory().put("x", random_array({kNodes, kWide}, 8));
   }
-  const int runs = 2 * Core::kThreadSamples + 1;
-  for (int run = 0; run < runs + 2; ++run) {
-    EXPECT_EQ(tuned.op_threads(*tuned_program).empty(), run < runs) << run;
+  const std::size_t ops = tuned_program->program.ops.size();
+  // Each run's threads per op, from the trace.
+  std::vector<std::vector<int>> ran;
+  std::vector<bool> tuned_before;
+  for (int run = 0; run < Core::kTuningRuns + 2; ++run) {
+    tuned_before.push_back(!tuned.op_threads(*tuned_program).empty());
+    const std::size_t first = tuned.trace().size();
     tuned.run(*tuned_program, {});
     plain.run(*plain_program, {});
     EXPECT_EQ(omp_get_max_threads(), 2) << run;
+    ASSERT_EQ(tuned.trace().size(), first + ops);
+    ran.emplace_back();
+    for (std::size_t i = first; i < first + ops; ++i) ran.back().push_back(tuned.trace()[i].threads);
     const Tensor a = tuned.read(*tuned_program, "out"), b = plain.read(*plain_program, "out");
     ASSERT_EQ(a.bytes().size(), b.bytes().size());
     EXPECT_EQ(std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()), 0) << "run " << run;
   }
   const std::vector<int> threads = tuned.op_threads(*tuned_program);
-  ASSERT_EQ(threads.size(), tuned_program->program.ops.size());
-  for (const int t : threads) EXPECT_TRUE(t == 1 || t == 2) << t;
+  ASSERT_EQ(threads.size(), ops);
+  const std::vector<int> one(ops, 1), all(ops, 2);
+  // The warm-up on all threads, then every op on one thread and on all, alternating.
+  EXPECT_EQ(ran[0], all);
+  for (int run = 1; run <= 2 * Core::kThreadSamples; ++run) {
+    EXPECT_EQ(ran[run], run % 2 == 1 ? one : all) << "run " << run;
+    EXPECT_FALSE(tuned_before[run]) << run;
+  }
+  // Then, when the mix has an op on all threads, every op on one thread and
+  // the mix, alternating; the plan is one of the two.
+  int settled = 2 * Core::kThreadSamples + 1;
+  if (!tuned_before[settled]) {
+    const std::vector<int> mix = ran[settled + 1];
+    EXPECT_NE(mix, one);
+    for (const int t : mix) EXPECT_TRUE(t == 1 || t == 2) << t;
+    for (int run = settled; run < Core::kTuningRuns; ++run) {
+      EXPECT_EQ(ran[run], run % 2 == 1 ? one : mix) << "run " << run;
+      EXPECT_FALSE(tuned_before[run]) << run;
+    }
+    EXPECT_TRUE(threads == one || threads == mix);
+    settled = Core::kTuningRuns;
+  } else {
+    EXPECT_EQ(threads, one);  // the mix had every op on one thread
+  }
+  for (int run = settled; run < Core::kTuningRuns + 2; ++run) {
+    EXPECT_EQ(ran[run], threads) << "run " << run;
+    EXPECT_TRUE(tuned_before[run]) << run;
+  }
   EXPECT_TRUE(plain.op_threads(*plain_program).empty());
   // Another thread count: measured again.
   omp_set_num_threads(3);
