@@ -63,6 +63,26 @@ DrawBatch& thread_batch() {
   return batch;
 }
 
+// The sparse dropout's counterpart: counters without their constant step
+// word, each one's word (ops/rng.h threefry_pick), and the drawn words.
+struct PickBatch {
+  std::array<std::vector<uint32_t>, 3> counters;
+  std::vector<uint8_t> pick;
+  std::vector<uint32_t> words;
+
+  void start(std::size_t n) {
+    if (words.size() >= n) return;
+    for (auto& c : counters) c.resize(n);
+    pick.resize(n);
+    words.resize(n);
+  }
+};
+
+PickBatch& thread_pick_batch() {
+  thread_local PickBatch batch;
+  return batch;
+}
+
 constexpr int64_t kRowChunk = 64;  // rows whose draws are made together
 
 // u >= p  <=>  r >= ceil(p * 2^32): r * 2^-32 is exact in double, so the
@@ -211,32 +231,36 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
 #pragma omp parallel for schedule(dynamic, 1) if (rows.num_edges() > (1 << 14))
   for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
     const int64_t r1 = std::min(n, r0 + kRowChunk);
-    // A draw per stored value, keyed by its block: values sharing a block
-    // draw the same words twice, which costs less than finding them (about
-    // 6% of Cora's values share a block, 20% of PubMed's).
+    // A draw per stored value, keyed by its block, and of its words the one
+    // of its column: values sharing a block draw the same words twice, which
+    // costs less than finding them (about 6% of Cora's values share a
+    // block, 20% of PubMed's).
     const int64_t q0 = rp[r0];
     const auto count = static_cast<std::size_t>(rp[r1] - q0);
-    DrawBatch& batch = thread_batch();
-    batch.start(count, key);
+    PickBatch& batch = thread_pick_batch();
+    batch.start(count);
     uint32_t* __restrict row_low = batch.counters[0].data();
     uint32_t* __restrict row_high = batch.counters[1].data();
     uint32_t* __restrict block = batch.counters[2].data();
+    uint8_t* __restrict pick = batch.pick.data();
     for (int64_t r = r0; r < r1; ++r) {
       const uint64_t row = global_row(global_rows, r);
       for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
+        const auto c = static_cast<uint64_t>(col[q]);
         row_low[q - q0] = static_cast<uint32_t>(row);
         row_high[q - q0] = static_cast<uint32_t>(row >> 32);
-        block[q - q0] = static_cast<uint32_t>(static_cast<uint64_t>(col[q]) / kColsPerDraw);
+        block[q - q0] = static_cast<uint32_t>(c / kColsPerDraw);
+        pick[q - q0] = static_cast<uint8_t>(c % kColsPerDraw);
       }
     }
-    batch.draw(key, count);
-    // Column c's word is words[c % 4]: a load from one of four arrays, no branch.
-    const uint32_t* const words[kColsPerDraw] = {batch.words[0].data(), batch.words[1].data(),
-                                                 batch.words[2].data(), batch.words[3].data()};
+    threefry_pick(generator_key(key), {row_low, row_high, block},
+                  static_cast<uint32_t>(key.step >> 32), pick, batch.words.data(),
+                  static_cast<int64_t>(count));
+    const uint32_t* __restrict words = batch.words.data();
     const int64_t q1 = rp[r1];
     for (int64_t q = q0; q < q1; ++q) {
       const auto e = static_cast<std::size_t>(entry[q]);
-      o[e] = mask(words[static_cast<uint64_t>(col[q]) % kColsPerDraw][q - q0], v[e]);
+      o[e] = mask(words[q - q0], v[e]);
     }
   }
 }

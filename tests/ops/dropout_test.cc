@@ -72,9 +72,9 @@ TEST(Dropout, KeyPartsChangeTheMask) {
   }
 }
 
-// threefry_many against Random123's own Threefry4x32 (ops::threefry), for
-// counts that fill no vector, one, and a tail, and counters whose words
-// carry (all ones) or differ only in their high bits.
+// threefry_many and threefry_pick against Random123's own Threefry4x32
+// (ops::threefry), for counts that fill no vector, one, and a tail, and
+// counters whose words carry (all ones) or differ only in their high bits.
 TEST(Threefry, ManyGivesTheLibrarysWords) {
   const Words32 key = {0xdeadbeefu, 7, 0xffffffffu, 123};
   for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
@@ -90,9 +90,17 @@ TEST(Threefry, ManyGivesTheLibrarysWords) {
     }
     threefry_many(key, {c[0].data(), c[1].data(), c[2].data(), c[3].data()},
                   {w[0].data(), w[1].data(), w[2].data(), w[3].data()}, n);
+    // threefry_pick: one word of each draw, the fourth counter word shared.
+    const uint32_t c3 = 0x80000001u;
+    std::vector<uint8_t> pick(n);
+    for (int64_t i = 0; i < n; ++i) pick[i] = static_cast<uint8_t>((i * 7 + i / 5) % 4);
+    std::vector<uint32_t> picked(n, 0xabababab);
+    threefry_pick(key, {c[0].data(), c[1].data(), c[2].data()}, c3, pick.data(), picked.data(), n);
     for (int64_t i = 0; i < n; ++i) {
       const Words32 want = threefry(key, {c[0][i], c[1][i], c[2][i], c[3][i]});
       for (int j = 0; j < 4; ++j) ASSERT_EQ(w[j][i], want[j]) << "n = " << n << ", i = " << i;
+      ASSERT_EQ(picked[i], threefry(key, {c[0][i], c[1][i], c[2][i], c3})[pick[i]])
+          << "n = " << n << ", i = " << i;
     }
   }
 }
