@@ -239,7 +239,7 @@ void elu_forward(std::span<const T> x, T alpha, std::span<T> out) {
   const T* __restrict xp = x.data();
   T* __restrict o = out.data();
   elementwise(x.size(), [=](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) o[i] = xp[i] > T(0) ? xp[i] : alpha * detail::vexpm1(xp[i]);
+    for (int64_t i = b; i < e; ++i) o[i] = xp[i] > T(0) ? xp[i] : alpha * detail::expm1_nonpositive(xp[i]);
   });
 }
 
@@ -253,7 +253,7 @@ void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out,
   T* __restrict gx = grad_x.data();
   elementwise(x.size(), [=](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      gx[i] = xp[i] > T(0) ? g[i] : g[i] * alpha * detail::vexp(xp[i]);
+      gx[i] = xp[i] > T(0) ? g[i] : g[i] * alpha * detail::exp_nonpositive(xp[i]);
     }
   });
 }
@@ -297,7 +297,7 @@ void log_softmax_forward(std::span<const T> x, int64_t rows, int64_t cols, std::
       block_max[r - r0] = m;
       for (int64_t c = 0; c < cols; ++c) o[r * cols + c] = xr[c] - m;
     }
-    for (int64_t i = r0 * cols; i < r1 * cols; ++i) o[i] = detail::vexp(o[i]);
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) o[i] = detail::exp_nonpositive(o[i]);
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = xp + r * cols;
       T* orow = o + r * cols;
@@ -323,7 +323,7 @@ void log_softmax_backward(std::span<const T> out, std::span<const T> grad_out, i
   const T* __restrict g = grad_out.data();
   T* __restrict gx = grad_x.data();
   row_blocks(rows, cols, [=](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * cols; i < r1 * cols; ++i) gx[i] = detail::vexp(o[i]);  // softmax
+    for (int64_t i = r0 * cols; i < r1 * cols; ++i) gx[i] = detail::exp_nonpositive(o[i]);  // softmax
     for (int64_t r = r0; r < r1; ++r) {
       const T* gr = g + r * cols;
       T* gxr = gx + r * cols;

@@ -149,7 +149,7 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alph
     const T* __restrict s = score;
     T* __restrict a = alpha;
     for_scores<kH>(row, heads(), begin, end, [=](int64_t i, int64_t n) {
-      a[i] = m[n] == kNegInf ? T(0) : detail::vexp(s[i] - m[n]);
+      a[i] = m[n] == kNegInf ? T(0) : detail::exp_nonpositive(s[i] - m[n]);
     });
   };
   const auto divide = [=](int64_t begin, int64_t end) {

@@ -1,4 +1,9 @@
 // exp and expm1 for kernels whose loops must vectorise (internal to ops/).
+// Most callers' arguments are <= 0 by construction: a softmax's score minus
+// its maximum, a log-probability, an ELU's negative inputs (its other lanes
+// are selected away); they use exp_nonpositive and expm1_nonpositive. The
+// softmax pieces given their maximum as an input use exp_float (any x, at
+// the end of this file).
 //
 // glibc's expf is a call the compiler cannot vectorise (its vector variants
 // need -ffast-math, which this project does not use: results must not
@@ -6,14 +11,16 @@
 // over [E, 8] spent 2-3 ns per element in that call (bench/README.md).
 // These are plain inline arithmetic, so a loop over them becomes SIMD code.
 //
-// float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, Cephes' expf
-// polynomial for e^r, and 2^n put into the exponent in two halves (so n =
-// 128 and n = -126 need no special case). Accuracy (tests/ops/
-// vector_math_test.cc, sweeping the range): within 1 ulp of the correctly
-// rounded e^x on [-87.33, 88.72]; 0 below -87.34 (no subnormal results, an
-// absolute error under 1.2e-38), +inf above 88.73, NaN for NaN. expm1: a
-// degree-8 Taylor polynomial for |x| < 0.5 (no cancellation near 0),
-// e^x - 1 elsewhere; within 2 ulp.
+// float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, n in [-126, 0];
+// q = e^r - 1 = r + r^2 P(r) with Cephes' expf polynomial for P, and then
+// e^x = 2^n q + 2^n and e^x - 1 = 2^n q + (2^n - 1): one scale (2^n is a
+// normal float over the whole range) and no cancellation near 0, so one
+// polynomial serves both (an ELU over [2708, 64] took 88 us with the former
+// two-branch expm1, 34 with this). Accuracy (tests/ops/vector_math_test.cc,
+// sweeping the range): within 1 ulp of the correctly rounded result on
+// [-87.33, 0]; below -87.34 exp gives 0 (no subnormal results) and expm1
+// -1; NaN gives NaN; -0 gives 1 and -0. A positive argument is treated as
+// 0 (exp 1, expm1 0): the callers never pass one they keep.
 // double (finite-difference checks): std::exp and std::expm1.
 //
 // Pure functions: the same input gives the same bits on every thread.
@@ -27,6 +34,73 @@
 
 namespace gnnrt::ops::detail {
 
+// 2^n and e^r - 1 for x = n ln2 + r, x clamped to [kExpMin, 0] (NaN
+// passes through q).
+inline constexpr float kExpMin = -87.3365479f;  // below: exp is 0
+
+struct Reduced {
+  float scale;  // 2^n
+  float q;      // e^r - 1
+};
+
+[[gnu::always_inline]] inline Reduced reduce_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;      // 9 bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
+  constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding it rounds to an integer
+  // min/max rather than branches or selects: GCC turned those into masked
+  // AVX-512 code twice as long. NaN passes through both.
+  const float xc = std::max(std::min(x, 0.0f), kExpMin);
+  const float t = xc * kLog2e + kRound;  // n + kRound, in the mantissa's low bits
+  const float fn = t - kRound;
+  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  float r = xc - fn * kLn2Hi;
+  r = r - fn * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return {std::bit_cast<float>((n + 127) << 23), p * (r * r) + r};
+}
+
+[[gnu::always_inline]] inline float exp_nonpositive_float(float x) {
+  const Reduced e = reduce_nonpositive(x);
+  const float out = e.scale * e.q + e.scale;
+  return x < kExpMin ? 0.0f : out;
+}
+
+[[gnu::always_inline]] inline float expm1_nonpositive_float(float x) {
+  const Reduced e = reduce_nonpositive(x);
+  const float out = e.scale * e.q + (e.scale - 1.0f);
+  return x == 0.0f ? x : out;  // keeps -0's sign
+}
+
+template <typename T>
+[[gnu::always_inline]] inline T exp_nonpositive(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_nonpositive_float(x);
+  } else {
+    return std::exp(std::min(x, T(0)));
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline T expm1_nonpositive(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expm1_nonpositive_float(x);
+  } else {
+    return std::expm1(std::min(x, T(0)));
+  }
+}
+
+// e^x for any x, for the softmax pieces whose maximum is an input (the
+// partitioned softmax's segment_exp_sum and segment_softmax_apply, where a
+// score can exceed the maximum it is given): the same reduction, with 2^n
+// put into the exponent in two halves (so n = 128 and n = -126 need no
+// special case). Within 1 ulp on [-87.33, 88.72]; 0 below -87.34, +inf
+// above 88.73.
 [[gnu::always_inline]] inline float exp_float(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;      // 9 bits: n * kLn2Hi is exact
@@ -56,19 +130,6 @@ namespace gnnrt::ops::detail {
   return x < kMin ? 0.0f : (x > kMax ? INFINITY : out);
 }
 
-[[gnu::always_inline]] inline float expm1_float(float x) {
-  // e^x - 1 = x + x^2 (1/2 + x (1/6 + x (1/24 + ...))) for small |x|.
-  float p = 1.0f / 40320;
-  p = p * x + 1.0f / 5040;
-  p = p * x + 1.0f / 720;
-  p = p * x + 1.0f / 120;
-  p = p * x + 1.0f / 24;
-  p = p * x + 1.0f / 6;
-  p = p * x + 0.5f;
-  const float small = p * (x * x) + x;
-  const float large = exp_float(x) - 1.0f;
-  return (x < 0.5f && x > -0.5f) ? small : large;
-}
 
 template <typename T>
 [[gnu::always_inline]] inline T vexp(T x) {
@@ -76,15 +137,6 @@ template <typename T>
     return exp_float(x);
   } else {
     return std::exp(x);
-  }
-}
-
-template <typename T>
-[[gnu::always_inline]] inline T vexpm1(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return expm1_float(x);
-  } else {
-    return std::expm1(x);
   }
 }
 
