@@ -2,8 +2,9 @@
 // Most callers' arguments are <= 0 by construction: a softmax's score minus
 // its maximum, a log-probability, an ELU's negative inputs (its other lanes
 // are selected away); they use exp_nonpositive and expm1_nonpositive. The
-// softmax pieces given their maximum as an input use exp_float (any x, at
-// the end of this file).
+// three softmax pieces given their maximum as an input (segment_exp_sum,
+// its gradient, segment_softmax_apply) use exp_float (any x, at the end of
+// this file).
 //
 // glibc's expf is a call the compiler cannot vectorise (its vector variants
 // need -ffast-math, which this project does not use: results must not
@@ -96,8 +97,8 @@ template <typename T>
 }
 
 // e^x for any x, for the softmax pieces whose maximum is an input (the
-// partitioned softmax's segment_exp_sum and segment_softmax_apply, where a
-// score can exceed the maximum it is given): the same reduction, with 2^n
+// partitioned softmax's segment_exp_sum, its gradient and
+// segment_softmax_apply, where a score can exceed the maximum it is given): the same reduction, with 2^n
 // put into the exponent in two halves (so n = 128 and n = -126 need no
 // special case). Within 1 ulp on [-87.33, 88.72]; 0 below -87.34, +inf
 // above 88.73.

@@ -173,13 +173,14 @@ class Core {
   struct TraceEvent {
     std::string name, scope, program;
     double start_us, duration_us, simulated_us;
-    int threads = 1;  // the OpenMP threads the op ran with
+    int threads = 1;  // omp_get_max_threads() for the op (a kernel below its parallel size uses one)
   };
   const std::vector<TraceEvent>& trace() const { return trace_; }
 
   // The threads each op of `compiled` runs on once tuned
-  // (CoreOptions::tune_threads); empty while it is being measured, or when
-  // it runs every op on all threads.
+  // (CoreOptions::tune_threads); empty while it is being measured, and when
+  // it is not tuned (tune_threads off, one thread, no ops): then every op
+  // runs on all threads.
   std::vector<int> op_threads(const CompiledProgram& compiled) const;
   // How a program's ops' threads are chosen: one warm-up run; then
   // 2 kThreadSamples runs alternating every op on one thread and every op on

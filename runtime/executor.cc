@@ -128,7 +128,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Program& p = compiled.program;
   OpThreads threads;
   ThreadPlan* plan = nullptr;
-  if (options_.tune_threads && threads.all() > 1) {
+  if (options_.tune_threads && threads.all() > 1 && !p.ops.empty()) {
     plan = &thread_plans_[compiled.key];
     if (plan->threads != threads.all()) {  // new, or OpenMP's count changed since
       *plan = ThreadPlan{};

@@ -49,7 +49,8 @@ const auto kExp = [](double x) { return std::exp(x); };
 const auto kExpm1 = [](double x) { return std::expm1(x); };
 
 // The whole range strided (about 1e7 of its 1.1e9 floats, quick under the
-// sanitizers too), and the binades near 0 and around 1 at every third float.
+// sanitizers too), [-2, -0.5] at every third float and [-1e-3, 0] at every
+// 101st.
 TEST(VectorMath, ExpWithinOneUlpOverItsRange) {
   float at = 0;
   EXPECT_LE(worst_ulps(-87.3365f, 0.0f, 97, exp_nonpositive_float, kExp, &at), 1) << "at x = " << at;
@@ -77,6 +78,8 @@ TEST(VectorMath, GeneralExpWithinOneUlpOverItsRange) {
   EXPECT_LE(worst_ulps(0.5f, 2.0f, 3, exp_float, kExp, &at), 1) << "at x = " << at;
   EXPECT_EQ(exp_float(0.0f), 1.0f);
   EXPECT_EQ(exp_float(-100.0f), 0.0f);
+  EXPECT_EQ(exp_float(-INFINITY), 0.0f);  // a head whose scores are all -inf
+  EXPECT_TRUE(std::isnan(exp_float(-NAN)));
   EXPECT_EQ(exp_float(INFINITY), INFINITY);
   EXPECT_EQ(exp_float(89.0f), INFINITY);
   EXPECT_TRUE(std::isnan(exp_float(NAN)));
