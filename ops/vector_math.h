@@ -35,23 +35,21 @@
 
 namespace gnnrt::ops::detail {
 
-// 2^n and e^r - 1 for x = n ln2 + r, x clamped to [kExpMin, 0] (NaN
-// passes through q).
 inline constexpr float kExpMin = -87.3365479f;  // below: exp is 0
 
-struct Reduced {
-  float scale;  // 2^n
-  float q;      // e^r - 1
+// n and q = e^r - 1 for x = n ln2 + r, |r| <= ln2 / 2, x already clamped to
+// the caller's range (NaN passes through q): Cody-Waite reduction and
+// Cephes' expf polynomial, shared by every exp below.
+struct Reduction {
+  int32_t n;
+  float q;
 };
 
-[[gnu::always_inline]] inline Reduced reduce_nonpositive(float x) {
+[[gnu::always_inline]] inline Reduction reduce(float xc) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;      // 9 bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
   constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding it rounds to an integer
-  // min/max rather than branches or selects: GCC turned those into masked
-  // AVX-512 code twice as long. NaN passes through both.
-  const float xc = std::max(std::min(x, 0.0f), kExpMin);
   const float t = xc * kLog2e + kRound;  // n + kRound, in the mantissa's low bits
   const float fn = t - kRound;
   const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
@@ -63,7 +61,20 @@ struct Reduced {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  return {std::bit_cast<float>((n + 127) << 23), p * (r * r) + r};
+  return {n, p * (r * r) + r};
+}
+
+// 2^n and e^r - 1 for x clamped to [kExpMin, 0], where 2^n is a normal float.
+struct Reduced {
+  float scale;  // 2^n
+  float q;      // e^r - 1
+};
+
+[[gnu::always_inline]] inline Reduced reduce_nonpositive(float x) {
+  // min/max rather than branches or selects: GCC turned those into masked
+  // AVX-512 code twice as long. NaN passes through both.
+  const Reduction e = reduce(std::max(std::min(x, 0.0f), kExpMin));
+  return {std::bit_cast<float>((e.n + 127) << 23), e.q};
 }
 
 [[gnu::always_inline]] inline float exp_nonpositive_float(float x) {
@@ -98,39 +109,21 @@ template <typename T>
 
 // e^x for any x, for the softmax pieces whose maximum is an input (the
 // partitioned softmax's segment_exp_sum, its gradient and
-// segment_softmax_apply, where a score can exceed the maximum it is given): the same reduction, with 2^n
-// put into the exponent in two halves (so n = 128 and n = -126 need no
-// special case). Within 1 ulp on [-87.33, 88.72]; 0 below -87.34, +inf
-// above 88.73.
+// segment_softmax_apply, where a score can exceed the maximum it is
+// given): the same reduction, with 2^n put into the exponent in two halves
+// (so n = 128 and n = -126 need no special case). Within 1 ulp on
+// [-87.33, 88.72]; 0 below -87.34, +inf above 88.73.
 [[gnu::always_inline]] inline float exp_float(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;      // 9 bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
-  constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding it rounds to an integer
-  constexpr float kMax = 88.7228394f;         // above: +inf
-  constexpr float kMin = -87.3365479f;        // below: 0
-  // min/max rather than branches or selects: GCC turned those into masked
-  // AVX-512 code twice as long. NaN passes through every step below.
-  const float xc = std::min(std::max(x, kMin), kMax);
-  const float t = xc * kLog2e + kRound;  // n + kRound, in the mantissa's low bits
-  const float fn = t - kRound;
-  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
-  float r = xc - fn * kLn2Hi;
-  r = r - fn * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
-  const int32_t half = n >> 1;
+  constexpr float kMax = 88.7228394f;  // above: +inf
+  // NaN passes through the clamp and every step below.
+  const Reduction e = reduce(std::min(std::max(x, kExpMin), kMax));
+  const float y = e.q + 1.0f;
+  const int32_t half = e.n >> 1;
   const float s1 = std::bit_cast<float>((half + 127) << 23);
-  const float s2 = std::bit_cast<float>((n - half + 127) << 23);
+  const float s2 = std::bit_cast<float>((e.n - half + 127) << 23);
   const float out = y * s1 * s2;
-  return x < kMin ? 0.0f : (x > kMax ? INFINITY : out);
+  return x < kExpMin ? 0.0f : (x > kMax ? INFINITY : out);
 }
-
 
 template <typename T>
 [[gnu::always_inline]] inline T vexp(T x) {
