@@ -33,6 +33,9 @@ Csr<I> Csr<I>::build(std::span<const I> row_index, int64_t num_rows,
   csr.row_of_edge_.assign(row_index.begin(), row_index.end());
   csr.edge_.resize(num_edges);
   for (int64_t e = 0; e < num_edges; ++e) csr.edge_[cursor[row_index[e]]++] = static_cast<I>(e);
+  for (int64_t p = 0; p < num_edges && csr.edges_in_row_order_; ++p) {
+    csr.edges_in_row_order_ = csr.edge_[p] == static_cast<I>(p);
+  }
   if (!col_index.empty()) {
     csr.col_.resize(num_edges);
     for (int64_t p = 0; p < num_edges; ++p) csr.col_[p] = col_index[csr.edge_[p]];

@@ -37,6 +37,9 @@ class Csr {
   // The row of each edge, in edge-id order (a copy of row_index), for
   // kernels that stream over edges in their original order.
   std::span<const I> row_of_edge() const { return row_of_edge_; }
+  // True when the edges were given row by row (edge()[p] == p for every p),
+  // as a CSR matrix's stored values are: kernels then read them in place.
+  bool edges_in_row_order() const { return edges_in_row_order_; }
 
  private:
   std::vector<int64_t> rowptr_{0};
@@ -44,6 +47,7 @@ class Csr {
   std::vector<I> col_;
   std::vector<I> row_of_edge_;
   int64_t num_cols_ = 0;
+  bool edges_in_row_order_ = true;
 };
 
 // Both groupings of a directed edge list (src -> dst): by_dst drives

@@ -4,97 +4,50 @@
 #include <array>
 #include <bit>
 #include <cmath>
-#include <type_traits>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
+#include "ops/loops.h"
 #include "ops/rng.h"
+#include "ops/threefry.h"
 
 namespace gnnrt::ops {
 namespace {
 
-constexpr int64_t kColsPerDraw = 4;  // a Threefry4x32 draw: four 32-bit uniforms
-
-// The widest column count whose blocks fit the counter's 32-bit block word.
-constexpr int64_t kMaxCols = kColsPerDraw << 32;
+// Element k of the flat index space (global row * cols + column) takes word
+// word_of(k) of draw draw_of(k): k = 64 b + 16 w + l is word w of draw
+// 16 b + l. So the 16 draws of a block of 64 elements sit in the 16 lanes of
+// one vector register, and their four words are the block's four runs of 16
+// elements: no shuffle between drawing and masking.
+constexpr uint64_t draw_of(uint64_t k) { return (k >> 6 << 4) | (k & 15); }
+constexpr uint32_t word_of(uint64_t k) { return static_cast<uint32_t>(k >> 4) & 3; }
+constexpr int64_t kBlock = 64;        // elements of 16 draws
+constexpr uint32_t kBlockDraws = 16;
 
 // The generator's key for a dropout: (seed low, seed high, op, step low)
-// words; a draw's counter is (row low, row high, column block, step high).
+// words; draw d's counter is (d low, d high, 0, step high).
 Words32 generator_key(const DropoutKey& key) {
   return {static_cast<uint32_t>(key.seed), static_cast<uint32_t>(key.seed >> 32),
           static_cast<uint32_t>(key.op), static_cast<uint32_t>(key.step)};
 }
-
-// The four 32-bit draws r for columns [4 * block, 4 * block + 4) of one row;
-// column j's uniform is u = r[j] * 2^-32.
-Words32 draws(const DropoutKey& key, uint64_t row, uint64_t block) {
-  return threefry(generator_key(key),
-                  {static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32),
-                   static_cast<uint32_t>(block), static_cast<uint32_t>(key.step >> 32)});
-}
-
-// A chunk's draws, made together (ops/rng.h threefry_many): counters as
-// four arrays, then the words of each, in per-thread arrays that only grow.
-// Every block of the chunk gets its draw, zeros or not: finding the blocks
-// that need none cost more (a branch per block) than the draws it saved.
-struct DrawBatch {
-  std::array<std::vector<uint32_t>, 4> counters, words;
-
-  // Room for n draws; every counter's step word set.
-  void start(std::size_t n, const DropoutKey& key) {
-    if (counters[0].size() < n) {
-      for (auto& c : counters) c.resize(n);
-      for (auto& w : words) w.resize(n);
-    }
-    std::fill_n(counters[3].begin(), n, static_cast<uint32_t>(key.step >> 32));
-  }
-  void draw(const DropoutKey& key, std::size_t n) {
-    threefry_many(generator_key(key),
-                  {counters[0].data(), counters[1].data(), counters[2].data(), counters[3].data()},
-                  {words[0].data(), words[1].data(), words[2].data(), words[3].data()},
-                  static_cast<int64_t>(n));
-  }
-};
-
-DrawBatch& thread_batch() {
-  thread_local DrawBatch batch;
-  return batch;
-}
-
-// The sparse dropout's counterpart: counters without their constant step
-// word, each one's word (ops/rng.h threefry_pick), and the drawn words.
-struct PickBatch {
-  std::array<std::vector<uint32_t>, 3> counters;
-  std::vector<uint8_t> pick;
-  std::vector<uint32_t> words;
-
-  void start(std::size_t n) {
-    if (words.size() >= n) return;
-    for (auto& c : counters) c.resize(n);
-    pick.resize(n);
-    words.resize(n);
-  }
-};
-
-PickBatch& thread_pick_batch() {
-  thread_local PickBatch batch;
-  return batch;
-}
-
-constexpr int64_t kRowChunk = 64;  // rows whose draws are made together
+uint32_t step_high(const DropoutKey& key) { return static_cast<uint32_t>(key.step >> 32); }
 
 // u >= p  <=>  r >= ceil(p * 2^32): r * 2^-32 is exact in double, so the
 // integer comparison keeps exactly the elements the uniform would.
 uint64_t keep_threshold(double p) { return static_cast<uint64_t>(std::ceil(p * 4294967296.0)); }
 
-// What both dropout kernels apply: the keep threshold of p and the scale of
-// kept values, after checking p.
+// What every dropout kernel applies: the keep threshold of p and the scale of
+// kept values, after checking p and the key. A threshold of 2^32 (p = 1, or
+// so close to it that no 32-bit draw reaches it) keeps nothing: drop_all.
 template <typename T>
 struct Mask {
   T scale;
-  uint64_t threshold;
+  uint32_t threshold;
+  bool drop_all;
 
   Mask(std::string_view op, const DropoutKey& key, double p) {
     if (!(p >= 0.0 && p <= 1.0)) {
@@ -104,7 +57,9 @@ struct Mask {
       throw OpError(op, "key op = " + std::to_string(key.op) + " does not fit in 32 bits");
     }
     scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-    threshold = keep_threshold(p);
+    const uint64_t t = keep_threshold(p);
+    drop_all = t > std::numeric_limits<uint32_t>::max();
+    threshold = drop_all ? 0 : static_cast<uint32_t>(t);
   }
   // x scaled if its 32-bit draw keeps it, else +0.0, without a branch (one
   // mispredicts half the time on a random mask) and without multiplying
@@ -116,10 +71,201 @@ struct Mask {
   }
 };
 
-// Row r's global id: global_rows[r], or r when there are none.
-uint64_t global_row(std::span<const int64_t> global_rows, int64_t r) {
-  return global_rows.empty() ? static_cast<uint64_t>(r) : static_cast<uint64_t>(global_rows[r]);
+// Checks that every element's flat index (global row * cols + col) fits in
+// 64 bits, OpError naming the first row beyond; returns the flat index space
+// the rows reach: (largest global row + 1) * cols.
+uint64_t expect_rows_fit(std::string_view op, int64_t cols, std::span<const int64_t> global_rows,
+                         int64_t rows) {
+  if (cols == 0 || rows == 0) return 0;
+  const auto cols_u = static_cast<uint64_t>(cols);
+  const uint64_t limit = (std::numeric_limits<uint64_t>::max() - cols_u + 1) / cols_u;
+  if (global_rows.empty()) {
+    if (static_cast<uint64_t>(rows - 1) > limit) {
+      throw OpError(op, std::to_string(rows) + " rows of " + std::to_string(cols) +
+                            " columns exceed 2^64 elements");
+    }
+    return static_cast<uint64_t>(rows) * cols_u;
+  }
+  uint64_t highest = 0;
+  for (std::size_t r = 0; r < global_rows.size(); ++r) {
+    const auto row = static_cast<uint64_t>(global_rows[r]);
+    if (row > limit) {
+      throw OpError(op, "global_rows[" + std::to_string(r) + "] = " +
+                            std::to_string(global_rows[r]) + ": row * " + std::to_string(cols) +
+                            " columns exceeds 2^64 elements");
+    }
+    highest = std::max(highest, row);
+  }
+  return (highest + 1) * cols_u;
 }
+
+constexpr int kChains = 4;  // independent draws per lane (ops/threefry.h)
+
+// Draws d0 + l + 16 j of lane l, j < N: their four words in x[.][j].
+template <int N>
+[[gnu::always_inline]] inline void draw_lane(const detail::ThreefryKey& ks, uint32_t c3,
+                                             uint64_t d0, uint32_t l, uint32_t (&x)[4][N]) {
+#pragma GCC unroll 8
+  for (int j = 0; j < N; ++j) {
+    const uint64_t d = d0 + l + kBlockDraws * static_cast<uint64_t>(j);
+    x[0][j] = static_cast<uint32_t>(d), x[1][j] = static_cast<uint32_t>(d >> 32);
+    x[2][j] = 0, x[3][j] = c3;
+  }
+  detail::threefry_rounds<N>(ks, x);
+}
+
+// Blocks [b0, b1) of the flat index space (elements 64 b0 .. 64 b1), from
+// x to o (element 64 b0 at x[0] and o[0]): a block's 16 draws in the lanes,
+// each word masking 16 consecutive elements; kChains blocks at a time.
+template <typename T>
+[[gnu::target("prefer-vector-width=512")]] void mask_blocks(const detail::ThreefryKey& key,
+                                                             uint32_t c3, const Mask<T>& mask,
+                                                             uint64_t b0, uint64_t b1,
+                                                             const T* __restrict x,
+                                                             T* __restrict o) {
+  const detail::ThreefryKey ks = key;  // a local: the loop keeps it in registers
+  const auto run = [&]<int N>(uint64_t b) {
+    const T* __restrict xb = x + (b - b0) * kBlock;
+    T* __restrict ob = o + (b - b0) * kBlock;
+#pragma omp simd
+    for (uint32_t l = 0; l < kBlockDraws; ++l) {
+      uint32_t w[4][N];
+      draw_lane<N>(ks, c3, b * kBlockDraws, l, w);
+#pragma GCC unroll 8
+      for (int j = 0; j < N; ++j) {
+#pragma GCC unroll 4
+        for (int word = 0; word < 4; ++word) {
+          const int64_t i = j * kBlock + word * kBlockDraws + l;
+          ob[i] = mask(w[word][j], xb[i]);
+        }
+      }
+    }
+  };
+  uint64_t b = b0;
+  for (; b + kChains <= b1; b += kChains) run.template operator()<kChains>(b);
+  for (; b < b1; ++b) run.template operator()<1>(b);
+}
+
+// Elements [k0, k0 + n) of the flat index space, from x to o, any k0 and n:
+// the whole blocks through mask_blocks, the partial ones at either end
+// element by element from their block's 16 draws.
+template <typename T>
+void mask_range(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask, uint64_t k0,
+                int64_t n, const T* x, T* o) {
+  const uint64_t k1 = k0 + static_cast<uint64_t>(n);
+  const uint64_t first_whole = (k0 + kBlock - 1) / kBlock, end_whole = k1 / kBlock;
+  const auto partial = [&](uint64_t from, uint64_t to) {  // within one block
+    if (from >= to) return;
+    uint32_t words[4][kBlockDraws];
+    for (uint32_t l = 0; l < kBlockDraws; ++l) {
+      uint32_t w[4][1];
+      draw_lane<1>(ks, c3, from / kBlock * kBlockDraws, l, w);
+      for (int word = 0; word < 4; ++word) words[word][l] = w[word][0];
+    }
+    for (uint64_t k = from; k < to; ++k) o[k - k0] = mask(words[word_of(k)][k & 15], x[k - k0]);
+  };
+  if (first_whole >= end_whole) {  // no whole block: at most two partial ones
+    const uint64_t split = std::min(k1, first_whole * kBlock);
+    partial(k0, split);
+    partial(split, k1);
+    return;
+  }
+  partial(k0, first_whole * kBlock);
+  const uint64_t skip = first_whole * kBlock - k0;
+  mask_blocks(ks, c3, mask, first_whole, end_whole, x + skip, o + skip);
+  partial(end_whole * kBlock, k1);
+}
+
+// Element k's word, for loops that draw element by element (vectorised
+// across elements, each lane its own draw).
+[[gnu::always_inline]] inline uint32_t element_word(const detail::ThreefryKey& ks, uint32_t c3,
+                                                    uint64_t k) {
+  const uint64_t d = draw_of(k);
+  uint32_t w[4][1] = {{static_cast<uint32_t>(d)}, {static_cast<uint32_t>(d >> 32)}, {0}, {c3}};
+  detail::threefry_rounds<1>(ks, w);
+  const uint32_t word = word_of(k);
+  return word == 0 ? w[0][0] : word == 1 ? w[1][0] : word == 2 ? w[2][0] : w[3][0];
+}
+
+// Rows [r0, r1) of a dense [rows, cols] matrix whose rows are the global
+// rows global_rows[r], a draw per element.
+template <typename T>
+[[gnu::target("prefer-vector-width=512")]] void mask_rows(
+    const detail::ThreefryKey& key, uint32_t c3, const Mask<T>& mask, int64_t cols,
+    const int64_t* global_rows, int64_t r0, int64_t r1, const T* __restrict x, T* __restrict o) {
+  const detail::ThreefryKey ks = key;
+  const auto cols_u = static_cast<uint64_t>(cols);
+  if (cols == 1) {  // one attention head: the rows are the elements
+#pragma omp simd
+    for (int64_t r = r0; r < r1; ++r) {
+      o[r] = mask(element_word(ks, c3, static_cast<uint64_t>(global_rows[r])), x[r]);
+    }
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint64_t k0 = static_cast<uint64_t>(global_rows[r]) * cols_u;
+    const T* __restrict xr = x + r * cols;
+    T* __restrict orow = o + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) {
+      orow[c] = mask(element_word(ks, c3, k0 + static_cast<uint64_t>(c)), xr[c]);
+    }
+  }
+}
+
+// Stored values at CSR positions [q0, q1), a draw per value: value e =
+// entry[q] (q itself when kInOrder) of row row_of[e] and column col[q], the
+// element (global row, col) of the dense [*, cols] matrix. Each lane draws
+// for kChains values 16 positions apart. K: the flat index's type, uint32_t
+// when the rows' elements number at most 2^32 (then each lane's index
+// arithmetic is one 32-bit operation, not two halves of 64-bit ones).
+template <typename T, typename I, typename K, bool kInOrder, bool kGlobal>
+[[gnu::target("prefer-vector-width=512")]] void mask_values(
+    const detail::ThreefryKey& key, uint32_t c3, const Mask<T>& mask, K cols,
+    const I* __restrict row_of, const I* __restrict col, const I* __restrict entry,
+    const int64_t* __restrict global_rows, int64_t q0, int64_t q1, const T* __restrict v,
+    T* __restrict o) {
+  const detail::ThreefryKey ks = key;
+  const auto run = [&]<int N>(int64_t base) {
+#pragma omp simd
+    for (int64_t l = 0; l < kBlockDraws; ++l) {
+      K k[N];
+      uint32_t w[4][N];
+#pragma GCC unroll 8
+      for (int j = 0; j < N; ++j) {
+        const int64_t q = base + l + kBlockDraws * j;
+        const int64_t e = kInOrder ? q : static_cast<int64_t>(entry[q]);
+        const I r = row_of[e];
+        const K row = kGlobal ? static_cast<K>(global_rows[r]) : static_cast<K>(r);
+        k[j] = row * cols + static_cast<K>(col[q]);
+        const K d = (k[j] >> 6 << 4) | (k[j] & 15);  // draw_of
+        w[0][j] = static_cast<uint32_t>(d);
+        w[1][j] = static_cast<uint32_t>(static_cast<uint64_t>(d) >> 32);
+        w[2][j] = 0, w[3][j] = c3;
+      }
+      detail::threefry_rounds<N>(ks, w);
+#pragma GCC unroll 8
+      for (int j = 0; j < N; ++j) {
+        const int64_t q = base + l + kBlockDraws * j;
+        const int64_t e = kInOrder ? q : static_cast<int64_t>(entry[q]);
+        const auto word = static_cast<uint32_t>(k[j] >> 4) & 3;  // word_of
+        const uint32_t r = word == 0 ? w[0][j] : word == 1 ? w[1][j] : word == 2 ? w[2][j] : w[3][j];
+        o[e] = mask(r, v[e]);
+      }
+    }
+  };
+  int64_t q = q0;
+  for (; q + kChains * kBlockDraws <= q1; q += kChains * kBlockDraws) run.template operator()<kChains>(q);
+#pragma omp simd
+  for (int64_t t = q; t < q1; ++t) {  // the last < 64 values, a draw per lane
+    const int64_t e = kInOrder ? t : static_cast<int64_t>(entry[t]);
+    const I r = row_of[e];
+    const K row = kGlobal ? static_cast<K>(global_rows[r]) : static_cast<K>(r);
+    o[e] = mask(element_word(ks, c3, row * cols + static_cast<K>(col[t])), v[e]);
+  }
+}
+
+constexpr int64_t kParallel = 1 << 14;  // elements below which one thread masks
 
 template <typename T>
 void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t cols,
@@ -135,65 +281,58 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
   expect_size(op, "x", in.size(), rows * cols, "rows*cols");
   expect_size(op, "out", out.size(), rows * cols, "rows*cols");
   if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
-  if (cols > kMaxCols) throw OpError(op, "cols = " + std::to_string(cols) + " exceeds 2^34");
-  const int64_t blocks = (cols + kColsPerDraw - 1) / kColsPerDraw;
-  const T* __restrict x = in.data();
-  T* __restrict o = out.data();
-#pragma omp parallel for schedule(static) if (rows * cols > (1 << 14))
-  for (int64_t r0 = 0; r0 < rows; r0 += kRowChunk) {
-    const int64_t r1 = std::min(rows, r0 + kRowChunk);
-    const auto n = static_cast<std::size_t>((r1 - r0) * blocks);
-    DrawBatch& batch = thread_batch();
-    batch.start(n, key);
-    uint32_t* __restrict row_low = batch.counters[0].data();
-    uint32_t* __restrict row_high = batch.counters[1].data();
-    uint32_t* __restrict block = batch.counters[2].data();
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint64_t row = global_row(global_rows, r);
-      const int64_t i0 = (r - r0) * blocks;
-      for (int64_t b = 0; b < blocks; ++b) {
-        row_low[i0 + b] = static_cast<uint32_t>(row);
-        row_high[i0 + b] = static_cast<uint32_t>(row >> 32);
-        block[i0 + b] = static_cast<uint32_t>(b);
-      }
-    }
-    batch.draw(key, n);
-    const uint32_t* __restrict w0 = batch.words[0].data();
-    const uint32_t* __restrict w1 = batch.words[1].data();
-    const uint32_t* __restrict w2 = batch.words[2].data();
-    const uint32_t* __restrict w3 = batch.words[3].data();
-    const T* xc = x + r0 * cols;
-    T* oc = o + r0 * cols;
-    if (cols % kColsPerDraw == 0) {
-      // Draw i covers the chunk's elements [4i, 4i + 4): one loop over the
-      // whole chunk, vectorised however narrow its rows.
-      for (std::size_t i = 0; i < n; ++i) {
-        oc[4 * i] = mask(w0[i], xc[4 * i]);
-        oc[4 * i + 1] = mask(w1[i], xc[4 * i + 1]);
-        oc[4 * i + 2] = mask(w2[i], xc[4 * i + 2]);
-        oc[4 * i + 3] = mask(w3[i], xc[4 * i + 3]);
-      }
-    } else if (cols == 1) {  // one attention head: a draw per row, its first word
-      for (std::size_t i = 0; i < n; ++i) oc[i] = mask(w0[i], xc[i]);
-    } else {
-      for (int64_t r = 0; r < r1 - r0; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          oc[r * cols + c] = mask(batch.words[c % kColsPerDraw][r * blocks + c / kColsPerDraw],
-                                  xc[r * cols + c]);
-        }
-      }
-    }
+  expect_rows_fit(op, cols, global_rows, rows);
+  const int64_t n = rows * cols;
+  if (mask.drop_all) {
+    std::fill(out.begin(), out.end(), T(0));
+    return;
   }
+  const detail::ThreefryKey ks(generator_key(key));
+  const uint32_t c3 = step_high(key);
+  const T* x = in.data();
+  T* o = out.data();
+  if (global_rows.empty()) {  // row r is global row r: elements 0 .. n, in order
+    detail::for_blocks(n, 16 * kBlock, n > kParallel, [&, ks](int64_t begin, int64_t end) {
+      mask_range(ks, c3, mask, static_cast<uint64_t>(begin), end - begin, x + begin, o + begin);
+    });
+    return;
+  }
+  const auto cols_u = static_cast<uint64_t>(cols);
+  if (cols % kBlock == 0) {  // every row whole blocks
+    const int64_t rows_per = std::max<int64_t>(1, 16 * kBlock / cols);
+    detail::for_blocks(rows, rows_per, n > kParallel, [&, ks](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint64_t b = static_cast<uint64_t>(global_rows[r]) * cols_u / kBlock;
+        mask_blocks(ks, c3, mask, b, b + cols_u / kBlock, x + r * cols, o + r * cols);
+      }
+    });
+    return;
+  }
+  // A draw per element: rows of other widths share their blocks with rows
+  // that may be elsewhere.
+  const int64_t rows_per = std::max<int64_t>(1, 16 * kBlock / cols);
+  detail::for_blocks(rows, rows_per, n > kParallel, [&, ks](int64_t r0, int64_t r1) {
+    mask_rows(ks, c3, mask, cols, global_rows.data(), r0, r1, x, o);
+  });
 }
 
 }  // namespace
 
-bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col) {
-  const Mask<float> mask("dropout_keeps", key, p);
-  if (col >= static_cast<uint64_t>(kMaxCols)) {
-    throw OpError("dropout_keeps", "col = " + std::to_string(col) + " is at or beyond 2^34");
+bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col,
+                   uint64_t cols) {
+  constexpr std::string_view op = "dropout_keeps";
+  const Mask<float> mask(op, key, p);
+  if (col >= cols) {
+    throw OpError(op, "col = " + std::to_string(col) + " is not below cols = " + std::to_string(cols));
   }
-  return draws(key, global_row, col / kColsPerDraw)[col % kColsPerDraw] >= mask.threshold;
+  const int64_t row = static_cast<int64_t>(global_row);
+  expect_rows_fit(op, static_cast<int64_t>(cols), std::span<const int64_t>(&row, 1), 1);
+  if (mask.drop_all) return false;
+  const uint64_t k = global_row * cols + col;
+  const uint64_t d = draw_of(k);
+  const Words32 w = threefry(generator_key(key), {static_cast<uint32_t>(d),
+                                                  static_cast<uint32_t>(d >> 32), 0, step_high(key)});
+  return w[word_of(k)] >= mask.threshold;
 }
 
 template <typename T>
@@ -220,49 +359,35 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
   expect_size(op, "values", values.size(), rows.num_edges(), "E (stored values)");
   expect_size(op, "out", out.size(), rows.num_edges(), "E (stored values)");
   if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), n, "rows");
-  if (rows.num_cols() > kMaxCols) {
-    throw OpError(op, "the matrix's " + std::to_string(rows.num_cols()) + " columns exceed 2^34");
+  const bool narrow = expect_rows_fit(op, rows.num_cols(), global_rows, n) <= (uint64_t{1} << 32);
+  if (mask.drop_all) {
+    std::fill(out.begin(), out.end(), T(0));
+    return;
   }
-  const int64_t* rp = rows.rowptr().data();
+  const detail::ThreefryKey ks(generator_key(key));
+  const uint32_t c3 = step_high(key);
+  const I* row_of = rows.row_of_edge().data();
   const I* col = rows.col().data();
   const I* entry = rows.edge().data();
-  const T* __restrict v = values.data();
-  T* __restrict o = out.data();
-#pragma omp parallel for schedule(dynamic, 1) if (rows.num_edges() > (1 << 14))
-  for (int64_t r0 = 0; r0 < n; r0 += kRowChunk) {
-    const int64_t r1 = std::min(n, r0 + kRowChunk);
-    // A draw per stored value, keyed by its block, and of its words the one
-    // of its column: values sharing a block draw the same words twice, which
-    // costs less than finding them (about 6% of Cora's values share a
-    // block, 20% of PubMed's).
-    const int64_t q0 = rp[r0];
-    const auto count = static_cast<std::size_t>(rp[r1] - q0);
-    PickBatch& batch = thread_pick_batch();
-    batch.start(count);
-    uint32_t* __restrict row_low = batch.counters[0].data();
-    uint32_t* __restrict row_high = batch.counters[1].data();
-    uint32_t* __restrict block = batch.counters[2].data();
-    uint8_t* __restrict pick = batch.pick.data();
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint64_t row = global_row(global_rows, r);
-      for (int64_t q = rp[r]; q < rp[r + 1]; ++q) {
-        const auto c = static_cast<uint64_t>(col[q]);
-        row_low[q - q0] = static_cast<uint32_t>(row);
-        row_high[q - q0] = static_cast<uint32_t>(row >> 32);
-        block[q - q0] = static_cast<uint32_t>(c / kColsPerDraw);
-        pick[q - q0] = static_cast<uint8_t>(c % kColsPerDraw);
-      }
-    }
-    threefry_pick(generator_key(key), {row_low, row_high, block},
-                  static_cast<uint32_t>(key.step >> 32), pick, batch.words.data(),
-                  static_cast<int64_t>(count));
-    const uint32_t* __restrict words = batch.words.data();
-    const int64_t q1 = rp[r1];
-    for (int64_t q = q0; q < q1; ++q) {
-      const auto e = static_cast<std::size_t>(entry[q]);
-      o[e] = mask(words[q - q0], v[e]);
-    }
-  }
+  const T* v = values.data();
+  T* o = out.data();
+  const int64_t count = rows.num_edges();
+  const bool in_order = rows.edges_in_row_order(), global = !global_rows.empty();
+  // Values sharing a draw draw it twice, which costs less than finding them.
+  detail::for_blocks(count, 16 * kBlock, count > kParallel, [&, ks](int64_t q0, int64_t q1) {
+    const auto run = [&]<typename K, bool kInOrder, bool kGlobal>() {
+      mask_values<T, I, K, kInOrder, kGlobal>(ks, c3, mask, static_cast<K>(rows.num_cols()),
+                                              row_of, col, entry, global_rows.data(), q0, q1, v, o);
+    };
+    const auto by_order = [&]<typename K>() {
+      if (in_order && !global) run.template operator()<K, true, false>();
+      else if (in_order) run.template operator()<K, true, true>();
+      else if (!global) run.template operator()<K, false, false>();
+      else run.template operator()<K, false, true>();
+    };
+    if (narrow) by_order.template operator()<uint32_t>();
+    else by_order.template operator()<uint64_t>();
+  });
 }
 
 #define GNNRT_INSTANTIATE(T)                                                                   \

@@ -1,10 +1,12 @@
 // Dropout whose mask is a pure function of (seed, step, op id, global row,
 // column): Random123's Threefry4x32-20 counter-based generator keyed by
-// (seed, op, step) and counted by (global row, column / 4), each draw giving
-// the uniforms of four columns. Any split of the rows over cores, any thread
-// count and the backward pass all draw the same mask, and nothing is stored
-// between forward and backward. The op id must fit in 32 bits and a row in
-// at most 2^34 columns (the key's and counter's words; docs/kernels.md).
+// (seed, op, step) and counted by the element's flat index k = global row *
+// cols + column, each draw giving the uniforms of four elements: k = 64 b +
+// 16 w + l takes word w of draw 16 b + l (so a block of 64 elements is 16
+// draws side by side in a vector register, docs/kernels.md). Any split of
+// the rows over cores, any thread count and the backward pass all draw the
+// same mask, and nothing is stored between forward and backward. The op id
+// must fit in 32 bits and k in 64.
 //
 // An element is kept when its uniform draw u in [0, 1) satisfies u >= p; kept
 // elements are scaled by 1 / (1 - p). p = 0 copies; p = 1 zeroes.
@@ -26,8 +28,9 @@ struct DropoutKey {
   uint64_t op = 0;
 };
 
-// True if element (global_row, col) is kept.
-bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col);
+// True if element (global_row, col) of a [*, cols] matrix is kept.
+bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col,
+                   uint64_t cols);
 
 template <typename T>
 void dropout_forward(const DropoutKey& key, double p, int64_t cols,
@@ -42,8 +45,8 @@ void dropout_backward(const DropoutKey& key, double p, int64_t cols,
 // Dropout of a sparse matrix's stored values (sparse input features): the
 // entries of row r of `rows` (rowptr, col = column, edge = the entry's index
 // in values) draw the dense mask of (global row, column), so stored values
-// keep or drop exactly as they would in the dense matrix, and the zeros stay
-// zero. global_rows [rows] as above (empty: row r is global row r).
+// keep or drop exactly as they would in the dense matrix of `rows`'s
+// num_cols() columns, and the zeros stay zero. global_rows [rows] as above (empty: row r is global row r).
 template <typename T, typename I>
 void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
                             std::span<const int64_t> global_rows, std::span<const T> values,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+
 namespace gnnrt::ops {
 namespace {
 
@@ -84,86 +85,6 @@ Words32 threefry(const Words32& key, const Words32& counter) {
   const Threefry::ctr_type w = Threefry()({{counter[0], counter[1], counter[2], counter[3]}},
                                           {{key[0], key[1], key[2], key[3]}});
   return {w.v[0], w.v[1], w.v[2], w.v[3]};
-}
-
-namespace {
-
-// Random123's threefry4x32_R(20, ...) written over lanes: the library's
-// function works on one counter in a struct, which GCC does not vectorise
-// across calls. Rotations R_32x4 and key schedule as in Random123's
-// threefry.h; tests/ops/dropout_test.cc checks every word against the library.
-// ks: the key's four words and their parity word; x: the counter, in place.
-[[gnu::always_inline]] inline void threefry_rounds(const uint32_t (&ks)[5], uint32_t& x0,
-                                                   uint32_t& x1, uint32_t& x2, uint32_t& x3) {
-  constexpr int kRotate[8][2] = {{10, 26}, {11, 21}, {13, 27}, {23, 5},
-                                 {6, 20},  {17, 11}, {25, 10}, {18, 20}};
-  x0 += ks[0], x1 += ks[1], x2 += ks[2], x3 += ks[3];
-  // Five groups of four rounds, each followed by a key injection.
-#pragma GCC unroll 5
-  for (int s = 1; s <= 5; ++s) {
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const int* rot = kRotate[(s - 1) % 2 * 4 + r];
-      if (r % 2 == 0) {
-        x0 += x1, x1 = std::rotl(x1, rot[0]), x1 ^= x0;
-        x2 += x3, x3 = std::rotl(x3, rot[1]), x3 ^= x2;
-      } else {
-        x0 += x3, x3 = std::rotl(x3, rot[0]), x3 ^= x0;
-        x2 += x1, x1 = std::rotl(x1, rot[1]), x1 ^= x2;
-      }
-    }
-    x0 += ks[s % 5];
-    x1 += ks[(s + 1) % 5];
-    x2 += ks[(s + 2) % 5];
-    x3 += ks[(s + 3) % 5] + static_cast<uint32_t>(s);
-  }
-}
-
-void key_schedule(const Words32& key, uint32_t (&ks)[5]) {
-  for (int i = 0; i < 4; ++i) ks[i] = key[i];
-  ks[4] = 0x1BD11BDAu ^ key[0] ^ key[1] ^ key[2] ^ key[3];
-}
-
-}  // namespace
-
-__attribute__((target("prefer-vector-width=512")))
-void threefry_many(const Words32& key, const std::array<const uint32_t*, 4>& c,
-                   const std::array<uint32_t*, 4>& out, int64_t n) {
-  uint32_t ks[5];
-  key_schedule(key, ks);
-  const uint32_t* __restrict c0 = c[0];
-  const uint32_t* __restrict c1 = c[1];
-  const uint32_t* __restrict c2 = c[2];
-  const uint32_t* __restrict c3 = c[3];
-  uint32_t* __restrict o0 = out[0];
-  uint32_t* __restrict o1 = out[1];
-  uint32_t* __restrict o2 = out[2];
-  uint32_t* __restrict o3 = out[3];
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x0 = c0[i], x1 = c1[i], x2 = c2[i], x3 = c3[i];
-    threefry_rounds(ks, x0, x1, x2, x3);
-    o0[i] = x0, o1[i] = x1, o2[i] = x2, o3[i] = x3;
-  }
-}
-
-__attribute__((target("prefer-vector-width=512")))
-void threefry_pick(const Words32& key, const std::array<const uint32_t*, 3>& c, uint32_t c3,
-                   const uint8_t* pick, uint32_t* out, int64_t n) {
-  uint32_t ks[5];
-  key_schedule(key, ks);
-  const uint32_t* __restrict c0 = c[0];
-  const uint32_t* __restrict c1 = c[1];
-  const uint32_t* __restrict c2 = c[2];
-  const uint8_t* __restrict word = pick;
-  uint32_t* __restrict o = out;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x0 = c0[i], x1 = c1[i], x2 = c2[i], x3 = c3;
-    threefry_rounds(ks, x0, x1, x2, x3);
-    const uint32_t w = word[i];
-    o[i] = w == 0 ? x0 : w == 1 ? x1 : w == 2 ? x2 : x3;
-  }
 }
 
 std::array<double, 4> normals(const RngWords& w) {

@@ -1,13 +1,17 @@
 // Dropout's mask is a function of (seed, step, op, global row, column) only:
 // any split of the rows gives the mask of the whole, the backward reuses it,
-// and the keep rate is 1 - p. The lane-parallel Threefry gives Random123's
-// words. (Exact masks are also checked against the reference's NumPy
-// Threefry in the golden cases.)
+// and the keep rate is 1 - p. Every kernel path (blocks of 64 drawn four at a
+// time or one, partial blocks, rows at global ids, a draw per element or per
+// stored value, 32- and 64-bit flat indices) keeps exactly the elements
+// dropout_keeps, which draws with Random123's own Threefry, says. (Exact
+// masks are also checked against the reference's NumPy Threefry in the
+// golden cases.)
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "ops/dropout.h"
@@ -36,7 +40,7 @@ TEST(Dropout, AnySplitOfRowsDrawsTheSameMask) {
     for (int64_t c = 0; c < kCols; ++c) {
       const float part = r < 100 ? a[r * kCols + c] : b[(kRows - 1 - r) * kCols + c];
       ASSERT_EQ(part, whole[r * kCols + c]) << r << ", " << c;
-      ASSERT_EQ(whole[r * kCols + c] != 0.0f, dropout_keeps(key, 0.3, r, c));
+      ASSERT_EQ(whole[r * kCols + c] != 0.0f, dropout_keeps(key, 0.3, r, c, kCols));
     }
   }
 }
@@ -72,46 +76,99 @@ TEST(Dropout, KeyPartsChangeTheMask) {
   }
 }
 
-// threefry_many and threefry_pick against Random123's own Threefry4x32
-// (ops::threefry), for counts that fill no vector, one, and a tail, and
-// counters whose words carry (all ones) or differ only in their high bits.
-TEST(Threefry, ManyGivesTheLibrarysWords) {
-  const Words32 key = {0xdeadbeefu, 7, 0xffffffffu, 123};
-  for (int64_t n : {0, 1, 15, 16, 17, 1000}) {
-    std::array<std::vector<uint32_t>, 4> c, w;
-    for (auto& v : c) v.resize(n);
-    for (auto& v : w) v.resize(n, 0xabababab);
-    for (int64_t i = 0; i < n; ++i) {
-      const auto u = static_cast<uint32_t>(i);
-      c[0][i] = u * 2654435761u;
-      c[1][i] = i % 3 == 0 ? 0xffffffffu : u;
-      c[2][i] = u << 24;
-      c[3][i] = ~u;
-    }
-    threefry_many(key, {c[0].data(), c[1].data(), c[2].data(), c[3].data()},
-                  {w[0].data(), w[1].data(), w[2].data(), w[3].data()}, n);
-    // threefry_pick: one word of each draw, the fourth counter word shared.
-    const uint32_t c3 = 0x80000001u;
-    std::vector<uint8_t> pick(n);
-    for (int64_t i = 0; i < n; ++i) pick[i] = static_cast<uint8_t>((i * 7 + i / 5) % 4);
-    std::vector<uint32_t> picked(n, 0xabababab);
-    threefry_pick(key, {c[0].data(), c[1].data(), c[2].data()}, c3, pick.data(), picked.data(), n);
-    for (int64_t i = 0; i < n; ++i) {
-      const Words32 want = threefry(key, {c[0][i], c[1][i], c[2][i], c[3][i]});
-      for (int j = 0; j < 4; ++j) ASSERT_EQ(w[j][i], want[j]) << "n = " << n << ", i = " << i;
-      ASSERT_EQ(picked[i], threefry(key, {c[0][i], c[1][i], c[2][i], c3})[pick[i]])
-          << "n = " << n << ", i = " << i;
+// Each layout's mask against dropout_keeps (the library's Threefry), in
+// float and double: rows whose elements fill 0, 1, 4, 5 and more blocks of
+// 64 and end in a partial one; rows at global ids far apart (whole-block
+// rows at cols = 64 and 128, a draw per element otherwise), flat indices
+// beyond 2^32, a step beyond 32 bits.
+template <typename T>
+void expect_layouts_match_library() {
+  const DropoutKey key{.seed = (uint64_t{9} << 40) | 5, .step = (uint64_t{3} << 32) | 8, .op = 4};
+  const double p = 0.45;
+  const T scale = static_cast<T>(1.0 / (1.0 - p));
+  for (int64_t cols : {1, 3, 16, 64, 100, 128}) {
+    for (int64_t rows : {1, 2, 5, 17, 41, 333}) {
+      std::vector<int64_t> far(rows);
+      for (int64_t r = 0; r < rows; ++r) far[r] = r % 3 == 0 ? (int64_t{1} << 33) + 7 * r : rows - r;
+      for (const bool global : {false, true}) {
+        std::vector<T> x(rows * cols), y(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(1 + i % 97);
+        dropout_forward<T>(key, p, cols, global ? std::span<const int64_t>(far) : std::span<const int64_t>(),
+                           x, y);
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint64_t row = global ? static_cast<uint64_t>(far[r]) : static_cast<uint64_t>(r);
+          for (int64_t c = 0; c < cols; ++c) {
+            const std::size_t i = r * cols + c;
+            const T want = dropout_keeps(key, p, row, c, cols) ? x[i] * scale : T(0);
+            ASSERT_EQ(y[i], want) << "cols " << cols << ", rows " << rows << ", global " << global
+                                  << ", (" << r << ", " << c << ")";
+          }
+        }
+      }
     }
   }
 }
 
-TEST(Dropout, OpIdBeyond32BitsAndColumnsBeyond2To34AreErrors) {
+TEST(Dropout, EveryLayoutKeepsWhatTheLibrarysDrawsKeep) {
+  expect_layouts_match_library<float>();
+  expect_layouts_match_library<double>();
+}
+
+// Sparse values against dropout_keeps: entries in row order and shuffled,
+// rows at their own ids and at global ids beyond 2^32 flat indices, more
+// and fewer than 64 values (the four-draw lanes and the tail).
+TEST(SparseDropout, StoredValuesKeepWhatTheDenseMaskKeeps) {
+  const DropoutKey key{.seed = 77, .step = 12, .op = 6};
+  const double p = 0.35;
+  const int64_t n = 90, k = 300;
+  for (const bool shuffled : {false, true}) {
+    std::vector<int32_t> row, col;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < k; ++c) {
+        if ((r * 31 + c * 17) % 11 == 0) row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(c));
+      }
+    }
+    if (shuffled) {
+      for (std::size_t i = 0; i + 1 < row.size(); i += 2) {
+        std::swap(row[i], row[row.size() - 1 - i]);
+        std::swap(col[i], col[col.size() - 1 - i]);
+      }
+    }
+    const auto csr = Csr<int32_t>::build(row, n, col, k);
+    ASSERT_EQ(csr.edges_in_row_order(), !shuffled);
+    std::vector<int64_t> far(n);
+    for (int64_t r = 0; r < n; ++r) far[r] = (int64_t{1} << 30) * (r % 4) + r;
+    for (const bool global : {false, true}) {
+      std::vector<float> v(row.size()), out(row.size());
+      for (std::size_t e = 0; e < v.size(); ++e) v[e] = static_cast<float>(e + 1);
+      sparse_dropout_forward<float, int32_t>(
+          key, p, csr, global ? std::span<const int64_t>(far) : std::span<const int64_t>(), v, out);
+      for (std::size_t e = 0; e < v.size(); ++e) {
+        const uint64_t r = global ? static_cast<uint64_t>(far[row[e]]) : static_cast<uint64_t>(row[e]);
+        const float want = dropout_keeps(key, p, r, col[e], k) ? v[e] * static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
+        ASSERT_EQ(out[e], want) << "shuffled " << shuffled << ", global " << global << ", value " << e;
+      }
+    }
+  }
+}
+
+TEST(Dropout, OpIdBeyond32BitsAndFlatIndicesBeyond2To64AreErrors) {
   std::vector<float> y(kCols);
   const DropoutKey wide_op{.seed = 1, .step = 1, .op = uint64_t{1} << 32};
   EXPECT_THROW(dropout_forward<float>(wide_op, 0.5, kCols, {}, ones(kCols), y), OpError);
-  EXPECT_THROW(dropout_keeps(wide_op, 0.5, 0, 0), OpError);
-  EXPECT_THROW(dropout_keeps({}, 0.5, 0, uint64_t{1} << 34), OpError);
-  EXPECT_NO_THROW(dropout_keeps({}, 0.5, 0, (uint64_t{1} << 34) - 1));
+  EXPECT_THROW(dropout_keeps(wide_op, 0.5, 0, 0, 1), OpError);
+  EXPECT_THROW(dropout_keeps({}, 0.5, 0, 5, 5), OpError);  // col not below cols
+  EXPECT_THROW(dropout_keeps({}, 0.5, uint64_t{1} << 62, 0, 8), OpError);
+  EXPECT_NO_THROW(dropout_keeps({}, 0.5, (uint64_t{1} << 61) - 1, 7, 8));
+  // A global row whose elements' flat indices pass 2^64, named.
+  const std::vector<int64_t> rows = {3, int64_t{1} << 62};
+  std::vector<float> two(2 * 8);
+  try {
+    dropout_forward<float>({}, 0.5, 8, rows, ones(two.size()), two);
+    FAIL() << "no error";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("global_rows[1] = 4611686018427387904"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

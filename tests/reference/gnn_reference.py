@@ -513,11 +513,12 @@ def make_optimizer(name: str, params, lr: float, weight_decay: float = 0.0,
 # from the layers above with the job's naming (conv1, lin1, norm1 counted by
 # kind) and defaults. Dropout draws gnnrt's documented masks (ops/dropout.h)
 # with the Threefry4x32-20 below, so a run with p > 0 is reproducible here:
-# element (row, col) of a dropout keyed `key` at optimizer step `step` is
-# kept when its uniform u >= p, u = word col % 4 of Threefry4x32-20 with key
-# (seed low 32 bits, seed high, key, step low) and counter (row low, row
-# high, col // 4, step high), over 2^32. Rows are node ids, or edge ids of
-# the self-loop graph for GAT's attention.
+# element (row, col) of a [rows, cols] input to a dropout keyed `key` at
+# optimizer step `step` has the flat index k = row * cols + col and is kept
+# when its uniform u >= p, u = word (k // 16) % 4 of Threefry4x32-20 with key
+# (seed low 32 bits, seed high, key, step low) and counter (d low, d high, 0,
+# step high), d = (k // 64) * 16 + k % 16, over 2^32. Rows are node ids, or
+# edge ids of the self-loop graph for GAT's attention.
 
 # Threefry4x32-20 (Salmon et al., "Parallel random numbers: as easy as 1,
 # 2, 3", SC'11), written from the paper's description in NumPy: 20 rounds of
@@ -566,14 +567,16 @@ def dropout_uniforms(seed: int, step: int, key: int, rows, cols: int) -> np.ndar
     """The uniforms [len(rows), cols] of gnnrt's dropout mask for global rows `rows`."""
     rows = np.asarray(rows, np.uint64).reshape(-1)
     low = 0xFFFFFFFF
-    blocks = (cols + 3) // 4
-    ctr = np.zeros((len(rows), blocks, 4), np.uint64)
-    ctr[..., 0] = (rows & np.uint64(low))[:, None]
-    ctr[..., 1] = (rows >> np.uint64(32))[:, None]
-    ctr[..., 2] = np.arange(blocks, dtype=np.uint64)[None, :]
+    k = rows[:, None] * np.uint64(cols) + np.arange(cols, dtype=np.uint64)[None, :]
+    d = (k // np.uint64(64)) * np.uint64(16) + k % np.uint64(16)
+    word = (k // np.uint64(16)) % np.uint64(4)
+    ctr = np.zeros(k.shape + (4,), np.uint64)
+    ctr[..., 0] = d & np.uint64(low)
+    ctr[..., 1] = d >> np.uint64(32)
     ctr[..., 3] = step >> 32
     words = threefry4x32([seed & low, seed >> 32, key, step & low], ctr)
-    return words.reshape(len(rows), blocks * 4)[:, :cols].astype(np.float64) / 4294967296.0
+    picked = np.take_along_axis(words, word.astype(np.int64)[..., None], axis=-1)[..., 0]
+    return picked.astype(np.float64) / 4294967296.0
 
 
 def dropout_mask(rows: int, cols: int, p: float, seed: int, step: int, key: int) -> np.ndarray:

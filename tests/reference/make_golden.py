@@ -637,12 +637,17 @@ def gen_dropout(w, rng):
         ("half", 20, 13, 0.5, 1, 0, 3, None), ("sparse_rows", 6, 64, 0.2, 2**40 + 7, 9, 1, [5, 100, 7, 2**33, 0, 1]),
         ("keep_all", 4, 9, 0.0, 3, 1, 0, None), ("drop_all", 4, 9, 1.0, 3, 1, 0, None),
         ("wide", 3, 130, 0.7, 11, 123456, 2, None),
-        # The kernel's layouts: one column (a draw per row), whole blocks of
-        # four over many rows, and a step beyond 32 bits (the counter's last word).
-        ("one_column", 150, 1, 0.5, 4, 2, 5, None), ("whole_blocks", 150, 8, 0.3, 5, 2**32 + 3, 2, None)]:
+        # The kernel's layouts: one column, whole blocks of 64 elements over
+        # many rows with a partial one at the end, and a step beyond 32 bits
+        # (the counter's last word); rows of whole blocks at global rows, and
+        # rows of an odd width at global rows (a draw per element).
+        ("one_column", 150, 1, 0.5, 4, 2, 5, None), ("whole_blocks", 150, 8, 0.3, 5, 2**32 + 3, 2, None),
+        ("global_blocks", 5, 128, 0.4, 6, 3, 7, [9, 2, 2**40, 4, 0]),
+        ("global_odd", 7, 3, 0.5, 7, 4, 8, [6, 5, 4, 3, 2, 1, 2**35])]:
         # The later cases draw from their own generator, so the cases before
         # them (and every later op's) keep their data.
-        src = rng if name not in ("one_column", "whole_blocks") else np.random.default_rng(r * c)
+        src = rng if name not in ("one_column", "whole_blocks", "global_blocks", "global_odd") \
+            else np.random.default_rng(r * c)
         x = src.standard_normal((r, c)).astype(np.float32)
         gout = src.standard_normal((r, c)).astype(np.float32)
         global_rows = np.arange(r, dtype=np.int64) if rows is None else np.array(rows, np.int64)
