@@ -64,11 +64,23 @@ struct Mask {
   // x scaled if its 32-bit draw keeps it, else +0.0, without a branch (one
   // mispredicts half the time on a random mask) and without multiplying
   // (NaN * 0 is NaN).
-  T operator()(uint32_t draw, T x) const {
+  T operator()(uint32_t draw, T x) const { return apply(draw >= threshold, x); }
+  // x scaled if kept, else +0.0, branch-free as above.
+  T apply(bool kept, T x) const {
     using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-    return std::bit_cast<T>(std::bit_cast<Bits>(x * scale) &
-                            (Bits{0} - static_cast<Bits>(draw >= threshold)));
+    return std::bit_cast<T>(std::bit_cast<Bits>(x * scale) & (Bits{0} - static_cast<Bits>(kept)));
   }
+};
+
+// Where a kernel records which elements it kept (dropout_forward's `keep`,
+// one byte per element, 1 = kept), or nothing when kKeep is false. Kernels
+// store through a local __restrict pointer: a byte store may alias anything,
+// and without it GCC reloaded every operand after each store and vectorised
+// nothing ([2708, 64] took 1.2 ms instead of 45 us).
+template <bool kKeep>
+struct KeepOut {
+  uint8_t* bytes;
+  KeepOut at(int64_t offset) const { return {kKeep ? bytes + offset : nullptr}; }
 };
 
 // Checks that every element's flat index (global row * cols + col) fits in
@@ -117,16 +129,21 @@ template <int N>
 // Blocks [b0, b1) of the flat index space (elements 64 b0 .. 64 b1), from
 // x to o (element 64 b0 at x[0] and o[0]): a block's 16 draws in the lanes,
 // each word masking 16 consecutive elements; kChains blocks at a time.
-template <typename T>
+template <typename T, bool kKeep>
 [[gnu::target("prefer-vector-width=512")]] void mask_blocks(const detail::ThreefryKey& key,
                                                              uint32_t c3, const Mask<T>& mask,
                                                              uint64_t b0, uint64_t b1,
                                                              const T* __restrict x,
-                                                             T* __restrict o) {
+                                                             T* __restrict o, KeepOut<kKeep> keep) {
   const detail::ThreefryKey ks = key;  // a local: the loop keeps it in registers
   const auto run = [&]<int N>(uint64_t b) {
-    const T* __restrict xb = x + (b - b0) * kBlock;
-    T* __restrict ob = o + (b - b0) * kBlock;
+    const int64_t first = static_cast<int64_t>(b - b0) * kBlock;
+    const T* __restrict xb = x + first;
+    T* __restrict ob = o + first;
+    // Kept flags as 32-bit lanes first, narrowed to bytes after the loop:
+    // byte stores in the drawing loop made GCC vectorise it 4 lanes wide
+    // (25x slower).
+    uint32_t kept_lanes[kKeep ? N * kBlock : 1];
 #pragma omp simd
     for (uint32_t l = 0; l < kBlockDraws; ++l) {
       uint32_t w[4][N];
@@ -136,9 +153,15 @@ template <typename T>
 #pragma GCC unroll 4
         for (int word = 0; word < 4; ++word) {
           const int64_t i = j * kBlock + word * kBlockDraws + l;
-          ob[i] = mask(w[word][j], xb[i]);
+          const bool kept = w[word][j] >= mask.threshold;
+          ob[i] = mask.apply(kept, xb[i]);
+          if constexpr (kKeep) kept_lanes[i] = kept;
         }
       }
+    }
+    if constexpr (kKeep) {
+      uint8_t* __restrict kb = keep.at(first).bytes;
+      for (int64_t i = 0; i < N * kBlock; ++i) kb[i] = static_cast<uint8_t>(kept_lanes[i]);
     }
   };
   uint64_t b = b0;
@@ -149,9 +172,9 @@ template <typename T>
 // Elements [k0, k0 + n) of the flat index space, from x to o, any k0 and n:
 // the whole blocks through mask_blocks, the partial ones at either end
 // element by element from their block's 16 draws.
-template <typename T>
+template <typename T, bool kKeep>
 void mask_range(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask, uint64_t k0,
-                int64_t n, const T* x, T* o) {
+                int64_t n, const T* x, T* o, KeepOut<kKeep> keep) {
   const uint64_t k1 = k0 + static_cast<uint64_t>(n);
   const uint64_t first_whole = (k0 + kBlock - 1) / kBlock, end_whole = k1 / kBlock;
   const auto partial = [&](uint64_t from, uint64_t to) {  // within one block
@@ -162,7 +185,11 @@ void mask_range(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask,
       draw_lane<1>(ks, c3, from / kBlock * kBlockDraws, l, w);
       for (int word = 0; word < 4; ++word) words[word][l] = w[word][0];
     }
-    for (uint64_t k = from; k < to; ++k) o[k - k0] = mask(words[word_of(k)][k & 15], x[k - k0]);
+    for (uint64_t k = from; k < to; ++k) {
+      const bool kept = words[word_of(k)][k & 15] >= mask.threshold;
+      o[k - k0] = mask.apply(kept, x[k - k0]);
+      if constexpr (kKeep) keep.bytes[k - k0] = static_cast<uint8_t>(kept);
+    }
   };
   if (first_whole >= end_whole) {  // no whole block: at most two partial ones
     const uint64_t split = std::min(k1, first_whole * kBlock);
@@ -172,7 +199,8 @@ void mask_range(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask,
   }
   partial(k0, first_whole * kBlock);
   const uint64_t skip = first_whole * kBlock - k0;
-  mask_blocks(ks, c3, mask, first_whole, end_whole, x + skip, o + skip);
+  mask_blocks(ks, c3, mask, first_whole, end_whole, x + skip, o + skip,
+              keep.at(static_cast<int64_t>(skip)));
   partial(end_whole * kBlock, k1);
 }
 
@@ -187,30 +215,88 @@ void mask_range(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask,
   return word == 0 ? w[0][0] : word == 1 ? w[1][0] : word == 2 ? w[2][0] : w[3][0];
 }
 
-// Rows [r0, r1) of a dense [rows, cols] matrix whose rows are the global
-// rows global_rows[r], a draw per element.
-template <typename T>
-[[gnu::target("prefer-vector-width=512")]] void mask_rows(
-    const detail::ThreefryKey& key, uint32_t c3, const Mask<T>& mask, int64_t cols,
-    const int64_t* global_rows, int64_t r0, int64_t r1, const T* __restrict x, T* __restrict o) {
+// Elements with flat indices k[0, n), from x to o (element i at x[i],
+// o[i]), a draw per element, each lane drawing for kChains elements 16
+// apart; kept flags narrowed to bytes after each loop (as in mask_blocks).
+// K: the indices' type (uint32_t when they fit, as in mask_values).
+template <typename T, typename K, bool kKeep>
+[[gnu::target("prefer-vector-width=512")]] void mask_indices(
+    const detail::ThreefryKey& key, uint32_t c3, const Mask<T>& mask, const K* __restrict k,
+    int64_t n, const T* __restrict x, T* __restrict o, KeepOut<kKeep> keep) {
   const detail::ThreefryKey ks = key;
-  const auto cols_u = static_cast<uint64_t>(cols);
+  constexpr int64_t kStep = kChains * kBlockDraws;
+  uint32_t kept_lanes[kKeep ? kStep : 1];
+  const auto narrow = [&](int64_t i0, int64_t m) {
+    if constexpr (kKeep) {
+      uint8_t* __restrict kb = keep.bytes + i0;
+      for (int64_t i = 0; i < m; ++i) kb[i] = static_cast<uint8_t>(kept_lanes[i]);
+    }
+  };
+  int64_t i0 = 0;
+  for (; i0 + kStep <= n; i0 += kStep) {
+#pragma omp simd
+    for (int64_t l = 0; l < kBlockDraws; ++l) {
+      uint32_t w[4][kChains];
+#pragma GCC unroll 8
+      for (int j = 0; j < kChains; ++j) {
+        const K kj = k[i0 + l + kBlockDraws * j];
+        const K d = (kj >> 6 << 4) | (kj & 15);  // draw_of
+        w[0][j] = static_cast<uint32_t>(d);
+        w[1][j] = static_cast<uint32_t>(static_cast<uint64_t>(d) >> 32);
+        w[2][j] = 0, w[3][j] = c3;
+      }
+      detail::threefry_rounds<kChains>(ks, w);
+#pragma GCC unroll 8
+      for (int j = 0; j < kChains; ++j) {
+        const int64_t i = i0 + l + kBlockDraws * j;
+        const auto word = static_cast<uint32_t>(k[i] >> 4) & 3;  // word_of
+        const uint32_t r = word == 0 ? w[0][j] : word == 1 ? w[1][j] : word == 2 ? w[2][j] : w[3][j];
+        const bool kept = r >= mask.threshold;
+        o[i] = mask.apply(kept, x[i]);
+        if constexpr (kKeep) kept_lanes[i - i0] = kept;
+      }
+    }
+    narrow(i0, kStep);
+  }
+#pragma omp simd
+  for (int64_t i = i0; i < n; ++i) {  // the last < 64, a draw per lane
+    const bool kept = element_word(ks, c3, k[i]) >= mask.threshold;
+    o[i] = mask.apply(kept, x[i]);
+    if constexpr (kKeep) kept_lanes[i - i0] = kept;
+  }
+  narrow(i0, n - i0);
+}
+
+// Rows [r0, r1) of a dense [rows, cols] matrix whose rows are the global
+// rows global_rows[r], a draw per element: the elements' flat indices in a
+// per-thread buffer, then mask_indices over them.
+template <typename T, typename K, bool kKeep>
+void mask_rows(const detail::ThreefryKey& ks, uint32_t c3, const Mask<T>& mask, int64_t cols,
+               const int64_t* global_rows, int64_t r0, int64_t r1, const T* x, T* o,
+               KeepOut<kKeep> keep) {
+  thread_local std::vector<K> flat;
+  const auto n = static_cast<std::size_t>((r1 - r0) * cols);
+  if (flat.size() < n) flat.resize(n);
+  K* __restrict k = flat.data();
+  const auto w = static_cast<K>(cols);
   if (cols == 1) {  // one attention head: the rows are the elements
-#pragma omp simd
+    for (int64_t r = r0; r < r1; ++r) k[r - r0] = static_cast<K>(global_rows[r]);
+  } else if (cols < kBlockDraws) {  // narrow rows: one flat loop, no loop per row
+    K base = static_cast<K>(global_rows[r0]) * w, c = 0;
+    int64_t r = r0;
+    for (std::size_t i = 0; i < n; ++i) {
+      k[i] = base + c;
+      if (++c == w) c = 0, base = ++r < r1 ? static_cast<K>(global_rows[r]) * w : 0;
+    }
+  } else {
     for (int64_t r = r0; r < r1; ++r) {
-      o[r] = mask(element_word(ks, c3, static_cast<uint64_t>(global_rows[r])), x[r]);
-    }
-    return;
-  }
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint64_t k0 = static_cast<uint64_t>(global_rows[r]) * cols_u;
-    const T* __restrict xr = x + r * cols;
-    T* __restrict orow = o + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) {
-      orow[c] = mask(element_word(ks, c3, k0 + static_cast<uint64_t>(c)), xr[c]);
+      const K k0 = static_cast<K>(global_rows[r]) * w;
+      K* __restrict kr = k + (r - r0) * cols;
+      for (int64_t c = 0; c < cols; ++c) kr[c] = k0 + static_cast<K>(c);
     }
   }
+  mask_indices<T, K, kKeep>(ks, c3, mask, k, static_cast<int64_t>(n), x + r0 * cols, o + r0 * cols,
+                            keep.at(r0 * cols));
 }
 
 // Stored values at CSR positions [q0, q1), a draw per value: value e =
@@ -267,33 +353,18 @@ template <typename T, typename I, typename K, bool kInOrder, bool kGlobal>
 
 constexpr int64_t kParallel = 1 << 14;  // elements below which one thread masks
 
-template <typename T>
-void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t cols,
-                std::span<const int64_t> global_rows, std::span<const T> in, std::span<T> out) {
-  const Mask<T> mask(op, key, p);
-  expect_non_negative(op, "cols", cols);
-  if (cols == 0) {
-    if (!in.empty()) throw OpError(op, "cols is 0 but x is not empty");
-    expect_size(op, "out", out.size(), 0, "0");
-    return;
-  }
-  const int64_t rows = static_cast<int64_t>(in.size()) / cols;
-  expect_size(op, "x", in.size(), rows * cols, "rows*cols");
-  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
-  if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
-  expect_rows_fit(op, cols, global_rows, rows);
+// reach: the flat index space the rows reach (expect_rows_fit).
+template <typename T, bool kKeep>
+void mask_dense(const DropoutKey& key, const Mask<T>& mask, int64_t cols,
+                std::span<const int64_t> global_rows, int64_t rows, uint64_t reach, const T* x,
+                T* o, KeepOut<kKeep> keep) {
   const int64_t n = rows * cols;
-  if (mask.drop_all) {
-    std::fill(out.begin(), out.end(), T(0));
-    return;
-  }
   const detail::ThreefryKey ks(generator_key(key));
   const uint32_t c3 = step_high(key);
-  const T* x = in.data();
-  T* o = out.data();
   if (global_rows.empty()) {  // row r is global row r: elements 0 .. n, in order
     detail::for_blocks(n, 16 * kBlock, n > kParallel, [&, ks](int64_t begin, int64_t end) {
-      mask_range(ks, c3, mask, static_cast<uint64_t>(begin), end - begin, x + begin, o + begin);
+      mask_range(ks, c3, mask, static_cast<uint64_t>(begin), end - begin, x + begin, o + begin,
+                 keep.at(begin));
     });
     return;
   }
@@ -303,7 +374,8 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
     detail::for_blocks(rows, rows_per, n > kParallel, [&, ks](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const uint64_t b = static_cast<uint64_t>(global_rows[r]) * cols_u / kBlock;
-        mask_blocks(ks, c3, mask, b, b + cols_u / kBlock, x + r * cols, o + r * cols);
+        mask_blocks(ks, c3, mask, b, b + cols_u / kBlock, x + r * cols, o + r * cols,
+                    keep.at(r * cols));
       }
     });
     return;
@@ -311,8 +383,13 @@ void apply_mask(std::string_view op, const DropoutKey& key, double p, int64_t co
   // A draw per element: rows of other widths share their blocks with rows
   // that may be elsewhere.
   const int64_t rows_per = std::max<int64_t>(1, 16 * kBlock / cols);
+  const bool narrow = reach <= (uint64_t{1} << 32);
   detail::for_blocks(rows, rows_per, n > kParallel, [&, ks](int64_t r0, int64_t r1) {
-    mask_rows(ks, c3, mask, cols, global_rows.data(), r0, r1, x, o);
+    if (narrow) {
+      mask_rows<T, uint32_t>(ks, c3, mask, cols, global_rows.data(), r0, r1, x, o, keep);
+    } else {
+      mask_rows<T, uint64_t>(ks, c3, mask, cols, global_rows.data(), r0, r1, x, o, keep);
+    }
   });
 }
 
@@ -337,16 +414,62 @@ bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_
 
 template <typename T>
 void dropout_forward(const DropoutKey& key, double p, int64_t cols,
-                     std::span<const int64_t> global_rows, std::span<const T> x,
-                     std::span<T> out) {
-  apply_mask("dropout", key, p, cols, global_rows, x, out);
+                     std::span<const int64_t> global_rows, std::span<const T> x, std::span<T> out,
+                     std::span<uint8_t> keep) {
+  constexpr std::string_view op = "dropout";
+  const Mask<T> mask(op, key, p);
+  expect_non_negative(op, "cols", cols);
+  if (cols == 0) {
+    if (!x.empty()) throw OpError(op, "cols is 0 but x is not empty");
+    expect_size(op, "out", out.size(), 0, "0");
+    if (!keep.empty()) expect_size(op, "keep", keep.size(), 0, "0");
+    return;
+  }
+  const int64_t rows = static_cast<int64_t>(x.size()) / cols;
+  expect_size(op, "x", x.size(), rows * cols, "rows*cols");
+  expect_size(op, "out", out.size(), rows * cols, "rows*cols");
+  if (!keep.empty()) expect_size(op, "keep", keep.size(), rows * cols, "rows*cols");
+  if (!global_rows.empty()) expect_size(op, "global_rows", global_rows.size(), rows, "rows");
+  const uint64_t reach = expect_rows_fit(op, cols, global_rows, rows);
+  if (mask.drop_all) {
+    std::fill(out.begin(), out.end(), T(0));
+    std::fill(keep.begin(), keep.end(), uint8_t{0});
+    return;
+  }
+  if (keep.empty()) {
+    mask_dense(key, mask, cols, global_rows, rows, reach, x.data(), out.data(),
+               KeepOut<false>{nullptr});
+  } else {
+    mask_dense(key, mask, cols, global_rows, rows, reach, x.data(), out.data(),
+               KeepOut<true>{keep.data()});
+  }
 }
 
 template <typename T>
-void dropout_backward(const DropoutKey& key, double p, int64_t cols,
-                      std::span<const int64_t> global_rows, std::span<const T> grad_out,
+void dropout_backward(double p, std::span<const uint8_t> keep, std::span<const T> grad_out,
                       std::span<T> grad_x) {
-  apply_mask("dropout_backward", key, p, cols, global_rows, grad_out, grad_x);
+  constexpr std::string_view op = "dropout_backward";
+  const Mask<T> mask(op, {}, p);
+  expect_size(op, "grad_out", grad_out.size(), static_cast<int64_t>(keep.size()), "len(keep)");
+  expect_size(op, "grad_x", grad_x.size(), static_cast<int64_t>(keep.size()), "len(keep)");
+  const uint8_t* k = keep.data();
+  const T* g = grad_out.data();
+  T* o = grad_x.data();
+  const auto n = static_cast<int64_t>(keep.size());
+  // Bytes widened to 32-bit lanes a block at a time, then the masked loop
+  // (one loop mixing bytes and floats vectorised 4 lanes wide).
+  detail::for_blocks(n, 16 * kBlock, n > 4 * kParallel, [=](int64_t begin, int64_t end) {
+    const uint8_t* __restrict kb = k;
+    const T* __restrict gb = g;
+    T* __restrict ob = o;
+    uint32_t lanes[kBlock];
+    for (int64_t i0 = begin; i0 < end; i0 += kBlock) {
+      const int64_t m = std::min(kBlock, end - i0);
+      for (int64_t i = 0; i < m; ++i) lanes[i] = kb[i0 + i];
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) ob[i0 + i] = mask.apply(lanes[i] != 0, gb[i0 + i]);
+    }
+  });
 }
 
 template <typename T, typename I>
@@ -392,9 +515,8 @@ void sparse_dropout_forward(const DropoutKey& key, double p, const Csr<I>& rows,
 
 #define GNNRT_INSTANTIATE(T)                                                                   \
   template void dropout_forward<T>(const DropoutKey&, double, int64_t, std::span<const int64_t>, \
-                                   std::span<const T>, std::span<T>);                          \
-  template void dropout_backward<T>(const DropoutKey&, double, int64_t,                        \
-                                    std::span<const int64_t>, std::span<const T>,              \
+                                   std::span<const T>, std::span<T>, std::span<uint8_t>);      \
+  template void dropout_backward<T>(double, std::span<const uint8_t>, std::span<const T>,      \
                                     std::span<T>);
 GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)
 #undef GNNRT_INSTANTIATE

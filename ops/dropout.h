@@ -4,8 +4,8 @@
 // cols + column, each draw giving the uniforms of four elements: k = 64 b +
 // 16 w + l takes word w of draw 16 b + l (so a block of 64 elements is 16
 // draws side by side in a vector register, docs/kernels.md). Any split of
-// the rows over cores, any thread count and the backward pass all draw the
-// same mask, and nothing is stored between forward and backward. The op id
+// the rows over cores and any thread count draw the same mask; the forward
+// records which elements it kept, and the backward reads that. The op id
 // must fit in 32 bits and k in 64.
 //
 // An element is kept when its uniform draw u in [0, 1) satisfies u >= p; kept
@@ -32,14 +32,19 @@ struct DropoutKey {
 bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_t col,
                    uint64_t cols);
 
+// keep (optional, [rows, cols] bytes or empty): 1 where the element was
+// kept, 0 where dropped, for the backward (a byte per element moves less
+// than drawing the mask again: GAT Cora's three masks took 77 us a step to
+// draw, docs/kernels.md).
 template <typename T>
 void dropout_forward(const DropoutKey& key, double p, int64_t cols,
-                     std::span<const int64_t> global_rows, std::span<const T> x, std::span<T> out);
+                     std::span<const int64_t> global_rows, std::span<const T> x, std::span<T> out,
+                     std::span<uint8_t> keep = {});
 
-// grad_x = grad_out * mask / (1 - p), the same mask as the forward.
+// grad_x = grad_out * keep / (1 - p), keep the forward's bytes (any non-zero
+// byte keeps).
 template <typename T>
-void dropout_backward(const DropoutKey& key, double p, int64_t cols,
-                      std::span<const int64_t> global_rows, std::span<const T> grad_out,
+void dropout_backward(double p, std::span<const uint8_t> keep, std::span<const T> grad_out,
                       std::span<T> grad_x);
 
 // Dropout of a sparse matrix's stored values (sparse input features): the

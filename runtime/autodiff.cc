@@ -92,7 +92,7 @@ class Backward {
         if (needs(in[0])) add(in[0], b_.elu_grad(in[0], g, a.alpha()));
         return;
       case OpKind::kDropout:
-        if (needs(in[0])) add(in[0], b_.dropout_grad(g, a.alpha(), a.key(), optional(op, 1)));
+        if (needs(in[0])) add(in[0], b_.dropout_grad(g, op.outputs[1], a.alpha()));
         return;
       case OpKind::kLogSoftmax:
         if (needs(in[0])) add(in[0], b_.log_softmax_grad(out, g));

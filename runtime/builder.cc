@@ -300,7 +300,12 @@ ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_gra
     }
     inputs.push_back(rows);
   }
-  return emit_float(k, std::move(inputs), a, shape(x));
+  const ValueId out = emit_float(k, std::move(inputs), a, shape(x));
+  // Which elements were kept, a byte each, for the backward.
+  const ValueId keep =
+      new_value(program_.value(out).name + ".keep", DType::kBool, shape(x), Role::kTemp);
+  program_.ops.back().outputs.push_back(keep);
+  return out;
 }
 
 ValueId Builder::log_softmax(ValueId x) {
@@ -764,13 +769,11 @@ ValueId Builder::elu_grad(ValueId x, ValueId g, double alpha) {
   return emit_float(OpKind::kEluGrad, {x, g}, a, shape(x));
 }
 
-ValueId Builder::dropout_grad(ValueId g, double p, uint64_t key, ValueId global_rows) {
+ValueId Builder::dropout_grad(ValueId g, ValueId keep, double p) {
+  expect_same_shape(OpKind::kDropoutGrad, g, keep, "g", "keep");
   OpAttrs a;
   a.set_alpha(p);
-  a.set_key(key);
-  std::vector<ValueId> inputs{g};
-  if (global_rows != kNoValue) inputs.push_back(global_rows);
-  return emit_float(OpKind::kDropoutGrad, std::move(inputs), a, shape(g));
+  return emit_float(OpKind::kDropoutGrad, {g, keep}, a, shape(g));
 }
 
 ValueId Builder::log_softmax_grad(ValueId out, ValueId g) {

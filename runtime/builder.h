@@ -103,7 +103,9 @@ class Builder {
   // Drops with probability p, keyed by (run seed, run step, key, global row,
   // col); p = 0 returns x itself. Rows are nodes, or the edges of `graph`
   // when given; in a partitioned program their global ids key the mask, so
-  // every replica and every partition draws the single-core mask.
+  // every replica and every partition draws the single-core mask. The op's
+  // second output, "<out>.keep" (bool, x's shape), records the mask for
+  // dropout_grad.
   ValueId dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph = -1);
   ValueId log_softmax(ValueId x);
   // Mean negative log-likelihood over the rows with mask = 1: [1]. In a
@@ -191,7 +193,7 @@ class Builder {
   ValueId relu_grad(ValueId x, ValueId g);
   ValueId leaky_relu_grad(ValueId x, ValueId g, double slope);
   ValueId elu_grad(ValueId x, ValueId g, double alpha);
-  ValueId dropout_grad(ValueId g, double p, uint64_t key, ValueId global_rows);
+  ValueId dropout_grad(ValueId g, ValueId keep, double p);
   ValueId log_softmax_grad(ValueId out, ValueId g);
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
   ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count);

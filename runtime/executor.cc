@@ -334,7 +334,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     case OpKind::kDropout:
       ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
-                              in(0), f());
+                              in(0), f(), out_of.template operator()<uint8_t>(1));
       return 0;
     case OpKind::kLogSoftmax:
       ops::log_softmax_forward<T>(in(0), rows(out), cols(out), f());
@@ -460,8 +460,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       ops::elu_backward<T>(in(0), slope, in(1), f());
       return 0;
     case OpKind::kDropoutGrad:
-      ops::dropout_backward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
-                               in(0), f());
+      ops::dropout_backward<T>(a.alpha(), in.template operator()<uint8_t>(1), in(0), f());
       return 0;
     case OpKind::kLogSoftmaxGrad:
       ops::log_softmax_backward<T>(in(0), in(1), rows(out), cols(out), f());

@@ -62,7 +62,7 @@ struct GraphInfo {
   X(kRelu, "relu")                                                                      \
   X(kLeakyRelu, "leaky_relu")                                                           \
   X(kElu, "elu")                                                                        \
-  X(kDropout, "dropout")                  /* (x[, global_rows]) */                      \
+  X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \
   X(kLogSoftmax, "log_softmax")                                                         \
   X(kNllLoss, "nll_loss")                 /* (logp, labels, mask[, count]) */           \
   X(kMseLoss, "mse_loss")                 /* (pred, target, mask[, count]) */           \
@@ -88,7 +88,7 @@ struct GraphInfo {
   X(kReluGrad, "relu_grad")                                                             \
   X(kLeakyReluGrad, "leaky_relu_grad")                                                  \
   X(kEluGrad, "elu_grad")                                                               \
-  X(kDropoutGrad, "dropout_grad")         /* (g[, global_rows]) */                      \
+  X(kDropoutGrad, "dropout_grad")         /* (g, keep) */                               \
   X(kLogSoftmaxGrad, "log_softmax_grad")                                                \
   X(kNllLossGrad, "nll_loss_grad")        /* (logp, labels, mask, g[, count]) */        \
   X(kMseLossGrad, "mse_loss_grad")        /* (pred, target, mask, g[, count]) */        \

@@ -151,6 +151,21 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(4), out(4);
                    dropout_forward<float>({}, 1.5, 2, {}, x, out);
                  }, "dropout: p = 1.500000 is outside [0, 1]"});
+    v.push_back({"dropout_keep_size", [] {
+                   std::vector<float> x(4), out(4);
+                   std::vector<uint8_t> keep(3);
+                   dropout_forward<float>({}, 0.5, 2, {}, x, out, keep);
+                 }, "dropout: keep has 3 elements, expected rows*cols = 4"});
+    v.push_back({"dropout_backward_sizes", [] {
+                   std::vector<float> g(4), gx(4);
+                   std::vector<uint8_t> keep(5);
+                   dropout_backward<float>(0.5, keep, g, gx);
+                 }, "dropout_backward: grad_out has 4 elements, expected len(keep) = 5"});
+    v.push_back({"dropout_backward_p", [] {
+                   std::vector<float> g(4), gx(4);
+                   std::vector<uint8_t> keep(4);
+                   dropout_backward<float>(-0.1, keep, g, gx);
+                 }, "dropout_backward: p = -0.100000 is outside [0, 1]"});
     v.push_back({"dropout_ragged_rows", [] {
                    std::vector<float> x(5), out(5);
                    dropout_forward<float>({}, 0.5, 2, {}, x, out);

@@ -49,10 +49,23 @@ TEST(Dropout, BackwardUsesTheForwardMaskAndScale) {
   const DropoutKey key{.seed = 1, .step = 2, .op = 9};
   const auto x = ones(kRows * kCols);
   std::vector<float> y(x.size()), g(x.size());
-  dropout_forward<float>(key, 0.25, kCols, {}, x, y);
-  dropout_backward<float>(key, 0.25, kCols, {}, x, g);
+  std::vector<uint8_t> keep(x.size(), 7);
+  dropout_forward<float>(key, 0.25, kCols, {}, x, y, keep);
+  dropout_backward<float>(0.25, keep, x, g);
   EXPECT_EQ(y, g);
-  for (float v : y) EXPECT_TRUE(v == 0.0f || std::abs(v - 1.0f / 0.75f) < 1e-6f);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ASSERT_EQ(keep[i], y[i] != 0.0f ? 1 : 0) << i;  // every byte written, 0 or 1
+    EXPECT_TRUE(y[i] == 0.0f || std::abs(y[i] - 1.0f / 0.75f) < 1e-6f);
+  }
+  // The same bytes with rows at global ids (a draw per element) and with
+  // every element dropped.
+  std::vector<int64_t> rows(kRows);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::vector<uint8_t> keep_rows(x.size(), 7);
+  dropout_forward<float>(key, 0.25, kCols, rows, x, y, keep_rows);
+  EXPECT_EQ(keep_rows, keep);
+  dropout_forward<float>(key, 1.0, kCols, {}, x, y, keep_rows);
+  EXPECT_EQ(std::count(keep_rows.begin(), keep_rows.end(), 0), std::ssize(keep_rows));
 }
 
 TEST(Dropout, KeepRateIsOneMinusP) {
@@ -92,16 +105,19 @@ void expect_layouts_match_library() {
       for (int64_t r = 0; r < rows; ++r) far[r] = r % 3 == 0 ? (int64_t{1} << 33) + 7 * r : rows - r;
       for (const bool global : {false, true}) {
         std::vector<T> x(rows * cols), y(x.size());
+        std::vector<uint8_t> keep(x.size(), 7);
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<T>(1 + i % 97);
         dropout_forward<T>(key, p, cols, global ? std::span<const int64_t>(far) : std::span<const int64_t>(),
-                           x, y);
+                           x, y, keep);
         for (int64_t r = 0; r < rows; ++r) {
           const uint64_t row = global ? static_cast<uint64_t>(far[r]) : static_cast<uint64_t>(r);
           for (int64_t c = 0; c < cols; ++c) {
             const std::size_t i = r * cols + c;
-            const T want = dropout_keeps(key, p, row, c, cols) ? x[i] * scale : T(0);
-            ASSERT_EQ(y[i], want) << "cols " << cols << ", rows " << rows << ", global " << global
-                                  << ", (" << r << ", " << c << ")";
+            const bool kept = dropout_keeps(key, p, row, c, cols);
+            ASSERT_EQ(y[i], kept ? x[i] * scale : T(0))
+                << "cols " << cols << ", rows " << rows << ", global " << global << ", (" << r
+                << ", " << c << ")";
+            ASSERT_EQ(keep[i], kept ? 1 : 0) << "keep, cols " << cols << ", (" << r << ", " << c << ")";
           }
         }
       }
