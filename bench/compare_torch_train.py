@@ -51,10 +51,18 @@ floor_ms ("gnnrt train / floor"); the cost-model floor puts the cost
 model's bytes (every op's operands and results) in place of what must move. Fields an older train_bench
 does not print show as "-".
 
+Rounds (--rounds R, default 1): each configuration runs R times in a row,
+torch then gnnrt, each in a fresh process, and its row holds the medians of
+the rounds (train_ms, infer_ms, floor_ms, triad_gbs, sgemm_gflops, and
+floor_multiple as the median of each round's train_ms / floor_ms, so a
+round's time meets the floor measured in its own minute); peak RSS is the
+largest. The rounds' own figures are kept under "rounds". This VM's triad
+moves by 1.5x from minute to minute, and a single round's floor with it.
+
 Usage:
   /usr/bin/python3 bench/compare_torch_train.py [--models gcn,sage,gat,gcn256]
       [--datasets cora,citeseer,pubmed] [--threads 1,2] [--dropout on,off]
-      [--gnnrt build/bench/train_bench [--gnnrt-features auto]] [--json FILE]
+      [--gnnrt build/bench/train_bench [--gnnrt-features auto]] [--rounds R] [--json FILE]
 Prints Markdown tables and writes the rows as a JSON list to --json
 (default build/bench/compare_torch_train.json): torch rows are
 {system: "torch", model, model_key, dataset, hidden, heads, threads,
@@ -176,6 +184,23 @@ def run_gnnrt(binary, job):
     return row
 
 
+def combine(rounds):
+    """One row from a configuration's rounds: medians (see --rounds)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    row = dict(rounds[0])
+    for key in ("train_ms", "infer_ms", "floor_ms", "cost_model_floor_ms", "triad_gbs",
+                "sgemm_gflops"):
+        if all(key in r for r in rounds):
+            row[key] = statistics.median(r[key] for r in rounds)
+    if all("floor_ms" in r for r in rounds):
+        row["floor_multiple"] = statistics.median(r["train_ms"] / r["floor_ms"] for r in rounds)
+    row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rounds)
+    row["rounds"] = [{k: r[k] for k in ("train_ms", "infer_ms", "floor_ms", "triad_gbs")
+                      if k in r} for r in rounds]
+    return row
+
+
 def fmt(value, spec=".1f", suffix=""):
     """value formatted, or "-" where a (older) train_bench did not report it."""
     return "-" if value is None else f"{value:{spec}}{suffix}"
@@ -230,6 +255,9 @@ def main():
     ap.add_argument("--datasets-root", type=Path, default=REPO.parent / "shared" / "datasets")
     ap.add_argument("--min-reps", type=int, default=10)
     ap.add_argument("--min-seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run each configuration this many times (torch, then gnnrt) and report "
+                         "the medians (default: %(default)s)")
     ap.add_argument("--json", type=Path, default=REPO / "build" / "bench" / "compare_torch_train.json",
                     help="write the rows here as a JSON list (default: %(default)s)")
     ap.add_argument("--gnnrt", type=Path,
@@ -258,9 +286,14 @@ def main():
                            "min_reps": args.min_reps, "min_seconds": args.min_seconds}
                     print(f"running {key} on {dataset}, {threads} thread(s), dropout {dropout}",
                           file=sys.stderr)
-                    rows.append(run_job(job))
+                    torch_rounds, gnnrt_rounds = [], []
+                    for _ in range(args.rounds):
+                        torch_rounds.append(run_job(job))
+                        if args.gnnrt:
+                            gnnrt_rounds.append(run_gnnrt(args.gnnrt, job))
+                    rows.append(combine(torch_rounds))
                     if args.gnnrt:
-                        rows.append(run_gnnrt(args.gnnrt, job))
+                        rows.append(combine(gnnrt_rounds))
 
     if args.gnnrt:
         print_comparison(rows)
