@@ -185,11 +185,12 @@ class Core {
   // How a program's ops' threads are chosen: one warm-up run; then
   // 2 kThreadSamples runs alternating every op on one thread and every op on
   // all, after which each op keeps the count with the lower median (the
-  // mix); if the mix keeps any op on all threads, 2 kThreadSamples more runs
-  // alternating every op on one thread and the mix, and the whole program
-  // keeps whichever had the lower median run time. At most kTuningRuns runs.
+  // mix); if the mix keeps any op on all threads, kThreadSamples + 1 runs of
+  // every op on one thread and then as many of the mix (the first of each
+  // block not counted), and the whole program keeps whichever had the lower
+  // median run time. At most kTuningRuns runs.
   static constexpr int kThreadSamples = 3;
-  static constexpr int kTuningRuns = 4 * kThreadSamples + 1;
+  static constexpr int kTuningRuns = 4 * kThreadSamples + 3;
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;

@@ -119,9 +119,13 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // all, kThreadSamples each, and each op takes the count whose median was
 // lower (the mix). An op's neighbours in the mix differ from both kinds of
 // run, and libgomp's idle worker spins between parallel ops, slowing the
-// ops kept on one thread: when the mix keeps any op on all threads, runs
-// alternate between every op on one thread and the mix, kThreadSamples
-// each, and the lower median run time decides.
+// ops kept on one thread: when the mix keeps any op on all threads, a block
+// of runs with every op on one thread and then a block of runs of the mix,
+// kThreadSamples + 1 each, are timed whole and the lower median run time
+// decides. Blocks, not alternation, and the first run of each dropped:
+// after a run with parallel ops the worker still spins through much of the
+// next run, so one-thread runs that alternated with the mix ran slow (Cora's
+// GCN step kept a mix at 0.50-0.54 ms that ran 0.42-0.45 ms on one thread).
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -139,10 +143,13 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   // What this run measures, and on how many threads op i runs.
   enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun };
   Sample sample = Sample::kNone;
+  constexpr int kBlock = kThreadSamples + 1;   // runs in each of the whole-run blocks
+  constexpr int kFirstBlock = 2 * kThreadSamples + 1;  // the first run of the one-thread block
+  static_assert(kFirstBlock + 2 * kBlock == kTuningRuns);
   if (plan && plan->op_threads.empty() && plan->runs > 0) {
-    const bool odd = plan->runs % 2 == 1;
-    sample = plan->runs <= 2 * kThreadSamples ? (odd ? Sample::kOneOp : Sample::kAllOp)
-                                              : (odd ? Sample::kOneRun : Sample::kMixRun);
+    sample = plan->runs < kFirstBlock             ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
+             : plan->runs < kFirstBlock + kBlock ? Sample::kOneRun
+                                              : Sample::kMixRun;
   }
   const auto threads_of = [&](size_t i) {
     switch (sample) {
@@ -215,11 +222,12 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
                                p.name, buckets_.size()));
   }
   if (!plan || !plan->op_threads.empty()) return;
-  if (sample == Sample::kOneRun || sample == Sample::kMixRun) {
+  const bool block_start = (plan->runs - kFirstBlock) % kBlock == 0;  // dropped: see above
+  if ((sample == Sample::kOneRun || sample == Sample::kMixRun) && !block_start) {
     plan->run_seconds[sample == Sample::kMixRun].push_back(run_seconds);
   }
   ++plan->runs;
-  if (plan->runs == 2 * kThreadSamples + 1) {
+  if (plan->runs == kFirstBlock) {
     plan->mix.resize(p.ops.size());
     for (size_t i = 0; i < p.ops.size(); ++i) {
       const bool one = median(plan->op_seconds[0][i]) <= median(plan->op_seconds[1][i]);
