@@ -1,5 +1,7 @@
 #include "ops/sddmm.h"
 
+#include <omp.h>
+
 #include <string>
 
 #include "ops/error.h"
@@ -84,11 +86,18 @@ void sddmm_add_forward(const Adjacency<I>& adj, int64_t heads, std::span<const T
   const T* __restrict ap = a.data();
   const T* __restrict bp = b.data();
   T* __restrict o = out.data();
-#pragma omp parallel for schedule(static) if (E * H > detail::kParallelWork)
-  for (int64_t e = 0; e < E; ++e) {
-    const T* au = ap + static_cast<int64_t>(src[e]) * H;
-    const T* bv = bp + static_cast<int64_t>(dst[e]) * H;
-    for (int64_t h = 0; h < H; ++h) o[e * H + h] = au[h] + bv[h];
+#pragma omp parallel if (E * H > detail::kParallelWork)
+  {
+    if (omp_get_num_threads() > 1) {  // rows read out of order: ops/segment_reduce.h, Pull
+      detail::pull(detail::pull_of(ap, adj.num_src_nodes(), H));
+      detail::pull(detail::pull_of(bp, adj.num_dst_nodes(), H));
+    }
+#pragma omp for schedule(static)
+    for (int64_t e = 0; e < E; ++e) {
+      const T* au = ap + static_cast<int64_t>(src[e]) * H;
+      const T* bv = bp + static_cast<int64_t>(dst[e]) * H;
+      for (int64_t h = 0; h < H; ++h) o[e * H + h] = au[h] + bv[h];
+    }
   }
 }
 

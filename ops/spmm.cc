@@ -91,7 +91,7 @@ void edge_dot_heads(const Csr<I>& csr, int64_t x_rows, const T* x, const T* grad
       T* __restrict o = grad_w + static_cast<int64_t>(edge[p]) * kH;
       for (int h = 0; h < kH; ++h) o[h] = scale * acc[h];
     }
-  });
+  }, {detail::pull_of(xs, x_rows, kF)});
 }
 
 // Whether edge_dot_heads took the call: several heads of 4, 8 or 16

@@ -5,6 +5,8 @@
 // arrays drawn from ops/rng.h; run through the same harness as the goldens.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "ops/gather.h"
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
+#include "ops/segment_reduce.h"
 #include "ops/segment_softmax.h"
 #include "ops/sparse_matmul.h"
 #include "ops/spmm.h"
@@ -587,6 +590,45 @@ TEST(IndexWidths, Int32AndInt64GiveTheSameBits) {
   const GraphOps<int64_t> wide(src, dst, n, f, x, w, g);
   ASSERT_EQ(narrow.outputs.size(), wide.outputs.size());
   EXPECT_EQ(first_difference<float>(narrow.outputs, wide.outputs), -1);
+}
+
+// A row loop on several threads first reads its gathered operands in order
+// (ops/segment_reduce.h, Pull): that read must stay inside the span, which
+// is any kernel's operand, of any length and alignment. Spans here end where
+// an unreadable page begins, or begin where one ends, so a byte read outside
+// them crashes the test (in the Release build too; the sanitizer build also
+// checks the bytes before a span within its first cache line). A span above
+// kPullBytes is not read at all.
+TEST(Pull, ReadsNothingOutsideItsSpan) {
+  const auto page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  const int64_t data_pages = 2;
+  // [unreadable][data_pages readable][unreadable]
+  auto* base = static_cast<char*>(mmap(nullptr, static_cast<size_t>((data_pages + 2) * page),
+                                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(base, MAP_FAILED);
+  ASSERT_EQ(mprotect(base, static_cast<size_t>(page), PROT_NONE), 0);
+  ASSERT_EQ(mprotect(base + (data_pages + 1) * page, static_cast<size_t>(page), PROT_NONE), 0);
+  char* begin = base + page;
+  char* end = begin + data_pages * page;
+  for (int64_t bytes : {int64_t{1}, int64_t{2}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{127},
+                        int64_t{128}, int64_t{129}, page - 1, page, page + 1, data_pages * page}) {
+    ops::detail::pull({end - bytes, bytes});  // every alignment of the start, as bytes varies
+    ops::detail::pull({begin, bytes});
+    for (int64_t skew = 1; skew < 64 && skew + bytes <= data_pages * page; ++skew) {
+      ops::detail::pull({end - bytes - skew, bytes});
+      ops::detail::pull({begin + skew, bytes});
+    }
+  }
+  ops::detail::pull({nullptr, 0});
+  ops::detail::pull({begin, 0});
+  ASSERT_EQ(munmap(base, static_cast<size_t>((data_pages + 2) * page)), 0);
+
+  // Too large to stay in cache: not read (the whole span is unreadable).
+  const int64_t large = ops::detail::kPullBytes + page;
+  void* none = mmap(nullptr, static_cast<size_t>(large), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(none, MAP_FAILED);
+  ops::detail::pull({none, large});
+  ASSERT_EQ(munmap(none, static_cast<size_t>(large)), 0);
 }
 
 }  // namespace
