@@ -1,7 +1,5 @@
 #include "ops/sddmm.h"
 
-#include <omp.h>
-
 #include <string>
 
 #include "ops/error.h"
@@ -88,10 +86,9 @@ void sddmm_add_forward(const Adjacency<I>& adj, int64_t heads, std::span<const T
   T* __restrict o = out.data();
 #pragma omp parallel if (E * H > detail::kParallelWork)
   {
-    if (omp_get_num_threads() > 1) {  // rows read out of order: ops/segment_reduce.h, Pull
-      detail::pull(detail::pull_of(ap, adj.num_src_nodes(), H));
-      detail::pull(detail::pull_of(bp, adj.num_dst_nodes(), H));
-    }
+    // Rows read out of order: ops/segment_reduce.h, Pull.
+    detail::pull_shared({detail::pull_of(ap, adj.num_src_nodes(), H),
+                         detail::pull_of(bp, adj.num_dst_nodes(), H)});
 #pragma omp for schedule(static)
     for (int64_t e = 0; e < E; ++e) {
       const T* au = ap + static_cast<int64_t>(src[e]) * H;

@@ -97,8 +97,8 @@ template <typename T, typename I>
 // about 2.4 ns in address order, which the hardware prefetcher follows (0.6
 // ns from the core's own cache). Cora's spmm at 16 columns, after a
 // two-thread op rewrote x: 73 us on two threads, 31 us pulling x first (24
-// us on one thread); GCN's train step with every op on two threads 0.63 ->
-// 0.46 ms. Only operands of at most kPullBytes are pulled (they stay in the
+// us on one thread); GCN's train step with every op on two threads 0.71 ->
+// 0.59 ms (docs/kernels.md). Only operands of at most kPullBytes are pulled (they stay in the
 // core's L2 and L3); larger ones are asked for ahead instead (Prefetch).
 struct Pull {
   const void* data = nullptr;
@@ -115,6 +115,13 @@ inline void pull(Pull p) {
   const auto end = begin + static_cast<uintptr_t>(p.bytes);
   touch(begin);
   for (uintptr_t line = (begin & ~uintptr_t{63}) + 64; line < end; line += 64) touch(line);
+}
+
+// Pulls each of `pulls` when called in an OpenMP team of several threads
+// (one thread reads nothing extra).
+inline void pull_shared(std::initializer_list<Pull> pulls) {
+  if (omp_get_num_threads() <= 1) return;
+  for (const Pull& p : pulls) pull(p);
 }
 
 // Calls fn(r) for every row r of csr: all on the calling thread when the
@@ -137,10 +144,8 @@ void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn, std::initializer_l
   const int64_t* rowptr = csr.rowptr().data();
 #pragma omp parallel
   {
+    pull_shared(pulls);
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    if (threads > 1) {
-      for (const Pull& p : pulls) pull(p);
-    }
     // The first row r whose cost before it, rowptr[r] + r, reaches share i.
     const auto first_row = [&](int64_t i) {
       if (i == threads) return rows;
