@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "ops/csr.h"
+#include "ops/dense.h"
 #include "ops/rng.h"
 #include "ops/gather.h"
 #include "ops/scatter.h"
@@ -175,6 +176,16 @@ const std::vector<Recipe>& recipes() {
     add("matmul", [] {
       return Synthetic(golden("matmul/square")).param("m", 500).param("k", 300).param("n", 200)
           .floats("a", {500, 300}).floats("b", {300, 200}).upstream("c", {500, 200}).build();
+    });
+    // Padded products (ops/dense.cc): C's columns in two row blocks
+    // (40,000 rows of 7 columns; the block is 32,768 rows), and C's rows.
+    add("matmul_padded_cols", [] {
+      return Synthetic(golden("matmul/pad_cols")).param("m", 40000).param("k", 64).param("n", 7)
+          .floats("a", {40000, 64}).floats("b", {7, 64}).upstream("c", {40000, 7}).build();
+    });
+    add("matmul_padded_rows", [] {
+      return Synthetic(golden("matmul/pad_rows")).param("m", 15).param("k", 3000).param("n", 64)
+          .floats("a", {15, 3000}).floats("b", {3000, 64}).upstream("c", {15, 64}).build();
     });
     add("matmul_depth_split", [] {
       return Synthetic(golden("matmul/trans_a")).param("m", 64).param("k", 10000).param("n", 16)
@@ -632,4 +643,43 @@ TEST(Pull, ReadsNothingOutsideItsSpan) {
 }
 
 }  // namespace
+// Padded products (ops/dense.cc) against a plain double-precision product,
+// at sizes the golden cases cannot hold: C's columns padded in two row
+// blocks (33,000 rows), with op(b) stored either way, and C's rows padded
+// with op(a) stored either way. Each element must be within 1e-5 of
+// sum |a||b| of the exact dot product (float32 rounding over k terms).
+TEST(MatmulPadding, GivesThePlainProduct) {
+  struct Shape {
+    int64_t m, k, n;
+    bool trans_a, trans_b;
+  };
+  for (const Shape s : {Shape{33000, 32, 7, false, false}, Shape{33000, 40, 5, false, true},
+                        Shape{7, 500, 48, true, false}, Shape{15, 300, 33, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << s.m << " x " << s.k << " x " << s.n << " trans_a "
+                                      << s.trans_a << " trans_b " << s.trans_b);
+    std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
+        c(static_cast<size_t>(s.m * s.n), std::nanf(""));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(ops::unit(ops::philox(9, 1, {i, 0, 0, 0})[0]) - 0.5);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(ops::unit(ops::philox(9, 2, {i, 0, 0, 0})[0]) - 0.5);
+    ops::matmul<float>(a, b, c, s.m, s.k, s.n, s.trans_a, s.trans_b);
+    const auto at = [&](int64_t i, int64_t p) { return s.trans_a ? a[p * s.m + i] : a[i * s.k + p]; };
+    const auto bt = [&](int64_t p, int64_t j) { return s.trans_b ? b[j * s.k + p] : b[p * s.n + j]; };
+    int64_t bad = 0;
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double exact = 0, scale = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          exact += double(at(i, p)) * bt(p, j);
+          scale += std::abs(double(at(i, p)) * bt(p, j));
+        }
+        const double got = c[static_cast<size_t>(i * s.n + j)];
+        if (!(std::abs(got - exact) <= 1e-5 * scale) && bad++ < 3) {
+          ADD_FAILURE() << "c[" << i << ", " << j << "] = " << got << ", exact " << exact;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 }  // namespace gnnrt::testing

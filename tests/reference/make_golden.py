@@ -322,10 +322,8 @@ def gen_segment_softmax(w, rng):
                {"score": st.grad}, fd=fd)
 
 
-def gen_dense(w, rng):
-    for name, m, k, n, ta, tb in [("square", 8, 8, 8, False, False), ("tall", 33, 5, 3, False, False),
-                                  ("trans_a", 7, 12, 5, True, False), ("trans_b", 6, 4, 9, False, True),
-                                  ("both", 5, 3, 130, True, True), ("empty_k", 4, 0, 3, False, False)]:
+def matmul_cases(w, rng, cases):
+    for name, m, k, n, ta, tb in cases:
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
         at, bt = leaf(a), leaf(b)
@@ -334,6 +332,12 @@ def gen_dense(w, rng):
         c.backward(f32(gout))
         w.case("matmul", name, {"m": m, "k": k, "n": n, "trans_a": ta, "trans_b": tb},
                {"a": a, "b": b}, {"c": c}, {"c": gout}, {"a": at.grad, "b": bt.grad})
+
+
+def gen_dense(w, rng):
+    matmul_cases(w, rng, [("square", 8, 8, 8, False, False), ("tall", 33, 5, 3, False, False),
+                          ("trans_a", 7, 12, 5, True, False), ("trans_b", 6, 4, 9, False, True),
+                          ("both", 5, 3, 130, True, True), ("empty_k", 4, 0, 3, False, False)])
 
     shapes = [("small", 5, 3), ("wide", 4, 130), ("one", 1, 1), ("empty", 0, 4), ("tall", 300, 7)]
     for name, r, c in shapes:
@@ -726,6 +730,16 @@ def gen_sparse_dropout(w, rng):
                {"out": values.astype(np.float64) * keep * scale}, {}, {}, fd=False)
 
 
+def gen_padded_matmul(w, rng):
+    # Products gnnrt computes at a padded width (ops/dense.cc: C's columns
+    # when n % 8 is 5-7 and k >= 32, its rows when m % 8 is 7 and n >= 32),
+    # each with its gradients, which are padded products of their own:
+    # GAT's classifier x W^T (n = 7, rows in blocks; grad_b is [7, 64]), a
+    # transposed a (one block), 13 columns, and 15 rows.
+    matmul_cases(w, rng, [("pad_cols", 600, 64, 7, False, True), ("pad_cols_trans_a", 40, 36, 6, True, False),
+                          ("pad_cols_13", 20, 33, 13, False, False), ("pad_rows", 15, 10, 40, False, False)])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "golden" / "ops"))
@@ -736,7 +750,7 @@ def main():
     w = Writer(root)
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
                 gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
-                gen_sparse_matmul, gen_sparse_dropout]:
+                gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 
