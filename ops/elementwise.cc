@@ -102,21 +102,40 @@ void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows
 
 template <typename T>
 void head_dot_backward_x(std::span<const T> att, std::span<const T> g, int64_t rows,
-                         int64_t heads, int64_t channels, std::span<T> grad_x) {
+                         int64_t heads, int64_t channels, std::span<T> grad_x,
+                         std::span<const T> plus) {
   constexpr std::string_view op = "head_dot_backward_x";
   expect_heads(op, rows, heads, channels);
   expect_size(op, "att", att.size(), heads * channels, "H*C");
   expect_size(op, "g", g.size(), rows * heads, "N*H");
   expect_size(op, "grad_x", grad_x.size(), rows * heads * channels, "N*H*C");
-#pragma omp parallel for schedule(static) if (rows * heads * channels > kParallelElements)
-  for (int64_t n = 0; n < rows; ++n) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const T gn = g[static_cast<size_t>(n * heads + h)];
-      T* gx = &grad_x[static_cast<size_t>((n * heads + h) * channels)];
-      const T* ar = &att[static_cast<size_t>(h * channels)];
-      for (int64_t c = 0; c < channels; ++c) gx[c] = gn * ar[c];
+  if (!plus.empty()) expect_size(op, "plus", plus.size(), rows * heads * channels, "N*H*C");
+  // kC: the channels when known at compile time (1..16), so a head's loop
+  // is a fixed vector (GAT's 8 channels: one 8-lane register); 0: run time.
+  const auto rows_of = [&]<bool kPlus, int kC>() {
+    const int64_t C = kC > 0 ? kC : channels;
+#pragma omp parallel for schedule(static) if (rows * heads * C > kParallelElements)
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const T gn = g[static_cast<size_t>(n * heads + h)];
+        const size_t at = static_cast<size_t>((n * heads + h) * C);
+        T* __restrict gx = grad_x.data() + at;
+        const T* __restrict ar = att.data() + h * C;
+        if constexpr (kPlus) {
+          const T* __restrict pr = plus.data() + at;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) gx[c] = pr[c] + gn * ar[c];
+        } else {
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) gx[c] = gn * ar[c];
+        }
+      }
     }
-  }
+  };
+  const auto with_plus = [&]<int kC>() {
+    plus.empty() ? rows_of.template operator()<false, kC>() : rows_of.template operator()<true, kC>();
+  };
+  if (!detail::with_constant<1, 16>(channels, with_plus)) with_plus.template operator()<0>();
 }
 
 template <typename T>
@@ -345,7 +364,7 @@ CorrectCount count_correct(std::span<const T> log_prob, std::span<const int64_t>
   template void head_dot_forward<T>(std::span<const T>, std::span<const T>, int64_t, int64_t,  \
                                     int64_t, std::span<T>);                                    \
   template void head_dot_backward_x<T>(std::span<const T>, std::span<const T>, int64_t,        \
-                                       int64_t, int64_t, std::span<T>);                        \
+                                       int64_t, int64_t, std::span<T>, std::span<const T>);    \
   template void head_dot_backward_att<T>(std::span<const T>, std::span<const T>, int64_t,      \
                                          int64_t, int64_t, std::span<T>);                      \
   template void head_mean_forward<T>(std::span<const T>, int64_t, int64_t, int64_t,            \

@@ -32,10 +32,13 @@ void scale(std::span<const T> x, T alpha, std::span<T> out);
 template <typename T>
 void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows, int64_t heads,
                       int64_t channels, std::span<T> out);
-// grad_x [N, H*C] = g[n, h] * att[h, c].
+// grad_x [N, H*C] = g[n, h] * att[h, c], plus plus[n, h, c] when plus is
+// given: a gradient summed into the one x already has, with the bits of
+// add(plus, head_dot_backward_x(att, g)) (runtime/passes.h).
 template <typename T>
 void head_dot_backward_x(std::span<const T> att, std::span<const T> g, int64_t rows,
-                         int64_t heads, int64_t channels, std::span<T> grad_x);
+                         int64_t heads, int64_t channels, std::span<T> grad_x,
+                         std::span<const T> plus = {});
 // grad_att [H*C] = sum_n g[n, h] * x[n, h, c] (rows summed in order).
 template <typename T>
 void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t rows,

@@ -108,6 +108,11 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     Builder b(std::move(program));
     const size_t forward_ops = b.program().ops.size();
     c.grads = append_backward(b, t.loss, t.params);
+    if (!options_.debug) {
+      Program summed = b.take();
+      c.passes.fused += fuse_gradient_sums(summed);
+      b = Builder(std::move(summed));
+    }
     if (t.keep_grads) {
       for (ValueId g : c.grads) {
         if (g != kNoValue) b.output(g);

@@ -11,10 +11,10 @@
 //   Tensor logits = core.read(*infer, "logits"); // device -> host, counted
 //
 // Compiling: verify -> fuse aggregations -> reorder aggregation and matmul
-// -> autodiff + optimizer (train steps) -> dead-value elimination -> memory
-// plan -> capacity check. Debug mode skips fusion and reordering (every op
-// runs as written), checks each op's outputs for NaN/Inf and names the
-// first op that made one. Errors: ShapeError / CompileError at compile time,
+// -> autodiff, gradient sums folded, optimizer (train steps) -> dead-value
+// elimination -> memory plan -> capacity check. Debug mode skips fusion,
+// folding and reordering (every op runs as written), checks each op's
+// outputs for NaN/Inf and names the first op that made one. Errors: ShapeError / CompileError at compile time,
 // RunError at run time, each naming the program and the op.
 //
 // Programs run one at a time on one arena; a program's outputs stay readable

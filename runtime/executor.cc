@@ -488,7 +488,8 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     }
     case OpKind::kHeadDotGradX:
-      ops::head_dot_backward_x<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f());
+      ops::head_dot_backward_x<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f(),
+                                  op.inputs.size() > 2 ? in(2) : std::span<const T>{});
       return 0;
     case OpKind::kHeadDotGradAtt: {
       const ValueId x = op.inputs[0];

@@ -123,6 +123,38 @@ int fuse_aggregations(Program& p) {
   return fused;
 }
 
+int fuse_gradient_sums(Program& p) {
+  const UseDef ud(p);
+  std::vector<bool> folded(p.ops.size(), false);
+  int fused = 0;
+  for (Op& op : p.ops) {
+    if (op.kind != OpKind::kAdd) continue;
+    for (size_t side = 0; side < 2; ++side) {
+      const auto dot = ud.single_use_producer(p, op.inputs[side], OpKind::kHeadDotGradX);
+      if (!dot || p.ops[*dot].inputs.size() != 2) continue;
+      // Addition is commutative in floating point: P + Q has the bits of Q + P.
+      const ValueId plus = op.inputs[1 - side];
+      const Op& d = p.ops[*dot];
+      op.kind = OpKind::kHeadDotGradX;
+      op.inputs = {d.inputs[0], d.inputs[1], plus};
+      op.attrs = d.attrs;
+      folded[*dot] = true;
+      ++fused;
+      break;
+    }
+  }
+  // Only the folded dots go: the gradients are not read yet (the optimizer
+  // comes next), so eliminate_dead_values would take the whole backward.
+  size_t kept = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (folded[i]) continue;
+    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
+    ++kept;
+  }
+  p.ops.resize(kept);
+  return fused;
+}
+
 namespace {
 
 // Ops that act on each row of a vertex matrix linearly and keep its width:

@@ -28,6 +28,13 @@ void verify(const Program& p);
 // used nowhere else, becomes one spmm (the E x F messages are never built).
 int fuse_aggregations(Program& p);
 
+// Gradient sums (after the backward is appended): add(P, head_dot_grad_x(
+// att, g)), the head_dot_grad_x used nowhere else, becomes one
+// head_dot_grad_x(att, g, P) that writes P + g att in the add's place (GAT's
+// x gets its gradient from the aggregation and from both attention dots:
+// two [N, H*C] adds less a layer; the same bits).
+int fuse_gradient_sums(Program& p);
+
 // A linear aggregation (spmm sum or mean with at most one weight per edge,
 // with the halo sum and the division by global degrees that follow it in a
 // partitioned program) next to a matmul by a weight runs on the narrower

@@ -92,7 +92,7 @@ struct GraphInfo {
   X(kLogSoftmaxGrad, "log_softmax_grad")                                                \
   X(kNllLossGrad, "nll_loss_grad")        /* (logp, labels, mask, g[, count]) */        \
   X(kMseLossGrad, "mse_loss_grad")        /* (pred, target, mask, g[, count]) */        \
-  X(kHeadDotGradX, "head_dot_grad_x")     /* (att, g) */                                \
+  X(kHeadDotGradX, "head_dot_grad_x")     /* (att, g[, plus]) */                        \
   X(kHeadDotGradAtt, "head_dot_grad_att") /* (x, g) */                                  \
   X(kHeadMeanGrad, "head_mean_grad")                                                    \
   X(kLayerNormGradSums, "layer_norm_grad_sums") /* (x, gamma, g, moments) -> [2] f64 */ \

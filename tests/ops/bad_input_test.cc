@@ -212,6 +212,10 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(12), att(5), out(6);
                    head_dot_forward<float>(x, att, 3, 2, 2, out);
                  }, "head_dot: att has 5 elements, expected H*C = 4"});
+    v.push_back({"head_dot_grad_x_plus_size", [] {
+                   std::vector<float> att(4), g(6), gx(12), plus(11);
+                   head_dot_backward_x<float>(att, g, 3, 2, 2, gx, plus);
+                 }, "head_dot_backward_x: plus has 11 elements, expected N*H*C = 12"});
     v.push_back({"head_dot_zero_heads", [] {
                    std::vector<float> x, att, out;
                    head_dot_forward<float>(x, att, 3, 0, 2, out);
