@@ -137,13 +137,15 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool tr
 // C computed into a padded buffer and its part copied out (50 and 58 us,
 // copies included). Where the copies cost more than the edge kernels, it is
 // not padded: columns of C are padded when n % 8 is 5-7 and k >= 32 (at
-// k = 16: 16.7 us padded against 17.6 at n = 6), rows when m % 8 is 7 and
+// k = 16: 17.6 us padded against 16.7 at n = 6), rows when m % 8 is 7 and
 // n >= 32 (at m = 6 the edge kernel is as fast as the copy: 57.3 against
 // 58.4 us at n = 64). Each element of C is the same dot product over k as
 // before, though OpenBLAS may round it differently; the pieces still depend
 // only on (m, k, n), so results stay bitwise the same for any thread count.
-// The buffers are bounded (kPadElements each; a larger product is not
-// padded).
+// The buffers are held per calling thread and bounded (kPadElements each,
+// 3 MiB in all, outside the memory plan): a product whose padded operand
+// (or, when trans_a, whose padded C) would be larger is not padded; a tall C
+// is computed in blocks of rows.
 constexpr int64_t kPadTo = 8;
 constexpr int64_t kPadElements = int64_t{1} << 18;  // 1 MiB of floats per buffer
 
@@ -180,7 +182,8 @@ bool padded_gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, 
     T* __restrict cp = c8.data();
     for (int64_t r0 = 0; r0 < m; r0 += block) {
       const int64_t rows = std::min(block, m - r0);
-      gemm(a + r0 * k, b8.data(), cp, rows, k, n8, trans_a, false, false);
+      // When trans_a there is one block (r0 = 0): a's rows are C's columns.
+      gemm(trans_a ? a : a + r0 * k, b8.data(), cp, rows, k, n8, trans_a, false, false);
       T* __restrict out = c + r0 * n;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < n; ++j) out[r * n + j] = cp[r * n8 + j];

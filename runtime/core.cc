@@ -110,7 +110,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     c.grads = append_backward(b, t.loss, t.params);
     if (!options_.debug) {
       Program summed = b.take();
-      c.passes.fused += fuse_gradient_sums(summed);
+      c.passes.folded = fuse_gradient_sums(summed);
       b = Builder(std::move(summed));
     }
     if (t.keep_grads) {

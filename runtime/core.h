@@ -76,6 +76,7 @@ struct CompileOptions {
 
 struct PassStats {
   int fused = 0, reordered = 0, dead_ops = 0, backward_ops = 0, buckets = 0;
+  int folded = 0;  // gradient sums folded into the ops that made a term (fuse_gradient_sums)
 };
 
 struct CompiledProgram {

@@ -187,6 +187,10 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("matmul/pad_rows")).param("m", 15).param("k", 3000).param("n", 64)
           .floats("a", {15, 3000}).floats("b", {3000, 64}).upstream("c", {15, 64}).build();
     });
+    add("matmul_padded_depth_split", [] {
+      return Synthetic(golden("matmul/trans_a")).param("m", 64).param("k", 10000).param("n", 7)
+          .floats("a", {10000, 64}).floats("b", {10000, 7}).upstream("c", {64, 7}).build();
+    });
     add("matmul_depth_split", [] {
       return Synthetic(golden("matmul/trans_a")).param("m", 64).param("k", 10000).param("n", 16)
           .floats("a", {10000, 64}).floats("b", {10000, 16}).upstream("c", {64, 16}).build();
@@ -645,8 +649,10 @@ TEST(Pull, ReadsNothingOutsideItsSpan) {
 }  // namespace
 // Padded products (ops/dense.cc) against a plain double-precision product,
 // at sizes the golden cases cannot hold: C's columns padded in two row
-// blocks (33,000 rows), with op(b) stored either way, and C's rows padded
-// with op(a) stored either way. Each element must be within 1e-5 of
+// blocks (33,000 rows of 7 or 5, 20,000 of 13), with op(b) stored either
+// way, with a transposed (one block, cut into row blocks inside), both
+// transposed; C's rows padded with op(a) and op(b) stored either way; and
+// each side padded in front of the depth split. Each element must be within 1e-5 of
 // sum |a||b| of the exact dot product (float32 rounding over k terms).
 TEST(MatmulPadding, GivesThePlainProduct) {
   struct Shape {
@@ -654,7 +660,12 @@ TEST(MatmulPadding, GivesThePlainProduct) {
     bool trans_a, trans_b;
   };
   for (const Shape s : {Shape{33000, 32, 7, false, false}, Shape{33000, 40, 5, false, true},
-                        Shape{7, 500, 48, true, false}, Shape{15, 300, 33, false, true}}) {
+                        Shape{20000, 40, 13, false, false}, Shape{600, 64, 7, true, false},
+                        Shape{40, 36, 6, true, true}, Shape{7, 500, 48, true, false},
+                        Shape{15, 300, 33, false, true}, Shape{15, 300, 33, true, true},
+                        // with the depth split (k >= 4096): GAT's classifier
+                        // weight gradient on a graph of 10,000 nodes
+                        Shape{7, 10000, 64, true, false}, Shape{64, 10000, 7, true, false}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.k << " x " << s.n << " trans_a "
                                       << s.trans_a << " trans_b " << s.trans_b);
     std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),

@@ -117,55 +117,60 @@ TEST(Builder, ShapeErrorNamesOpScopeAndBothShapes) {
 // dots; compiled, both adds fold into the dots' gradients (fuse_gradient_sums),
 // and every gradient keeps the bits of the unfused (debug) program's.
 TEST(Passes, GradientSumsFoldIntoAttentionDots) {
-  constexpr int64_t kHeads = 3, kChannels = 8, kWidth = kHeads * kChannels;
-  const auto build = [] {
-    Builder b("attention_dots");
-    const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
-    const ValueId w = b.parameter("w", {kWidth, kFeatures});
-    const ValueId w2 = b.parameter("w2", {kHeads, kWidth});
-    const ValueId a1 = b.parameter("a1", {1, kHeads, kChannels});
-    const ValueId a2 = b.parameter("a2", {1, kHeads, kChannels});
-    const ValueId h = b.linear(x, w);
-    const ValueId scores = b.add(b.head_dot(h, a1, kHeads), b.head_dot(h, a2, kHeads));
-    const ValueId y = b.add(b.linear(h, w2), scores);
-    const ValueId loss = b.mse_loss(y, b.input("target", DType::kF32, {kNodes, kHeads}),
-                                    b.input("mask", DType::kBool, {kNodes}));
-    OptimizerConfig sgd;
-    sgd.kind = OptimizerConfig::Kind::kSgd;
-    return std::pair{b.take(), TrainStep{loss, {w, w2, a1, a2}, sgd, /*keep_grads=*/true}};
-  };
-  std::vector<std::vector<Tensor>> grads;
-  for (const bool debug : {true, false}) {
-    SCOPED_TRACE(debug ? "debug" : "compiled");
-    CoreOptions options;
-    options.debug = debug;
-    Core core(DeviceProfile::named("trn1"), options);
-    core.memory().put("x", random_array({kNodes, kFeatures}, 2));
-    core.memory().put("w", random_array({kWidth, kFeatures}, 3));
-    core.memory().put("w2", random_array({kHeads, kWidth}, 4));
-    core.memory().put("a1", random_array({1, kHeads, kChannels}, 5));
-    core.memory().put("a2", random_array({1, kHeads, kChannels}, 6));
-    core.memory().put("target", random_array({kNodes, kHeads}, 7));
-    Tensor mask(DType::kBool, {kNodes});
-    for (auto& m : mask.values<uint8_t>()) m = 1;
-    core.memory().put("mask", mask);
-    auto [program, train] = build();
-    CompileOptions compile;
-    compile.train = train;
-    const auto step = core.compile(std::move(program), compile);
-    int folded = 0;
-    for (const Op& op : step->program.ops) folded += op.kind == OpKind::kHeadDotGradX && op.inputs.size() == 3;
-    EXPECT_EQ(folded, debug ? 0 : 2);
-    EXPECT_EQ(step->passes.fused, debug ? 0 : 2);
-    core.run(*step, {.step = 1, .lr = 0, .seed = 0});
-    grads.emplace_back();
-    for (ValueId g : step->grads) grads.back().push_back(core.read(*step, g));
-  }
-  ASSERT_EQ(grads[0].size(), 4u);
-  for (size_t i = 0; i < grads[0].size(); ++i) {
-    ASSERT_EQ(grads[0][i].bytes().size(), grads[1][i].bytes().size());
-    EXPECT_EQ(std::memcmp(grads[0][i].bytes().data(), grads[1][i].bytes().data(), grads[0][i].bytes().size()), 0)
-        << "gradient " << i;
+  // 8 channels: a compile-time width in head_dot_backward_x; 20: run time.
+  for (const int64_t channels : {8, 20}) {
+    SCOPED_TRACE(::testing::Message() << channels << " channels");
+    constexpr int64_t kHeads = 3;
+    const int64_t width = kHeads * channels;
+    const auto build = [&] {
+      Builder b("attention_dots");
+      const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
+      const ValueId w = b.parameter("w", {width, kFeatures});
+      const ValueId w2 = b.parameter("w2", {kHeads, width});
+      const ValueId a1 = b.parameter("a1", {1, kHeads, channels});
+      const ValueId a2 = b.parameter("a2", {1, kHeads, channels});
+      const ValueId h = b.linear(x, w);
+      const ValueId scores = b.add(b.head_dot(h, a1, kHeads), b.head_dot(h, a2, kHeads));
+      const ValueId y = b.add(b.linear(h, w2), scores);
+      const ValueId loss = b.mse_loss(y, b.input("target", DType::kF32, {kNodes, kHeads}),
+                                      b.input("mask", DType::kBool, {kNodes}));
+      OptimizerConfig sgd;
+      sgd.kind = OptimizerConfig::Kind::kSgd;
+      return std::pair{b.take(), TrainStep{loss, {w, w2, a1, a2}, sgd, /*keep_grads=*/true}};
+    };
+    std::vector<std::vector<Tensor>> grads;
+    for (const bool debug : {true, false}) {
+      SCOPED_TRACE(debug ? "debug" : "compiled");
+      CoreOptions options;
+      options.debug = debug;
+      Core core(DeviceProfile::named("trn1"), options);
+      core.memory().put("x", random_array({kNodes, kFeatures}, 2));
+      core.memory().put("w", random_array({width, kFeatures}, 3));
+      core.memory().put("w2", random_array({kHeads, width}, 4));
+      core.memory().put("a1", random_array({1, kHeads, channels}, 5));
+      core.memory().put("a2", random_array({1, kHeads, channels}, 6));
+      core.memory().put("target", random_array({kNodes, kHeads}, 7));
+      Tensor mask(DType::kBool, {kNodes});
+      for (auto& m : mask.values<uint8_t>()) m = 1;
+      core.memory().put("mask", mask);
+      auto [program, train] = build();
+      CompileOptions compile;
+      compile.train = train;
+      const auto step = core.compile(std::move(program), compile);
+      int folded = 0;
+      for (const Op& op : step->program.ops) folded += op.kind == OpKind::kHeadDotGradX && op.inputs.size() == 3;
+      EXPECT_EQ(folded, debug ? 0 : 2);
+      EXPECT_EQ(step->passes.folded, debug ? 0 : 2);
+      core.run(*step, {.step = 1, .lr = 0, .seed = 0});
+      grads.emplace_back();
+      for (ValueId g : step->grads) grads.back().push_back(core.read(*step, g));
+    }
+    ASSERT_EQ(grads[0].size(), 4u);
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      ASSERT_EQ(grads[0][i].bytes().size(), grads[1][i].bytes().size());
+      EXPECT_EQ(std::memcmp(grads[0][i].bytes().data(), grads[1][i].bytes().data(), grads[0][i].bytes().size()), 0)
+          << "gradient " << i;
+    }
   }
 }
 
