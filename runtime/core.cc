@@ -108,11 +108,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     Builder b(std::move(program));
     const size_t forward_ops = b.program().ops.size();
     c.grads = append_backward(b, t.loss, t.params);
-    if (!options_.debug) {
-      Program summed = b.take();
-      c.passes.folded = fuse_gradient_sums(summed);
-      b = Builder(std::move(summed));
-    }
+    if (!options_.debug) c.passes.folded = fuse_gradient_sums(b.program());
     if (t.keep_grads) {
       for (ValueId g : c.grads) {
         if (g != kNoValue) b.output(g);

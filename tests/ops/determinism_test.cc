@@ -40,6 +40,7 @@ class Synthetic {
     c_.name = "synthetic/" + c_.op;
     c_.meta["inputs"] = nlohmann::json::array();
   }
+  const nlohmann::json& param(const std::string& k) const { return c_.meta.at("params").at(k); }
   Synthetic& param(const std::string& k, nlohmann::json v) {
     c_.meta["params"][k] = std::move(v);
     return *this;
@@ -173,28 +174,27 @@ const std::vector<Recipe>& recipes() {
           .floats("score", {E, 2}).floats("m", {N, 2}).floats("s", {N, 2}).ints("index", {E}, N)
           .upstream("alpha", {E, 2}).build();
     });
-    add("matmul", [] {
-      return Synthetic(golden("matmul/square")).param("m", 500).param("k", 300).param("n", 200)
-          .floats("a", {500, 300}).floats("b", {300, 200}).upstream("c", {500, 200}).build();
-    });
+    // A matmul of size (m, k, n) with the transposes of the golden case it
+    // starts from, which give the stored shapes of a and b.
+    const auto matmul = [&](std::string name, const std::string& case_path, int64_t m, int64_t k,
+                            int64_t n) {
+      add(std::move(name), [=] {
+        Synthetic s(golden(case_path));
+        const bool trans_a = s.param("trans_a"), trans_b = s.param("trans_b");
+        return s.param("m", m).param("k", k).param("n", n)
+            .floats("a", trans_a ? std::vector<int64_t>{k, m} : std::vector<int64_t>{m, k})
+            .floats("b", trans_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n})
+            .upstream("c", {m, n}).build();
+      });
+    };
+    matmul("matmul", "matmul/square", 500, 300, 200);
     // Padded products (ops/dense.cc): C's columns in two row blocks
-    // (40,000 rows of 7 columns; the block is 32,768 rows), and C's rows.
-    add("matmul_padded_cols", [] {
-      return Synthetic(golden("matmul/pad_cols")).param("m", 40000).param("k", 64).param("n", 7)
-          .floats("a", {40000, 64}).floats("b", {7, 64}).upstream("c", {40000, 7}).build();
-    });
-    add("matmul_padded_rows", [] {
-      return Synthetic(golden("matmul/pad_rows")).param("m", 15).param("k", 3000).param("n", 64)
-          .floats("a", {15, 3000}).floats("b", {3000, 64}).upstream("c", {15, 64}).build();
-    });
-    add("matmul_padded_depth_split", [] {
-      return Synthetic(golden("matmul/trans_a")).param("m", 64).param("k", 10000).param("n", 7)
-          .floats("a", {10000, 64}).floats("b", {10000, 7}).upstream("c", {64, 7}).build();
-    });
-    add("matmul_depth_split", [] {
-      return Synthetic(golden("matmul/trans_a")).param("m", 64).param("k", 10000).param("n", 16)
-          .floats("a", {10000, 64}).floats("b", {10000, 16}).upstream("c", {64, 16}).build();
-    });
+    // (40,000 rows of 7 columns; the block is 32,768 rows), C's rows, and
+    // columns padded in front of the depth split.
+    matmul("matmul_padded_cols", "matmul/pad_cols", 40000, 64, 7);
+    matmul("matmul_padded_rows", "matmul/pad_rows", 15, 3000, 64);
+    matmul("matmul_padded_depth_split", "matmul/trans_a", 64, 10000, 7);
+    matmul("matmul_depth_split", "matmul/trans_a", 64, 10000, 16);
     for (const std::string op : {"add", "mul"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/small")).floats("a", {N, F}).floats("b", {N, F})
