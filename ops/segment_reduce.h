@@ -187,6 +187,11 @@ struct SegmentReduce {
   T* out;                                  // [rows, F]
   I* arg = nullptr;                        // [rows, F], max/min only
   bool transposed_out = false;             // sum only: out is [F, rows] instead
+  // A second operand of x's shape summed by the same walk into out2 (the
+  // same messages and weights): two products of one sparse matrix
+  // (segment_reduce_pair).
+  const T* x2 = nullptr;
+  T* out2 = nullptr;
 };
 
 template <Reduce R, typename T>
@@ -232,8 +237,12 @@ bool fits_in_cache(int64_t rows, int64_t width) {
 // out[f * rows + r] when transposed_out (a weight gradient Xᵀ G stored as
 // torch.nn.Linear's [out, in]).
 template <typename T, typename I>
+[[gnu::always_inline]] inline T* out_at(const SegmentReduce<T, I>& a, T* out, int64_t r, int64_t f) {
+  return a.transposed_out ? out + f * a.csr->num_rows() + r : out + r * a.features + f;
+}
+template <typename T, typename I>
 [[gnu::always_inline]] inline T* out_at(const SegmentReduce<T, I>& a, int64_t r, int64_t f) {
-  return a.transposed_out ? a.out + f * a.csr->num_rows() + r : a.out + r * a.features + f;
+  return out_at(a, a.out, r, f);
 }
 
 // kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
@@ -248,8 +257,10 @@ struct LanesOf<T, 1> {
 };
 
 // Columns [lo, lo + kN) of row r, heads [h0, h0 + kG) of kN / kG columns
-// each when weighted (kG = 1 when not).
-template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
+// each when weighted (kG = 1 when not); with kPair the same columns of x2
+// into out2 as well.
+template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPair = false,
+          typename T, typename I>
 [[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t r, int64_t h0,
                                              int64_t lo, Prefetch plan) {
   constexpr int kD = kN / kG;  // columns per head
@@ -266,14 +277,17 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
   const I* __restrict source = a.source;
   const I* __restrict edge = a.csr->edge().data();
   const T* __restrict x = a.x + lo;
+  const T* __restrict x2 = kPair ? a.x2 + lo : nullptr;
   const T* __restrict weight = a.weight + h0;
   const int64_t* __restrict degree_ptr = a.source_rowptr;
   const int64_t begin = a.csr->rowptr()[r], end = a.csr->rowptr()[r + 1];
   const int64_t positions = a.csr->num_edges();
   Lanes acc[kG * kPerHead] = {};
+  Lanes acc2[kPair ? kG * kPerHead : 1] = {};
   for (int64_t p = begin; p < end; ++p) {
     if constexpr (kPrefetch) {
       prefetch_ahead(a.x, source, p, positions, F, plan);
+      if constexpr (kPair) prefetch_ahead(a.x2, source, p, positions, F, plan);
       // Edge ids are scattered within a row: their weights too.
       if (kWeighted && p + plan.far < positions) {
         __builtin_prefetch(a.weight + static_cast<int64_t>(edge[p + plan.far]) * H);
@@ -294,21 +308,34 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
         } else {
           acc[g * kPerHead + q] += xv;
         }
+        if constexpr (kPair) {
+          Lanes xv2;
+          std::memcpy(&xv2, x2 + s * F + g * kD + q * kV, sizeof(Lanes));
+          if constexpr (kWeighted || kScaled) {
+            acc2[g * kPerHead + q] += c * xv2;
+          } else {
+            acc2[g * kPerHead + q] += xv2;
+          }
+        }
       }
     }
   }
-  if constexpr (kVector) {
-    if (!a.transposed_out) {
-      std::memcpy(out_at(a, r, lo), acc, sizeof(acc));
-      return;
+  const auto store = [&](T* out, const Lanes* sums_of) {
+    if constexpr (kVector) {
+      if (!a.transposed_out) {
+        std::memcpy(out_at(a, out, r, lo), sums_of, sizeof(acc));
+        return;
+      }
+      const T* sums = reinterpret_cast<const T*>(sums_of);  // GCC vectors are arrays of T in memory
+      for (int j = 0; j < kN; ++j) *out_at(a, out, r, lo + j) = sums[j];
+    } else {
+      // Element by element, so the sums stay scalars in registers (copying
+      // the array whole kept it in memory).
+      for (int j = 0; j < kN; ++j) *out_at(a, out, r, lo + j) = sums_of[j];
     }
-    const T* sums = reinterpret_cast<const T*>(acc);  // GCC vectors are arrays of T in memory
-    for (int j = 0; j < kN; ++j) *out_at(a, r, lo + j) = sums[j];
-  } else {
-    // Element by element, so the sums stay scalars in registers (copying the
-    // array whole kept it in memory).
-    for (int j = 0; j < kN; ++j) *out_at(a, r, lo + j) = acc[j];
-  }
+  };
+  store(a.out, acc);
+  if constexpr (kPair) store(a.out2, acc2);
 }
 
 // Every row, one block of columns at a time: per weight group (a head when
@@ -317,7 +344,7 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
 // chose among every block shape per row grew so large that GCC spilled the
 // loop's pointers and reloaded them every edge). Rows are independent, so
 // any thread may take any row.
-template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
+template <int kTail, bool kWeighted, bool kScaled, bool kPair = false, typename T, typename I>
 void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Csr<I>& csr = *a.csr;
   const int64_t F = a.features;
@@ -326,15 +353,16 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Prefetch plan = prefetch_plan<T>(F);
   const Pull x_pull = pull_of(a.x, a.x_rows, F);
   const Pull weight_pull = kWeighted ? pull_of(a.weight, csr.num_edges(), a.heads) : Pull{};
+  const Pull x2_pull = kPair ? pull_of(a.x2, a.x_rows, F) : Pull{};
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
     if (prefetch) {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull});
+        sum_block<kN, kG, kWeighted, kScaled, true, kPair>(a, r, h0, lo, plan);
+      }, {x_pull, weight_pull, x2_pull});
     } else {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull});
+        sum_block<kN, kG, kWeighted, kScaled, false, kPair>(a, r, h0, lo, plan);
+      }, {x_pull, weight_pull, x2_pull});
     }
   };
   int64_t g = 0;
@@ -504,6 +532,36 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
     case Reduce::kMax: return segment_reduce_as<Reduce::kMax>(a);
     case Reduce::kMin: return segment_reduce_as<Reduce::kMin>(a);
   }
+}
+
+// out = the weighted sum of x's messages and out2 = that of x2's (x2 of
+// x's shape), in one walk of the rows: each message's weight and row index
+// are read once for both (SAGE's two linear maps of one sparse input,
+// ops/sparse_matmul.h). Every column adds the same products in the same
+// order as segment_reduce, so both results have its bits. True when the
+// blocked sum took the call (weighted sum of one head, no degree scale or
+// mask, rows of at most 16 columns or an x in cache, or transposed_out);
+// false when the caller must make two segment_reduce calls. Rows of more
+// than kPairMaxCols columns are not paired: on one thread of the 2-core VM,
+// Cora's and CiteSeer's features times two [K, 16] weights took 0.73-0.80x
+// the time of two products (their gradients 0.83-0.87x), at 32 columns
+// 0.71-0.97x, but at 64 columns 1.00-1.07x, and 1.47x for the transposed
+// gradient (docs/kernels.md).
+inline constexpr int64_t kPairMaxCols = 32;
+
+template <typename T, typename I>
+bool segment_reduce_pair(const SegmentReduce<T, I>& a) {
+  const int64_t F = a.features;
+  const bool cached = fits_in_cache<T>(a.x_rows, F) && fits_in_cache<T>(a.x_rows, 2 * F);
+  if (F == 0 || F > kPairMaxCols || a.heads != 1 || a.weight == nullptr ||
+      a.source_rowptr != nullptr || a.winner != nullptr || a.x2 == nullptr || a.out2 == nullptr ||
+      (F > kBlockCols && !cached && !a.transposed_out)) {
+    return false;
+  }
+  with_constant<0, kBlockCols>(F % kBlockCols, [&]<int kTail>() {
+    sum_rows_blocked<kTail, true, false, true>(a, /*mean=*/false, /*prefetch=*/!cached);
+  });
+  return true;
 }
 
 // scatter (sum or mean) of narrow rows on the calling thread, streaming the

@@ -54,6 +54,42 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
                                               .out = out.data()});
 }
 
+template <typename T, typename I>
+void sparse_matmul_forward_pair(const Adjacency<I>& x, std::span<const T> values,
+                                std::span<const T> b, std::span<const T> b2, int64_t m,
+                                bool trans_b, std::span<T> workspace, std::span<T> workspace2,
+                                std::span<T> out, std::span<T> out2) {
+  constexpr std::string_view op = "sparse_matmul (pair)";
+  check_sizes(op, x, values.size(), m, b.size(), out.size(), "out");
+  expect_size(op, "b2", b2.size(), static_cast<int64_t>(b.size()), "len(b)");
+  expect_size(op, "out2", out2.size(), static_cast<int64_t>(out.size()), "len(out)");
+  const int64_t K = x.num_src_nodes();
+  expect_size(op, "workspace", workspace.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
+  expect_size(op, "workspace2", workspace2.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
+  const T* bt = b.data();
+  const T* bt2 = b2.data();
+  if (trans_b) {
+    transpose(b.data(), m, K, workspace.data());
+    transpose(b2.data(), m, K, workspace2.data());
+    bt = workspace.data();
+    bt2 = workspace2.data();
+  }
+  detail::SegmentReduce<T, I> a{.csr = &x.by_dst,
+                                .source = x.by_dst.col().data(),
+                                .x = bt,
+                                .features = m,
+                                .x_rows = K,
+                                .weight = values.data(),
+                                .out = out.data(),
+                                .x2 = bt2,
+                                .out2 = out2.data()};
+  if (detail::segment_reduce_pair(a)) return;
+  detail::segment_reduce<T, I>(Reduce::kSum, a);
+  a.x = bt2;
+  a.out = out2.data();
+  detail::segment_reduce<T, I>(Reduce::kSum, a);
+}
+
 namespace {
 
 // acc [K, M] = Xᵀ G, X walked by rows; thread t owns the columns whose
@@ -134,13 +170,50 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                                               .transposed_out = trans_b});
 }
 
+template <typename T, typename I>
+void sparse_matmul_backward_b_pair(const Adjacency<I>& x, std::span<const T> values,
+                                   std::span<const T> grad_out, std::span<const T> grad_out2,
+                                   int64_t m, bool trans_b, std::span<T> workspace,
+                                   std::span<T> workspace2, std::span<T> grad_b,
+                                   std::span<T> grad_b2) {
+  constexpr std::string_view op = "sparse_matmul_backward_b (pair)";
+  check_sizes(op, x, values.size(), m, grad_b.size(), grad_out.size(), "grad_out");
+  expect_size(op, "grad_out2", grad_out2.size(), static_cast<int64_t>(grad_out.size()),
+              "len(grad_out)");
+  expect_size(op, "grad_b2", grad_b2.size(), static_cast<int64_t>(grad_b.size()), "len(grad_b)");
+  const int64_t n = x.num_dst_nodes();
+  if (!sparse_matmul_backward_b_by_rows(n, m, sizeof(T))) {
+    expect_size(op, "workspace", workspace.size(), 0, "0");
+    expect_size(op, "workspace2", workspace2.size(), 0, "0");
+    const detail::SegmentReduce<T, I> a{.csr = &x.by_src,
+                                        .source = x.by_src.col().data(),
+                                        .x = grad_out.data(),
+                                        .features = m,
+                                        .x_rows = n,
+                                        .weight = values.data(),
+                                        .out = grad_b.data(),
+                                        .transposed_out = trans_b,
+                                        .x2 = grad_out2.data(),
+                                        .out2 = grad_b2.data()};
+    if (detail::segment_reduce_pair(a)) return;
+  }
+  sparse_matmul_backward_b(x, values, grad_out, m, trans_b, workspace, grad_b);
+  sparse_matmul_backward_b(x, values, grad_out2, m, trans_b, workspace2, grad_b2);
+}
+
 #define GNNRT_INSTANTIATE(T, I)                                                              \
   template void sparse_matmul_forward<T, I>(const Adjacency<I>&, std::span<const T>,         \
                                             std::span<const T>, int64_t, bool, std::span<T>, \
                                             std::span<T>);                                   \
   template void sparse_matmul_backward_b<T, I>(const Adjacency<I>&, std::span<const T>,      \
                                                std::span<const T>, int64_t, bool,            \
-                                               std::span<T>, std::span<T>);
+                                               std::span<T>, std::span<T>);          \
+  template void sparse_matmul_forward_pair<T, I>(                                            \
+      const Adjacency<I>&, std::span<const T>, std::span<const T>, std::span<const T>,       \
+      int64_t, bool, std::span<T>, std::span<T>, std::span<T>, std::span<T>);                \
+  template void sparse_matmul_backward_b_pair<T, I>(                                         \
+      const Adjacency<I>&, std::span<const T>, std::span<const T>, std::span<const T>,       \
+      int64_t, bool, std::span<T>, std::span<T>, std::span<T>, std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

@@ -30,6 +30,17 @@ template <typename T, typename I>
 void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std::span<const T> b,
                            int64_t m, bool trans_b, std::span<T> workspace, std::span<T> out);
 
+// Two products of one X, out = X · op(b) and out2 = X · op(b2) (b2 of b's
+// shape; SAGE's two linear maps of a sparse input): one walk of X reads each
+// stored value and its column once for both. Each result has the bits of
+// sparse_matmul_forward's (the same products, added in the same order).
+// workspace2 is b2's as workspace is b's.
+template <typename T, typename I>
+void sparse_matmul_forward_pair(const Adjacency<I>& x, std::span<const T> values,
+                                std::span<const T> b, std::span<const T> b2, int64_t m,
+                                bool trans_b, std::span<T> workspace, std::span<T> workspace2,
+                                std::span<T> out, std::span<T> out2);
+
 // The gradient walks X by columns (by_src: row k of Xᵀ G sums the rows of G
 // that column k touches, in a register block), unless G is too large for the
 // cache and its rows are wide (N * M * sizeof(T) > 1 MiB and M >= 64): then
@@ -54,5 +65,16 @@ template <typename T, typename I>
 void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
                               std::span<const T> grad_out, int64_t m, bool trans_b,
                               std::span<T> workspace, std::span<T> grad_b);
+
+// The gradients of the pair above, grad_b = op(Xᵀ G) and grad_b2 = op(Xᵀ
+// G2) (G2 of G's shape), in one walk by columns, each with the bits of
+// sparse_matmul_backward_b's; where that one walks by rows (wide G out of
+// cache), two such walks.
+template <typename T, typename I>
+void sparse_matmul_backward_b_pair(const Adjacency<I>& x, std::span<const T> values,
+                                   std::span<const T> grad_out, std::span<const T> grad_out2,
+                                   int64_t m, bool trans_b, std::span<T> workspace,
+                                   std::span<T> workspace2, std::span<T> grad_b,
+                                   std::span<T> grad_b2);
 
 }  // namespace gnnrt::ops

@@ -108,7 +108,10 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     Builder b(std::move(program));
     const size_t forward_ops = b.program().ops.size();
     c.grads = append_backward(b, t.loss, t.params);
-    if (!options_.debug) c.passes.folded = fuse_gradient_sums(b.program());
+    if (!options_.debug) {
+      c.passes.folded = fuse_gradient_sums(b.program());
+      c.passes.paired = pair_sparse_products(b.program());
+    }
     if (t.keep_grads) {
       for (ValueId g : c.grads) {
         if (g != kNoValue) b.output(g);
@@ -126,6 +129,8 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     c.params = t.params;
     c.loss = t.loss;
     program = b.take();
+  } else if (!options_.debug) {
+    c.passes.paired = pair_sparse_products(program);
   }
   c.passes.dead_ops = eliminate_dead_values(program);
   verify(program);

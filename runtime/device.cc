@@ -61,12 +61,14 @@ OpCost op_cost(const Program& p, const Op& op) {
       case OpKind::kSparseMatMulGradB: {
         // A sparse matrix's stored entry (its value, 4 bytes, and its
         // indices above) meets one row of the dense operand (b, or the
-        // gradient): 2 flops and 4 bytes per element of that row.
+        // gradient): 2 flops and 4 bytes per element of that row, for each
+        // product of a pair (pair_sparse_products: inputs values, b, b2).
         const ValueId dense = op.inputs[1];
+        const double products = static_cast<double>(op.inputs.size() - 1);
         const double m = op.kind == OpKind::kSparseMatMul
                              ? static_cast<double>(p.value(op.outputs[0]).shape[1])
                              : static_cast<double>(p.value(dense).shape[1]);
-        c.flops = 2 * edges * m;
+        c.flops = 2 * edges * m * products;
         if (op.kind == OpKind::kSparseMatMulGradB &&
             ops::sparse_matmul_backward_b_by_rows(g.num_dst, static_cast<int64_t>(m),
                                                   item_size(p.float_type))) {
@@ -75,7 +77,7 @@ OpCost op_cost(const Program& p, const Op& op) {
           // and results counted above are what moves.
           break;
         }
-        c.bytes += edges * m * 4 - static_cast<double>(p.value(dense).bytes());
+        c.bytes += (edges * m * 4 - static_cast<double>(p.value(dense).bytes())) * products;
         break;
       }
       case OpKind::kGather:

@@ -419,6 +419,12 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
                                                           : std::span<int32_t>());
       return 0;
     case OpKind::kSparseMatMul:
+      if (op.inputs.size() == 3) {  // a pair (pair_sparse_products)
+        ops::sparse_matmul_forward_pair<T, int32_t>(graph(), in(0), in(1), in(2), cols(out),
+                                                    a.trans_b(), out_of(1), out_of(3), f(),
+                                                    out_of(2));
+        return 0;
+      }
       ops::sparse_matmul_forward<T, int32_t>(graph(), in(0), in(1), cols(out), a.trans_b(),
                                              out_of(1), f());
       return 0;
@@ -427,6 +433,12 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
                                               in.template operator()<int64_t>(1), in(0), f());
       return 0;
     case OpKind::kSparseMatMulGradB:
+      if (op.inputs.size() == 3) {  // a pair (pair_sparse_products)
+        ops::sparse_matmul_backward_b_pair<T, int32_t>(graph(), in(0), in(1), in(2),
+                                                       cols(op.inputs[1]), a.trans_b(), out_of(1),
+                                                       out_of(3), f(), out_of(2));
+        return 0;
+      }
       ops::sparse_matmul_backward_b<T, int32_t>(graph(), in(0), in(1), cols(op.inputs[1]),
                                                 a.trans_b(), out_of(1), f());
       return 0;

@@ -98,12 +98,14 @@ void verify(const Program& p) {
 int fuse_aggregations(Program& p) {
   const UseDef ud(p);
   int fused = 0;
+  std::vector<bool> replaced(p.ops.size(), false);
   for (Op& op : p.ops) {
     if (op.kind != OpKind::kScatter) continue;
     ValueId messages = op.inputs[0];
     ValueId weight = kNoValue;
     int64_t heads = 1;
-    if (auto scale = ud.single_use_producer(p, messages, OpKind::kEdgeScale)) {
+    const auto scale = ud.single_use_producer(p, messages, OpKind::kEdgeScale);
+    if (scale) {
       const Op& s = p.ops[*scale];
       messages = s.inputs[0];
       weight = s.inputs[1];
@@ -112,14 +114,25 @@ int fuse_aggregations(Program& p) {
     const auto gather = ud.single_use_producer(p, messages, OpKind::kGather);
     if (!gather || p.ops[*gather].attrs.graph() != op.attrs.graph()) continue;
     // The spmm takes the scatter's place and outputs; the gather and the
-    // edge_scale are left without readers for eliminate_dead_values.
+    // edge_scale, whose one reader it was, go.
     op.kind = OpKind::kSpmm;
     op.inputs = {p.ops[*gather].inputs[0]};
     if (weight != kNoValue) op.inputs.push_back(weight);
     op.attrs.set_heads(heads);
+    replaced[*gather] = true;
+    if (scale) replaced[*scale] = true;
     ++fused;
   }
-  if (fused > 0) eliminate_dead_values(p);
+  // Only those: the rest of the program may hold values nothing reads yet,
+  // such as a train step's loss before the backward is appended
+  // (eliminate_dead_values took it, and with it every gradient).
+  size_t kept = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (replaced[i]) continue;
+    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
+    ++kept;
+  }
+  p.ops.resize(kept);
   return fused;
 }
 
@@ -153,6 +166,63 @@ int fuse_gradient_sums(Program& p) {
   }
   p.ops.resize(kept);
   return fused;
+}
+
+namespace {
+
+// Two unpaired sparse products of the same kind that one walk can run:
+// the same sparse matrix, values, transpose and shapes.
+bool can_pair(const Program& p, const Op& a, const Op& b) {
+  const auto shape = [&](ValueId v) -> const std::vector<int64_t>& { return p.value(v).shape; };
+  return a.kind == b.kind && a.inputs.size() == 2 && b.inputs.size() == 2 &&
+         a.outputs.size() == 2 && b.outputs.size() == 2 && a.attrs.graph() == b.attrs.graph() &&
+         a.attrs.trans_b() == b.attrs.trans_b() && a.inputs[0] == b.inputs[0] &&
+         a.inputs[1] != b.inputs[1] && shape(a.inputs[1]) == shape(b.inputs[1]) &&
+         shape(a.outputs[0]) == shape(b.outputs[0]) && shape(a.outputs[1]) == shape(b.outputs[1]);
+}
+
+}  // namespace
+
+int pair_sparse_products(Program& p) {
+  const UseDef ud(p);
+  const auto sparse_product = [](const Op& op) {
+    return op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
+  };
+  std::vector<bool> gone(p.ops.size(), false);
+  int paired = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (gone[i] || !sparse_product(p.ops[i])) continue;
+    for (size_t j = i + 1; j < p.ops.size(); ++j) {
+      if (gone[j] || !can_pair(p, p.ops[i], p.ops[j])) continue;
+      // At i: j's weight (or gradient) is defined before i.
+      const int64_t b_def = ud.def[static_cast<size_t>(p.ops[j].inputs[1])];
+      const bool at_first = b_def < static_cast<int64_t>(i);
+      // At j: no op between reads what i wrote.
+      bool read_between = false;
+      for (size_t k = i + 1; k < j && !read_between; ++k) {
+        for (ValueId v : p.ops[k].inputs) {
+          read_between |= v == p.ops[i].outputs[0] || v == p.ops[i].outputs[1];
+        }
+      }
+      if (!at_first && read_between) continue;
+      Op merged = p.ops[i];
+      merged.inputs.push_back(p.ops[j].inputs[1]);
+      merged.outputs.insert(merged.outputs.end(), p.ops[j].outputs.begin(), p.ops[j].outputs.end());
+      const size_t keep = at_first ? i : j;
+      p.ops[keep] = std::move(merged);
+      gone[at_first ? j : i] = true;
+      ++paired;
+      break;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (gone[i]) continue;
+    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
+    ++kept;
+  }
+  p.ops.resize(kept);
+  return paired;
 }
 
 namespace {

@@ -35,6 +35,18 @@ int fuse_aggregations(Program& p);
 // two [N, H*C] adds less a layer; the same bits).
 int fuse_gradient_sums(Program& p);
 
+// Two sparse products of one sparse matrix (after the backward is
+// appended): sparse_matmul(values, b) and sparse_matmul(values, b2) with the
+// same graph, values, transpose and shapes become one op with inputs
+// (values, b, b2) and outputs (out, workspace, out2, workspace2), run by one
+// walk of the matrix (ops/sparse_matmul.h); sparse_matmul_grad_b pairs the
+// same way over (values, g, g2). SAGE's two linear maps of a sparse input
+// and their weight gradients. The pair sits where the first op was when the
+// second's inputs are defined by then, else where the second was when
+// nothing reads the first's results in between; otherwise the two stay
+// apart. The same bits.
+int pair_sparse_products(Program& p);
+
 // A linear aggregation (spmm sum or mean with at most one weight per edge,
 // with the halo sum and the division by global degrees that follow it in a
 // partitioned program) next to a matmul by a weight runs on the narrower

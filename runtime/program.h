@@ -76,7 +76,7 @@ struct GraphInfo {
   X(kEdgeScale, "edge_scale")             /* (msg [E,F], w [E,H]) */                    \
   X(kScatter, "scatter")                  /* (msg) -> [N_dst,F] (, arg) */              \
   X(kSpmm, "spmm")                        /* (x[, w]) -> (out[, arg]) */                \
-  X(kSparseMatMul, "sparse_matmul")       /* (values [E], b) -> (out, workspace) */      \
+  X(kSparseMatMul, "sparse_matmul")       /* (values [E], b[, b2]) -> (out, workspace[, out2, workspace2]) */ \
   X(kSparseDropout, "sparse_dropout")     /* (values [E][, global_rows]) */             \
   X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
   X(kSddmmDot, "sddmm_dot")               /* (a [Ns,F], b [Nd,F]) -> [E,H] */           \
@@ -103,7 +103,7 @@ struct GraphInfo {
   X(kScatterGrad, "scatter_grad")         /* (g[, arg]) -> [E,F] */                     \
   X(kSpmmGradX, "spmm_grad_x")            /* (x, g[, w][, arg]) */                      \
   X(kSpmmGradW, "spmm_grad_w")            /* (x, g, w[, arg]) -> [E,H] */               \
-  X(kSparseMatMulGradB, "sparse_matmul_grad_b") /* (values, g) -> (b's shape, workspace) */\
+  X(kSparseMatMulGradB, "sparse_matmul_grad_b") /* (values, g[, g2]) -> (b's shape, workspace[, ...]) */\
   X(kSddmmAddGradA, "sddmm_add_grad_a")   /* (g) -> [N_src,H] */                        \
   X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
   X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \

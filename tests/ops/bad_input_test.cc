@@ -98,6 +98,26 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> values(3), b(6), out(4);
                    sparse_matmul_forward<float, int64_t>(adj, values, b, 2, true, {}, out);
                  }, "sparse_matmul: workspace has 0 elements, expected K*M = 6"});
+    v.push_back({"sparse_matmul_pair_b2_size", [] {
+                   std::vector<float> values(3), b(6), b2(5), out(4), out2(4);
+                   sparse_matmul_forward_pair<float, int64_t>(adj, values, b, b2, 2, false, {}, {}, out, out2);
+                 }, "sparse_matmul (pair): b2 has 5 elements, expected len(b) = 6"});
+    v.push_back({"sparse_matmul_pair_out2_size", [] {
+                   std::vector<float> values(3), b(6), b2(6), out(4), out2(3);
+                   sparse_matmul_forward_pair<float, int64_t>(adj, values, b, b2, 2, false, {}, {}, out, out2);
+                 }, "sparse_matmul (pair): out2 has 3 elements, expected len(out) = 4"});
+    v.push_back({"sparse_matmul_pair_workspace2", [] {
+                   std::vector<float> values(3), b(6), b2(6), ws(6), out(4), out2(4);
+                   sparse_matmul_forward_pair<float, int64_t>(adj, values, b, b2, 2, true, ws, {}, out, out2);
+                 }, "sparse_matmul (pair): workspace2 has 0 elements, expected K*M = 6"});
+    v.push_back({"sparse_matmul_backward_pair_grad_out2", [] {
+                   std::vector<float> values(3), g(4), g2(5), gb(6), gb2(6);
+                   sparse_matmul_backward_b_pair<float, int64_t>(adj, values, g, g2, 2, true, {}, {}, gb, gb2);
+                 }, "sparse_matmul_backward_b (pair): grad_out2 has 5 elements, expected len(grad_out) = 4"});
+    v.push_back({"sparse_matmul_backward_pair_grad_b2", [] {
+                   std::vector<float> values(3), g(4), g2(4), gb(6), gb2(7);
+                   sparse_matmul_backward_b_pair<float, int64_t>(adj, values, g, g2, 2, true, {}, {}, gb, gb2);
+                 }, "sparse_matmul_backward_b (pair): grad_b2 has 7 elements, expected len(grad_b) = 6"});
     v.push_back({"sparse_matmul_negative_m", [] {
                    std::vector<float> values(3), b, out;
                    sparse_matmul_forward<float, int64_t>(adj, values, b, -1, false, {}, out);

@@ -395,10 +395,71 @@ TEST(ScatterPaths, StreamingEqualsCsrWalk) {
   }
 }
 
+// sparse_matmul's product, alone and as a pair (sparse_matmul_forward_pair:
+// one walk for both at 7, 16 and 32 columns, two at 64): row r of X · op(b)
+// adds its entries' products in ascending entry order from 0. Each result
+// must equal that sum, written here as a plain serial loop, bit for bit, on
+// 1 and 2 threads, with b stored plainly and transposed.
+TEST(SparseMatmul, OneAndPairGiveTheEntryOrderedSums) {
+  const int64_t n = 1000, K = 300;
+  std::vector<int32_t> row, col;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < K; ++k) {
+      const uint64_t u = ops::philox(7, 2, {static_cast<uint64_t>(r), static_cast<uint64_t>(k), 0, 0})[0];
+      if (r % 10 == 3 || ops::unit(u) >= 0.03) continue;
+      row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
+      if (u % 17 == 0) row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
+    }
+  }
+  const auto x = ops::Adjacency<int32_t>::build(col, row, K, n);
+  const int64_t E = x.num_edges();
+  const auto uniform = [](uint64_t stream, int64_t count) {
+    std::vector<float> v(count);
+    for (int64_t i = 0; i < count; ++i) {
+      v[i] = static_cast<float>(ops::unit(ops::philox(stream, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
+    }
+    return v;
+  };
+  const std::vector<float> values = uniform(8, E);
+  for (const int64_t m : {7, 16, 32, 64}) {
+    const std::vector<float> b = uniform(10, K * m), b2 = uniform(11, K * m);
+    for (const bool trans_b : {false, true}) {
+      // op(b)[k, f]: b [K, M], or b [M, K] transposed.
+      const auto at = [&](const std::vector<float>& w, int64_t k, int64_t f) {
+        return trans_b ? w[f * K + k] : w[k * m + f];
+      };
+      std::vector<float> want(n * m, 0.0f), want2(n * m, 0.0f);
+      for (int64_t e = 0; e < E; ++e) {  // entries are stored row by row, in order
+        for (int64_t f = 0; f < m; ++f) {
+          want[row[e] * m + f] += values[e] * at(b, col[e], f);
+          want2[row[e] * m + f] += values[e] * at(b2, col[e], f);
+        }
+      }
+      for (const int threads : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << m << " columns" << (trans_b ? ", b transposed, " : ", ")
+                                          << threads << " thread(s)");
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> ws(trans_b ? K * m : 0), ws2(ws.size()), one(n * m, nan), pair(n * m, nan),
+            pair2(n * m, nan);
+        ops::sparse_matmul_forward<float, int32_t>(x, values, b, m, trans_b, ws, one);
+        ops::sparse_matmul_forward_pair<float, int32_t>(x, values, b, b2, m, trans_b, ws, ws2, pair, pair2);
+        omp_set_num_threads(saved);
+        EXPECT_EQ(std::memcmp(one.data(), want.data(), want.size() * sizeof(float)), 0) << "one product";
+        EXPECT_EQ(std::memcmp(pair.data(), want.data(), want.size() * sizeof(float)), 0) << "the pair's first";
+        EXPECT_EQ(std::memcmp(pair2.data(), want2.data(), want2.size() * sizeof(float)), 0) << "the pair's second";
+      }
+    }
+  }
+}
+
 // sparse_matmul's weight gradient walks X by columns (G narrow or in cache)
 // or by rows (G wide and large): both add column k's products in row order,
 // starting from 0. Each must equal that sum, written here as a plain serial
-// loop, bit for bit, on 1 and 2 threads, stored plainly and transposed.
+// loop, bit for bit, on 1 and 2 threads, stored plainly and transposed; and
+// so must both gradients of a pair (sparse_matmul_backward_b_pair, one walk
+// for both at 7, 16 and 32 columns, two walks wider).
 TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
   struct Case {
     int64_t n, m;
@@ -406,7 +467,7 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
   };
   const int64_t K = 300;
   for (const Case c : {Case{1000, 64, false}, Case{5000, 16, false}, Case{5000, 64, true},
-                       Case{2000, 200, true}}) {
+                       Case{2000, 200, true}, Case{1000, 7, false}, Case{1000, 32, false}}) {
     // Row-major entries, about 3% dense, some rows empty, a duplicate now and then.
     std::vector<int32_t> row, col;
     for (int64_t r = 0; r < c.n; ++r) {
@@ -422,9 +483,14 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
     std::vector<float> values(E), g(c.n * c.m);
     for (int64_t i = 0; i < E; ++i) values[i] = static_cast<float>(ops::unit(ops::philox(8, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
     for (int64_t i = 0; i < c.n * c.m; ++i) g[i] = static_cast<float>(ops::unit(ops::philox(9, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
-    std::vector<float> want(K * c.m, 0.0f);  // [K, M]
+    std::vector<float> g2(c.n * c.m);  // the pair's second gradient
+    for (int64_t i = 0; i < c.n * c.m; ++i) g2[i] = g[(i * 7 + 3) % (c.n * c.m)] * 1.5f;
+    std::vector<float> want(K * c.m, 0.0f), want2(K * c.m, 0.0f);  // [K, M]
     for (int64_t e = 0; e < E; ++e) {
-      for (int64_t f = 0; f < c.m; ++f) want[col[e] * c.m + f] += values[e] * g[row[e] * c.m + f];
+      for (int64_t f = 0; f < c.m; ++f) {
+        want[col[e] * c.m + f] += values[e] * g[row[e] * c.m + f];
+        want2[col[e] * c.m + f] += values[e] * g2[row[e] * c.m + f];
+      }
     }
     for (const bool trans_b : {false, true}) {
       const int64_t ws = ops::sparse_matmul_backward_b_workspace(c.n, K, c.m, trans_b, sizeof(float));
@@ -432,18 +498,28 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
       for (const int threads : {1, 2}) {
         const int saved = omp_get_max_threads();
         omp_set_num_threads(threads);
-        std::vector<float> workspace(ws), grad(K * c.m, std::numeric_limits<float>::quiet_NaN());
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> workspace(ws), grad(K * c.m, nan);
+        std::vector<float> pair_workspace(ws), pair_workspace2(ws), pair(K * c.m, nan), pair2(K * c.m, nan);
         ops::sparse_matmul_backward_b<float, int32_t>(x, values, g, c.m, trans_b, workspace, grad);
+        ops::sparse_matmul_backward_b_pair<float, int32_t>(x, values, g, g2, c.m, trans_b, pair_workspace,
+                                                           pair_workspace2, pair, pair2);
         omp_set_num_threads(saved);
-        for (int64_t k = 0; k < K; ++k) {
-          for (int64_t f = 0; f < c.m; ++f) {
-            const float got = trans_b ? grad[f * K + k] : grad[k * c.m + f];
-            ASSERT_EQ(std::memcmp(&got, &want[k * c.m + f], sizeof(float)), 0)
-                << c.n << " x " << c.m << (trans_b ? " transposed" : "") << ", " << threads
-                << " thread(s): column " << k << ", feature " << f << ": " << got << " against "
-                << want[k * c.m + f];
+        const auto expect_sums = [&](const std::vector<float>& got_all, const std::vector<float>& sums,
+                                     const char* what) {
+          for (int64_t k = 0; k < K; ++k) {
+            for (int64_t f = 0; f < c.m; ++f) {
+              const float got = trans_b ? got_all[f * K + k] : got_all[k * c.m + f];
+              ASSERT_EQ(std::memcmp(&got, &sums[k * c.m + f], sizeof(float)), 0)
+                  << what << ", " << c.n << " x " << c.m << (trans_b ? " transposed" : "") << ", "
+                  << threads << " thread(s): column " << k << ", feature " << f << ": " << got
+                  << " against " << sums[k * c.m + f];
+            }
           }
-        }
+        };
+        expect_sums(grad, want, "one gradient");
+        expect_sums(pair, want, "the pair's first");
+        expect_sums(pair2, want2, "the pair's second");
       }
     }
   }

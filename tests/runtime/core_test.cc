@@ -174,6 +174,114 @@ TEST(Passes, GradientSumsFoldIntoAttentionDots) {
   }
 }
 
+// Two linear maps of one sparse matrix X (SAGE's on a sparse input), the
+// first read before the second is made. Compiled, the two products pair
+// into one op, and so do their weight gradients (pair_sparse_products: the
+// forward pair where the first product was, the gradients where the second
+// was), and the output and every gradient keep the bits of the unpaired
+// (debug) program's: by one walk at 16 and 6 columns, by two at 64
+// (kPairMaxCols).
+TEST(Passes, SparseProductsOfOneMatrixPair) {
+  std::vector<int32_t> rows, cols;  // X [kNodes, kFeatures], about 30% stored, row by row
+  for (int32_t r = 0; r < kNodes; ++r) {
+    for (int32_t c = 0; c < kFeatures; ++c) {
+      const uint64_t at = static_cast<uint64_t>(r * kFeatures + c);
+      if (ops::below(ops::philox(9, 2, {at, 0, 0, 0})[0], 10) < 3) {
+        rows.push_back(r);
+        cols.push_back(c);
+      }
+    }
+  }
+  const auto x = std::make_shared<const Core::Adjacency>(
+      Core::Adjacency::build(cols, rows, kFeatures, kNodes));
+  const int64_t stored = static_cast<int64_t>(rows.size());
+  for (const int64_t width : {16, 6, 64}) {
+    SCOPED_TRACE(::testing::Message() << width << " columns");
+    const auto build = [&] {
+      Builder b("sparse_pair");
+      const int32_t xm = b.graph("x", kFeatures, kNodes, stored);
+      const ValueId values = b.input("values", DType::kF32, {stored});
+      const ValueId w1 = b.parameter("w1", {width, kFeatures});
+      const ValueId w2 = b.parameter("w2", {width, kFeatures});
+      const ValueId w3 = b.parameter("w3", {kHidden, width});
+      const ValueId h = b.add(b.relu(b.sparse_linear(xm, values, w1)),
+                              b.sparse_linear(xm, values, w2));
+      const ValueId y = b.linear(b.relu(h), w3);
+      b.program().value(y).name = "out";
+      b.output(y);
+      const ValueId loss = b.mse_loss(y, b.input("target", DType::kF32, {kNodes, kHidden}),
+                                      b.input("mask", DType::kBool, {kNodes}));
+      OptimizerConfig sgd;
+      sgd.kind = OptimizerConfig::Kind::kSgd;
+      return std::pair{b.take(), TrainStep{loss, {w1, w2, w3}, sgd, /*keep_grads=*/true}};
+    };
+    std::vector<std::vector<Tensor>> results;
+    for (const bool debug : {true, false}) {
+      SCOPED_TRACE(debug ? "debug" : "compiled");
+      CoreOptions options;
+      options.debug = debug;
+      Core core(DeviceProfile::named("trn1"), options);
+      core.bind_graph("x", x);
+      core.memory().put("values", random_array({stored}, 2));
+      core.memory().put("w1", random_array({width, kFeatures}, 3));
+      core.memory().put("w2", random_array({width, kFeatures}, 4));
+      core.memory().put("w3", random_array({kHidden, width}, 5));
+      core.memory().put("target", random_array({kNodes, kHidden}, 7));
+      Tensor mask(DType::kBool, {kNodes});
+      for (auto& m : mask.values<uint8_t>()) m = 1;
+      core.memory().put("mask", mask);
+      auto [program, train] = build();
+      CompileOptions compile;
+      compile.train = train;
+      const auto step = core.compile(std::move(program), compile);
+      int pairs = 0;
+      for (const Op& op : step->program.ops) {
+        const bool sparse = op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
+        pairs += sparse && op.inputs.size() == 3;
+      }
+      EXPECT_EQ(pairs, debug ? 0 : 2);
+      EXPECT_EQ(step->passes.paired, debug ? 0 : 2);
+      core.run(*step, {.step = 1, .lr = 0, .seed = 0});
+      results.emplace_back();
+      results.back().push_back(core.read(*step, "out"));
+      for (ValueId grad : step->grads) results.back().push_back(core.read(*step, grad));
+    }
+    ASSERT_EQ(results[0].size(), 4u);
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_EQ(results[0][i].bytes().size(), results[1][i].bytes().size());
+      EXPECT_EQ(std::memcmp(results[0][i].bytes().data(), results[1][i].bytes().data(),
+                            results[0][i].bytes().size()), 0)
+          << (i == 0 ? "out" : "gradient " + std::to_string(i - 1));
+    }
+  }
+}
+
+// A train step whose loss nothing reads before the backward is appended
+// (it is not a program output): fusing its gather and scatter into an spmm
+// keeps the loss, so every parameter gets its gradient (the fusion's dead-op
+// sweep once took the loss, and the step computed no gradient at all).
+TEST(Passes, FusionKeepsTheLossOfATrainStep) {
+  const Graph g = random_graph(300, 1);
+  Builder b("fused_train");
+  const int32_t gg = b.graph("g", kNodes, kNodes, 300);
+  const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
+  const ValueId w = b.parameter("w", {kHidden, kFeatures});
+  const ValueId y = b.linear(b.aggregate(ops::Reduce::kMean, gg, x), w);
+  const ValueId loss = b.mse_loss(y, b.input("target", DType::kF32, {kNodes, kHidden}),
+                                  b.input("mask", DType::kBool, {kNodes}));
+  OptimizerConfig sgd;
+  sgd.kind = OptimizerConfig::Kind::kSgd;
+  Core core(DeviceProfile::named("trn1"), {});
+  core.bind_graph("g", g.adj);
+  CompileOptions compile;
+  compile.train = TrainStep{loss, {w}, sgd, /*keep_grads=*/true};
+  const auto step = core.compile(b.take(), compile);
+  EXPECT_GE(step->passes.fused, 1);
+  ASSERT_EQ(step->grads.size(), 1u);
+  EXPECT_NE(step->grads[0], kNoValue);
+  EXPECT_GT(step->passes.backward_ops, 2);
+}
+
 TEST(Passes, FusionAndReorderKeepTheResult) {
   const Graph g = random_graph(300, 1);
   Program fused = two_layers(300);
