@@ -344,7 +344,7 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
 // chose among every block shape per row grew so large that GCC spilled the
 // loop's pointers and reloaded them every edge). Rows are independent, so
 // any thread may take any row.
-template <int kTail, bool kWeighted, bool kScaled, bool kPair = false, typename T, typename I>
+template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
 void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Csr<I>& csr = *a.csr;
   const int64_t F = a.features;
@@ -353,16 +353,15 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Prefetch plan = prefetch_plan<T>(F);
   const Pull x_pull = pull_of(a.x, a.x_rows, F);
   const Pull weight_pull = kWeighted ? pull_of(a.weight, csr.num_edges(), a.heads) : Pull{};
-  const Pull x2_pull = kPair ? pull_of(a.x2, a.x_rows, F) : Pull{};
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
     if (prefetch) {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, true, kPair>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull, x2_pull});
+        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan);
+      }, {x_pull, weight_pull});
     } else {
       parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, false, kPair>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull, x2_pull});
+        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan);
+      }, {x_pull, weight_pull});
     }
   };
   int64_t g = 0;
@@ -535,32 +534,47 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
 }
 
 // out = the weighted sum of x's messages and out2 = that of x2's (x2 of
-// x's shape), in one walk of the rows: each message's weight and row index
-// are read once for both (SAGE's two linear maps of one sparse input,
-// ops/sparse_matmul.h). Every column adds the same products in the same
-// order as segment_reduce, so both results have its bits. True when the
-// blocked sum took the call (weighted sum of one head, no degree scale or
-// mask, rows of at most 16 columns or an x in cache, or transposed_out);
-// false when the caller must make two segment_reduce calls. Rows of more
-// than kPairMaxCols columns are not paired: on one thread of the 2-core VM,
-// Cora's and CiteSeer's features times two [K, 16] weights took 0.73-0.80x
-// the time of two products (their gradients 0.83-0.87x), at 32 columns
-// 0.71-0.97x, but at 64 columns 1.00-1.07x, and 1.47x for the transposed
-// gradient (docs/kernels.md).
-inline constexpr int64_t kPairMaxCols = 32;
+// x's shape), in one walk of the rows per block of 16 columns: each
+// message's weight and row index are read once for both (SAGE's two linear
+// maps of one sparse input, ops/sparse_matmul.h). Every column adds the
+// same products in the same order as segment_reduce, so both results have
+// its bits. True when it took the call: a weighted sum of one head, no
+// degree scale or mask, 16 or 32 columns; false when the caller must make
+// two segment_reduce calls. Measured on one thread of the 2-core VM with
+// Cora's and CiteSeer's features: two [K, 16] weights took 0.71-0.80x the
+// time of two products (their gradients 0.79-0.86x), 32 columns 0.72-0.97x;
+// 7 columns (a scalar tail) 0.83-1.01x and 64 columns 0.99-1.06x (1.46-1.50x
+// for the transposed gradient), so those run as two walks, and one block
+// shape keeps the instantiations (and the sanitizer build's compile time)
+// small (docs/kernels.md).
+inline constexpr int64_t kPairMaxCols = 2 * kBlockCols;
 
 template <typename T, typename I>
 bool segment_reduce_pair(const SegmentReduce<T, I>& a) {
   const int64_t F = a.features;
-  const bool cached = fits_in_cache<T>(a.x_rows, F) && fits_in_cache<T>(a.x_rows, 2 * F);
-  if (F == 0 || F > kPairMaxCols || a.heads != 1 || a.weight == nullptr ||
-      a.source_rowptr != nullptr || a.winner != nullptr || a.x2 == nullptr || a.out2 == nullptr ||
-      (F > kBlockCols && !cached && !a.transposed_out)) {
+  if (F == 0 || F % kBlockCols != 0 || F > kPairMaxCols || a.heads != 1 || a.weight == nullptr ||
+      a.source_rowptr != nullptr || a.winner != nullptr || a.x2 == nullptr || a.out2 == nullptr) {
     return false;
   }
-  with_constant<0, kBlockCols>(F % kBlockCols, [&]<int kTail>() {
-    sum_rows_blocked<kTail, true, false, true>(a, /*mean=*/false, /*prefetch=*/!cached);
-  });
+  // Where segment_reduce itself would take another walk than the blocked
+  // sum (32 columns of an x out of cache, stored plainly).
+  const bool cached = fits_in_cache<T>(a.x_rows, 2 * F);
+  if (F > kBlockCols && !fits_in_cache<T>(a.x_rows, F) && !a.transposed_out) return false;
+  const Prefetch plan = prefetch_plan<T>(F);
+  const std::initializer_list<Pull> pulls = {pull_of(a.x, a.x_rows, F),
+                                             pull_of(a.weight, a.csr->num_edges(), 1),
+                                             pull_of(a.x2, a.x_rows, F)};
+  for (int64_t lo = 0; lo < F; lo += kBlockCols) {
+    if (cached) {
+      parallel_rows(*a.csr, kBlockCols, [&](int64_t r) {
+        sum_block<kBlockCols, 1, true, false, false, true>(a, r, 0, lo, plan);
+      }, pulls);
+    } else {
+      parallel_rows(*a.csr, kBlockCols, [&](int64_t r) {
+        sum_block<kBlockCols, 1, true, false, true, true>(a, r, 0, lo, plan);
+      }, pulls);
+    }
+  }
   return true;
 }
 

@@ -125,7 +125,13 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
       b = Builder(std::move(with_buckets));
     }
     append_optimizer(b, t.params, reduced, t.optimizer);
-    c.passes.backward_ops = static_cast<int>(b.program().ops.size() - forward_ops);
+    // Each forward pair took one forward op (pair_sparse_products).
+    int forward_pairs = 0;
+    for (const Op& op : b.program().ops) {
+      forward_pairs += op.kind == OpKind::kSparseMatMul && op.inputs.size() == 3;
+    }
+    c.passes.backward_ops =
+        static_cast<int>(b.program().ops.size() - (forward_ops - static_cast<size_t>(forward_pairs)));
     c.params = t.params;
     c.loss = t.loss;
     program = b.take();

@@ -183,45 +183,56 @@ bool can_pair(const Program& p, const Op& a, const Op& b) {
 
 }  // namespace
 
-int pair_sparse_products(Program& p) {
+namespace {
+
+// Where two products that can_pair may run as one op, or nothing: at i when
+// j's dense operand is defined before i (moving j up), else at j when no op
+// after i up to j itself reads i's results (moving i down). Never across an
+// op that writes state (an optimizer update may rewrite the operand).
+std::optional<size_t> pair_site(const Program& p, const UseDef& ud, size_t i, size_t j) {
+  for (size_t k = i + 1; k < j; ++k) {
+    if (has_side_effects(p.ops[k].kind)) return std::nullopt;
+  }
+  if (ud.def[static_cast<size_t>(p.ops[j].inputs[1])] < static_cast<int64_t>(i)) return i;
+  const auto& made = p.ops[i].outputs;
+  for (size_t k = i + 1; k <= j; ++k) {
+    for (ValueId v : p.ops[k].inputs) {
+      if (std::find(made.begin(), made.end(), v) != made.end()) return std::nullopt;
+    }
+  }
+  return j;
+}
+
+// Joins the first pair found; false when there is none.
+bool pair_one(Program& p) {
   const UseDef ud(p);
   const auto sparse_product = [](const Op& op) {
     return op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
   };
-  std::vector<bool> gone(p.ops.size(), false);
-  int paired = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (gone[i] || !sparse_product(p.ops[i])) continue;
+    if (!sparse_product(p.ops[i])) continue;
     for (size_t j = i + 1; j < p.ops.size(); ++j) {
-      if (gone[j] || !can_pair(p, p.ops[i], p.ops[j])) continue;
-      // At i: j's weight (or gradient) is defined before i.
-      const int64_t b_def = ud.def[static_cast<size_t>(p.ops[j].inputs[1])];
-      const bool at_first = b_def < static_cast<int64_t>(i);
-      // At j: no op between reads what i wrote.
-      bool read_between = false;
-      for (size_t k = i + 1; k < j && !read_between; ++k) {
-        for (ValueId v : p.ops[k].inputs) {
-          read_between |= v == p.ops[i].outputs[0] || v == p.ops[i].outputs[1];
-        }
-      }
-      if (!at_first && read_between) continue;
+      if (!can_pair(p, p.ops[i], p.ops[j])) continue;
+      const std::optional<size_t> site = pair_site(p, ud, i, j);
+      if (!site) continue;
       Op merged = p.ops[i];
       merged.inputs.push_back(p.ops[j].inputs[1]);
       merged.outputs.insert(merged.outputs.end(), p.ops[j].outputs.begin(), p.ops[j].outputs.end());
-      const size_t keep = at_first ? i : j;
-      p.ops[keep] = std::move(merged);
-      gone[at_first ? j : i] = true;
-      ++paired;
-      break;
+      p.ops[*site] = std::move(merged);
+      p.ops.erase(p.ops.begin() + static_cast<std::ptrdiff_t>(*site == i ? j : i));
+      return true;
     }
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (gone[i]) continue;
-    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
-    ++kept;
-  }
-  p.ops.resize(kept);
+  return false;
+}
+
+}  // namespace
+
+int pair_sparse_products(Program& p) {
+  // One pair at a time, each found with fresh definitions (a pair moves one
+  // product's results to another op).
+  int paired = 0;
+  while (pair_one(p)) ++paired;
   return paired;
 }
 

@@ -43,7 +43,8 @@ int fuse_gradient_sums(Program& p);
 // same way over (values, g, g2). SAGE's two linear maps of a sparse input
 // and their weight gradients. The pair sits where the first op was when the
 // second's inputs are defined by then, else where the second was when
-// nothing reads the first's results in between; otherwise the two stay
+// nothing from the first's successor to the second itself reads the first's
+// results; never across an op that writes state; otherwise the two stay
 // apart. The same bits.
 int pair_sparse_products(Program& p);
 

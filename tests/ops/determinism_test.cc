@@ -396,59 +396,64 @@ TEST(ScatterPaths, StreamingEqualsCsrWalk) {
 }
 
 // sparse_matmul's product, alone and as a pair (sparse_matmul_forward_pair:
-// one walk for both at 7, 16 and 32 columns, two at 64): row r of X · op(b)
+// one walk for both at 16 and 32 columns, two at 7 and 64): row r of X · op(b)
 // adds its entries' products in ascending entry order from 0. Each result
 // must equal that sum, written here as a plain serial loop, bit for bit, on
 // 1 and 2 threads, with b stored plainly and transposed.
 TEST(SparseMatmul, OneAndPairGiveTheEntryOrderedSums) {
-  const int64_t n = 1000, K = 300;
-  std::vector<int32_t> row, col;
-  for (int64_t r = 0; r < n; ++r) {
-    for (int64_t k = 0; k < K; ++k) {
-      const uint64_t u = ops::philox(7, 2, {static_cast<uint64_t>(r), static_cast<uint64_t>(k), 0, 0})[0];
-      if (r % 10 == 3 || ops::unit(u) >= 0.03) continue;
-      row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
-      if (u % 17 == 0) row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
-    }
-  }
-  const auto x = ops::Adjacency<int32_t>::build(col, row, K, n);
-  const int64_t E = x.num_edges();
-  const auto uniform = [](uint64_t stream, int64_t count) {
-    std::vector<float> v(count);
-    for (int64_t i = 0; i < count; ++i) {
-      v[i] = static_cast<float>(ops::unit(ops::philox(stream, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
-    }
-    return v;
-  };
-  const std::vector<float> values = uniform(8, E);
-  for (const int64_t m : {7, 16, 32, 64}) {
-    const std::vector<float> b = uniform(10, K * m), b2 = uniform(11, K * m);
-    for (const bool trans_b : {false, true}) {
-      // op(b)[k, f]: b [K, M], or b [M, K] transposed.
-      const auto at = [&](const std::vector<float>& w, int64_t k, int64_t f) {
-        return trans_b ? w[f * K + k] : w[k * m + f];
-      };
-      std::vector<float> want(n * m, 0.0f), want2(n * m, 0.0f);
-      for (int64_t e = 0; e < E; ++e) {  // entries are stored row by row, in order
-        for (int64_t f = 0; f < m; ++f) {
-          want[row[e] * m + f] += values[e] * at(b, col[e], f);
-          want2[row[e] * m + f] += values[e] * at(b2, col[e], f);
-        }
+  // K = 300: b stays in cache; 20000 at 16 columns (1.3 MB): its rows are
+  // asked for ahead (the prefetching walk).
+  for (const int64_t K : {300, 20000}) {
+    SCOPED_TRACE(::testing::Message() << "K = " << K);
+    const int64_t n = 1000;
+    std::vector<int32_t> row, col;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t k = 0; k < K; ++k) {
+        const uint64_t u = ops::philox(7, 2, {static_cast<uint64_t>(r), static_cast<uint64_t>(k), 0, 0})[0];
+        if (r % 10 == 3 || ops::unit(u) >= 0.03) continue;
+        row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
+        if (u % 17 == 0) row.push_back(static_cast<int32_t>(r)), col.push_back(static_cast<int32_t>(k));
       }
-      for (const int threads : {1, 2}) {
-        SCOPED_TRACE(::testing::Message() << m << " columns" << (trans_b ? ", b transposed, " : ", ")
-                                          << threads << " thread(s)");
-        const int saved = omp_get_max_threads();
-        omp_set_num_threads(threads);
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        std::vector<float> ws(trans_b ? K * m : 0), ws2(ws.size()), one(n * m, nan), pair(n * m, nan),
-            pair2(n * m, nan);
-        ops::sparse_matmul_forward<float, int32_t>(x, values, b, m, trans_b, ws, one);
-        ops::sparse_matmul_forward_pair<float, int32_t>(x, values, b, b2, m, trans_b, ws, ws2, pair, pair2);
-        omp_set_num_threads(saved);
-        EXPECT_EQ(std::memcmp(one.data(), want.data(), want.size() * sizeof(float)), 0) << "one product";
-        EXPECT_EQ(std::memcmp(pair.data(), want.data(), want.size() * sizeof(float)), 0) << "the pair's first";
-        EXPECT_EQ(std::memcmp(pair2.data(), want2.data(), want2.size() * sizeof(float)), 0) << "the pair's second";
+    }
+    const auto x = ops::Adjacency<int32_t>::build(col, row, K, n);
+    const int64_t E = x.num_edges();
+    const auto uniform = [](uint64_t stream, int64_t count) {
+      std::vector<float> v(count);
+      for (int64_t i = 0; i < count; ++i) {
+        v[i] = static_cast<float>(ops::unit(ops::philox(stream, 1, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
+      }
+      return v;
+    };
+    const std::vector<float> values = uniform(8, E);
+    for (const int64_t m : K == 300 ? std::vector<int64_t>{7, 16, 32, 64} : std::vector<int64_t>{16}) {
+      const std::vector<float> b = uniform(10, K * m), b2 = uniform(11, K * m);
+      for (const bool trans_b : {false, true}) {
+        // op(b)[k, f]: b [K, M], or b [M, K] transposed.
+        const auto at = [&](const std::vector<float>& w, int64_t k, int64_t f) {
+          return trans_b ? w[f * K + k] : w[k * m + f];
+        };
+        std::vector<float> want(n * m, 0.0f), want2(n * m, 0.0f);
+        for (int64_t e = 0; e < E; ++e) {  // entries are stored row by row, in order
+          for (int64_t f = 0; f < m; ++f) {
+            want[row[e] * m + f] += values[e] * at(b, col[e], f);
+            want2[row[e] * m + f] += values[e] * at(b2, col[e], f);
+          }
+        }
+        for (const int threads : {1, 2}) {
+          SCOPED_TRACE(::testing::Message() << m << " columns" << (trans_b ? ", b transposed, " : ", ")
+                                            << threads << " thread(s)");
+          const int saved = omp_get_max_threads();
+          omp_set_num_threads(threads);
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          std::vector<float> ws(trans_b ? K * m : 0), ws2(ws.size()), one(n * m, nan), pair(n * m, nan),
+              pair2(n * m, nan);
+          ops::sparse_matmul_forward<float, int32_t>(x, values, b, m, trans_b, ws, one);
+          ops::sparse_matmul_forward_pair<float, int32_t>(x, values, b, b2, m, trans_b, ws, ws2, pair, pair2);
+          omp_set_num_threads(saved);
+          EXPECT_EQ(std::memcmp(one.data(), want.data(), want.size() * sizeof(float)), 0) << "one product";
+          EXPECT_EQ(std::memcmp(pair.data(), want.data(), want.size() * sizeof(float)), 0) << "the pair's first";
+          EXPECT_EQ(std::memcmp(pair2.data(), want2.data(), want2.size() * sizeof(float)), 0) << "the pair's second";
+        }
       }
     }
   }
@@ -459,7 +464,7 @@ TEST(SparseMatmul, OneAndPairGiveTheEntryOrderedSums) {
 // starting from 0. Each must equal that sum, written here as a plain serial
 // loop, bit for bit, on 1 and 2 threads, stored plainly and transposed; and
 // so must both gradients of a pair (sparse_matmul_backward_b_pair, one walk
-// for both at 7, 16 and 32 columns, two walks wider).
+// for both at 16 and 32 columns, two walks otherwise).
 TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
   struct Case {
     int64_t n, m;
@@ -467,7 +472,8 @@ TEST(SparseMatmulGradB, BothWalksGiveTheRowOrderedSums) {
   };
   const int64_t K = 300;
   for (const Case c : {Case{1000, 64, false}, Case{5000, 16, false}, Case{5000, 64, true},
-                       Case{2000, 200, true}, Case{1000, 7, false}, Case{1000, 32, false}}) {
+                       Case{2000, 200, true}, Case{1000, 7, false}, Case{1000, 32, false},
+                       Case{20000, 16, false}}) {  // G of 1.3 MB: rows asked for ahead
     // Row-major entries, about 3% dense, some rows empty, a duplicate now and then.
     std::vector<int32_t> row, col;
     for (int64_t r = 0; r < c.n; ++r) {

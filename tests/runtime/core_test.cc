@@ -179,8 +179,8 @@ TEST(Passes, GradientSumsFoldIntoAttentionDots) {
 // into one op, and so do their weight gradients (pair_sparse_products: the
 // forward pair where the first product was, the gradients where the second
 // was), and the output and every gradient keep the bits of the unpaired
-// (debug) program's: by one walk at 16 and 6 columns, by two at 64
-// (kPairMaxCols).
+// (debug) program's: by one walk at 16 columns, by two at 6 and 64 (the
+// kernel's choice, segment_reduce_pair).
 TEST(Passes, SparseProductsOfOneMatrixPair) {
   std::vector<int32_t> rows, cols;  // X [kNodes, kFeatures], about 30% stored, row by row
   for (int32_t r = 0; r < kNodes; ++r) {
@@ -234,13 +234,26 @@ TEST(Passes, SparseProductsOfOneMatrixPair) {
       CompileOptions compile;
       compile.train = train;
       const auto step = core.compile(std::move(program), compile);
+      // Where each pair sits: the forward one before the relu that reads
+      // it (moved up), the gradients' after the relu's gradient (moved down).
       int pairs = 0;
-      for (const Op& op : step->program.ops) {
+      size_t forward_pair = 0, gradient_pair = 0, relu = 0, relu_grad = 0;
+      for (size_t k = 0; k < step->program.ops.size(); ++k) {
+        const Op& op = step->program.ops[k];
         const bool sparse = op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
-        pairs += sparse && op.inputs.size() == 3;
+        if (sparse && op.inputs.size() == 3) {
+          ++pairs;
+          (op.kind == OpKind::kSparseMatMul ? forward_pair : gradient_pair) = k;
+        }
+        if (op.kind == OpKind::kRelu && relu == 0) relu = k;
+        if (op.kind == OpKind::kReluGrad) relu_grad = k;
       }
       EXPECT_EQ(pairs, debug ? 0 : 2);
       EXPECT_EQ(step->passes.paired, debug ? 0 : 2);
+      if (!debug) {
+        EXPECT_LT(forward_pair, relu);
+        EXPECT_GT(gradient_pair, relu_grad);
+      }
       core.run(*step, {.step = 1, .lr = 0, .seed = 0});
       results.emplace_back();
       results.back().push_back(core.read(*step, "out"));
@@ -254,6 +267,38 @@ TEST(Passes, SparseProductsOfOneMatrixPair) {
           << (i == 0 ? "out" : "gradient " + std::to_string(i - 1));
     }
   }
+}
+
+// X · (X · B) with a square X: the second product reads the first's
+// result, so the two cannot be one walk; the pass leaves them apart and the
+// program compiles and runs (it once placed the pair where the second was,
+// reading its own output, and verify rejected the program).
+TEST(Passes, SparseProductOfAProductStaysApart) {
+  std::vector<int32_t> rows, cols;  // X [kNodes, kNodes], about 20% stored
+  for (int32_t r = 0; r < kNodes; ++r) {
+    for (int32_t c = 0; c < kNodes; ++c) {
+      const uint64_t at = static_cast<uint64_t>(r * kNodes + c);
+      if (ops::below(ops::philox(9, 3, {at, 0, 0, 0})[0], 10) < 2) rows.push_back(r), cols.push_back(c);
+    }
+  }
+  const int64_t stored = static_cast<int64_t>(rows.size());
+  Builder b("sparse_chain");
+  const int32_t xm = b.graph("x", kNodes, kNodes, stored);
+  const ValueId values = b.input("values", DType::kF32, {stored});
+  const ValueId w = b.parameter("w", {kNodes, kNodes});
+  const ValueId once = b.sparse_matmul(xm, values, w);
+  const ValueId twice = b.sparse_matmul(xm, values, once);
+  b.program().value(twice).name = "out";
+  b.output(twice);
+  Core core(DeviceProfile::named("trn1"), {});
+  core.bind_graph("x", std::make_shared<const Core::Adjacency>(
+                           Core::Adjacency::build(cols, rows, kNodes, kNodes)));
+  core.memory().put("values", random_array({stored}, 2));
+  core.memory().put("w", random_array({kNodes, kNodes}, 3));
+  const auto compiled = core.compile(b.take(), {});
+  EXPECT_EQ(compiled->passes.paired, 0);
+  core.run(*compiled, {});
+  EXPECT_EQ(core.read(*compiled, "out").values<float>().size(), static_cast<size_t>(kNodes * kNodes));
 }
 
 // A train step whose loss nothing reads before the backward is appended
