@@ -95,6 +95,21 @@ void verify(const Program& p) {
   }
 }
 
+namespace {
+
+// Removes the ops marked in `gone` (indexed like p.ops), keeping the order.
+void erase_ops(Program& p, const std::vector<bool>& gone) {
+  size_t kept = 0;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (gone[i]) continue;
+    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
+    ++kept;
+  }
+  p.ops.resize(kept);
+}
+
+}  // namespace
+
 int fuse_aggregations(Program& p) {
   const UseDef ud(p);
   int fused = 0;
@@ -126,13 +141,7 @@ int fuse_aggregations(Program& p) {
   // Only those: the rest of the program may hold values nothing reads yet,
   // such as a train step's loss before the backward is appended
   // (eliminate_dead_values took it, and with it every gradient).
-  size_t kept = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (replaced[i]) continue;
-    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
-    ++kept;
-  }
-  p.ops.resize(kept);
+  erase_ops(p, replaced);
   return fused;
 }
 
@@ -158,13 +167,7 @@ int fuse_gradient_sums(Program& p) {
   }
   // Only the folded dots go: the gradients are not read yet (the optimizer
   // comes next), so eliminate_dead_values would take the whole backward.
-  size_t kept = 0;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (folded[i]) continue;
-    if (kept != i) p.ops[kept] = std::move(p.ops[i]);
-    ++kept;
-  }
-  p.ops.resize(kept);
+  erase_ops(p, folded);
   return fused;
 }
 
