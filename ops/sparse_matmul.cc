@@ -29,6 +29,47 @@ void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
   }
 }
 
+// op(b) as [K, M] rows: b itself, or b [M, K] transposed into the workspace
+// (checked to be K * M, or empty when b is not transposed).
+template <typename T>
+const T* rows_of_b(std::string_view op, std::string_view name, std::span<const T> b, int64_t k,
+                   int64_t m, bool trans_b, std::span<T> workspace) {
+  expect_size(op, name, workspace.size(), trans_b ? k * m : 0, trans_b ? "K*M" : "0");
+  if (!trans_b) return b.data();
+  transpose(b.data(), m, k, workspace.data());
+  return workspace.data();
+}
+
+// out [N, M] = X bt: out[r] = the sum over row r's stored entries of value *
+// row col of bt, a weighted aggregation (ops/segment_reduce.h) with the
+// values as weights.
+template <typename T, typename I>
+detail::SegmentReduce<T, I> product_walk(const Adjacency<I>& x, const T* values, const T* bt,
+                                         int64_t m, T* out) {
+  return {.csr = &x.by_dst,
+          .source = x.by_dst.col().data(),
+          .x = bt,
+          .features = m,
+          .x_rows = x.num_src_nodes(),
+          .weight = values,
+          .out = out};
+}
+
+// Row k of Xᵀ G: the rows of G that column k of X touches, in ascending row
+// order; stored as row k of grad_b, or as its column k (trans_b).
+template <typename T, typename I>
+detail::SegmentReduce<T, I> gradient_walk(const Adjacency<I>& x, const T* values, const T* g,
+                                          int64_t m, bool trans_b, T* grad_b) {
+  return {.csr = &x.by_src,
+          .source = x.by_src.col().data(),
+          .x = g,
+          .features = m,
+          .x_rows = x.num_dst_nodes(),
+          .weight = values,
+          .out = grad_b,
+          .transposed_out = trans_b};
+}
+
 }  // namespace
 
 template <typename T, typename I>
@@ -36,22 +77,8 @@ void sparse_matmul_forward(const Adjacency<I>& x, std::span<const T> values, std
                            int64_t m, bool trans_b, std::span<T> workspace, std::span<T> out) {
   constexpr std::string_view op = "sparse_matmul";
   check_sizes(op, x, values.size(), m, b.size(), out.size(), "out");
-  const int64_t K = x.num_src_nodes();
-  expect_size(op, "workspace", workspace.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
-  const T* bt = b.data();
-  if (trans_b) {  // workspace [K, M] = b [M, K] transposed
-    transpose(b.data(), m, K, workspace.data());
-    bt = workspace.data();
-  }
-  // out[r] = sum over row r's stored entries of value * row col of op(b): a
-  // weighted aggregation (ops/segment_reduce.h) with the values as weights.
-  detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &x.by_dst,
-                                              .source = x.by_dst.col().data(),
-                                              .x = bt,
-                                              .features = m,
-                                              .x_rows = K,
-                                              .weight = values.data(),
-                                              .out = out.data()});
+  const T* bt = rows_of_b(op, "workspace", b, x.num_src_nodes(), m, trans_b, workspace);
+  detail::segment_reduce<T, I>(Reduce::kSum, product_walk(x, values.data(), bt, m, out.data()));
 }
 
 template <typename T, typename I>
@@ -64,30 +91,14 @@ void sparse_matmul_forward_pair(const Adjacency<I>& x, std::span<const T> values
   expect_size(op, "b2", b2.size(), static_cast<int64_t>(b.size()), "len(b)");
   expect_size(op, "out2", out2.size(), static_cast<int64_t>(out.size()), "len(out)");
   const int64_t K = x.num_src_nodes();
-  expect_size(op, "workspace", workspace.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
-  expect_size(op, "workspace2", workspace2.size(), trans_b ? K * m : 0, trans_b ? "K*M" : "0");
-  const T* bt = b.data();
-  const T* bt2 = b2.data();
-  if (trans_b) {
-    transpose(b.data(), m, K, workspace.data());
-    transpose(b2.data(), m, K, workspace2.data());
-    bt = workspace.data();
-    bt2 = workspace2.data();
-  }
-  detail::SegmentReduce<T, I> a{.csr = &x.by_dst,
-                                .source = x.by_dst.col().data(),
-                                .x = bt,
-                                .features = m,
-                                .x_rows = K,
-                                .weight = values.data(),
-                                .out = out.data(),
-                                .x2 = bt2,
-                                .out2 = out2.data()};
+  const T* bt = rows_of_b(op, "workspace", b, K, m, trans_b, workspace);
+  const T* bt2 = rows_of_b(op, "workspace2", b2, K, m, trans_b, workspace2);
+  detail::SegmentReduce<T, I> a = product_walk(x, values.data(), bt, m, out.data());
+  a.x2 = bt2;
+  a.out2 = out2.data();
   if (detail::segment_reduce_pair(a)) return;
-  detail::segment_reduce<T, I>(Reduce::kSum, a);
-  a.x = bt2;
-  a.out = out2.data();
-  detail::segment_reduce<T, I>(Reduce::kSum, a);
+  detail::segment_reduce<T, I>(Reduce::kSum, product_walk(x, values.data(), bt, m, out.data()));
+  detail::segment_reduce<T, I>(Reduce::kSum, product_walk(x, values.data(), bt2, m, out2.data()));
 }
 
 namespace {
@@ -158,16 +169,8 @@ void sparse_matmul_backward_b(const Adjacency<I>& x, std::span<const T> values,
     if (trans_b) transpose(acc, K, m, grad_b.data());  // grad_b [M, K] = acc [K, M]ᵀ
     return;
   }
-  // Row k of Xᵀ G: the rows of G that column k of X touches, in ascending
-  // row order; stored as row k of grad_b, or as its column k (trans_b).
-  detail::segment_reduce<T, I>(Reduce::kSum, {.csr = &x.by_src,
-                                              .source = x.by_src.col().data(),
-                                              .x = grad_out.data(),
-                                              .features = m,
-                                              .x_rows = n,
-                                              .weight = values.data(),
-                                              .out = grad_b.data(),
-                                              .transposed_out = trans_b});
+  detail::segment_reduce<T, I>(Reduce::kSum, gradient_walk(x, values.data(), grad_out.data(), m,
+                                                           trans_b, grad_b.data()));
 }
 
 template <typename T, typename I>
@@ -185,16 +188,10 @@ void sparse_matmul_backward_b_pair(const Adjacency<I>& x, std::span<const T> val
   if (!sparse_matmul_backward_b_by_rows(n, m, sizeof(T))) {
     expect_size(op, "workspace", workspace.size(), 0, "0");
     expect_size(op, "workspace2", workspace2.size(), 0, "0");
-    const detail::SegmentReduce<T, I> a{.csr = &x.by_src,
-                                        .source = x.by_src.col().data(),
-                                        .x = grad_out.data(),
-                                        .features = m,
-                                        .x_rows = n,
-                                        .weight = values.data(),
-                                        .out = grad_b.data(),
-                                        .transposed_out = trans_b,
-                                        .x2 = grad_out2.data(),
-                                        .out2 = grad_b2.data()};
+    detail::SegmentReduce<T, I> a =
+        gradient_walk(x, values.data(), grad_out.data(), m, trans_b, grad_b.data());
+    a.x2 = grad_out2.data();
+    a.out2 = grad_b2.data();
     if (detail::segment_reduce_pair(a)) return;
   }
   sparse_matmul_backward_b(x, values, grad_out, m, trans_b, workspace, grad_b);

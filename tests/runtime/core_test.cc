@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 
 #include "runtime/npy.h"
@@ -113,6 +114,49 @@ TEST(Builder, ShapeErrorNamesOpScopeAndBothShapes) {
   EXPECT_THROW(b.parameter("w", {1}), ShapeError);  // declared twice
 }
 
+// A train step (SGD, gradients kept) compiled on fresh trn1 cores, once in
+// debug mode (unfused, the reference) and once with every pass: `graphs`
+// and `arrays` bound, "mask" all true for kNodes rows, run once at lr 0.
+// check(step, debug) looks at each compiled step; then the values named in
+// `reads` and every gradient must have the same bits both ways.
+using StepBuild = std::function<std::pair<Program, TrainStep>()>;
+using StepCheck = std::function<void(const CompiledProgram&, bool debug)>;
+void expect_same_bits_as_debug(
+    const StepBuild& build,
+    const std::vector<std::pair<std::string, std::shared_ptr<const Core::Adjacency>>>& graphs,
+    const std::vector<std::pair<std::string, Tensor>>& arrays, const std::vector<std::string>& reads,
+    const StepCheck& check) {
+  std::vector<std::vector<Tensor>> results;
+  for (const bool debug : {true, false}) {
+    SCOPED_TRACE(debug ? "debug" : "compiled");
+    CoreOptions options;
+    options.debug = debug;
+    Core core(DeviceProfile::named("trn1"), options);
+    for (const auto& [name, adjacency] : graphs) core.bind_graph(name, adjacency);
+    for (const auto& [name, array] : arrays) core.memory().put(name, array);
+    Tensor mask(DType::kBool, {kNodes});
+    for (auto& m : mask.values<uint8_t>()) m = 1;
+    core.memory().put("mask", mask);
+    auto [program, train] = build();
+    CompileOptions compile;
+    compile.train = train;
+    const auto step = core.compile(std::move(program), compile);
+    check(*step, debug);
+    core.run(*step, {.step = 1, .lr = 0, .seed = 0});
+    results.emplace_back();
+    for (const std::string& name : reads) results.back().push_back(core.read(*step, name));
+    for (ValueId grad : step->grads) results.back().push_back(core.read(*step, grad));
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    const std::string what = i < reads.size() ? reads[i] : "gradient " + std::to_string(i - reads.size());
+    ASSERT_EQ(results[0][i].bytes().size(), results[1][i].bytes().size()) << what;
+    EXPECT_EQ(std::memcmp(results[0][i].bytes().data(), results[1][i].bytes().data(),
+                          results[0][i].bytes().size()), 0)
+        << what;
+  }
+}
+
 // GAT's pattern: h gets its gradient from a matmul and from two attention
 // dots; compiled, both adds fold into the dots' gradients (fuse_gradient_sums),
 // and every gradient keeps the bits of the unfused (debug) program's.
@@ -138,39 +182,23 @@ TEST(Passes, GradientSumsFoldIntoAttentionDots) {
       sgd.kind = OptimizerConfig::Kind::kSgd;
       return std::pair{b.take(), TrainStep{loss, {w, w2, a1, a2}, sgd, /*keep_grads=*/true}};
     };
-    std::vector<std::vector<Tensor>> grads;
-    for (const bool debug : {true, false}) {
-      SCOPED_TRACE(debug ? "debug" : "compiled");
-      CoreOptions options;
-      options.debug = debug;
-      Core core(DeviceProfile::named("trn1"), options);
-      core.memory().put("x", random_array({kNodes, kFeatures}, 2));
-      core.memory().put("w", random_array({width, kFeatures}, 3));
-      core.memory().put("w2", random_array({kHeads, width}, 4));
-      core.memory().put("a1", random_array({1, kHeads, channels}, 5));
-      core.memory().put("a2", random_array({1, kHeads, channels}, 6));
-      core.memory().put("target", random_array({kNodes, kHeads}, 7));
-      Tensor mask(DType::kBool, {kNodes});
-      for (auto& m : mask.values<uint8_t>()) m = 1;
-      core.memory().put("mask", mask);
-      auto [program, train] = build();
-      CompileOptions compile;
-      compile.train = train;
-      const auto step = core.compile(std::move(program), compile);
-      int folded = 0;
-      for (const Op& op : step->program.ops) folded += op.kind == OpKind::kHeadDotGradX && op.inputs.size() == 3;
-      EXPECT_EQ(folded, debug ? 0 : 2);
-      EXPECT_EQ(step->passes.folded, debug ? 0 : 2);
-      core.run(*step, {.step = 1, .lr = 0, .seed = 0});
-      grads.emplace_back();
-      for (ValueId g : step->grads) grads.back().push_back(core.read(*step, g));
-    }
-    ASSERT_EQ(grads[0].size(), 4u);
-    for (size_t i = 0; i < grads[0].size(); ++i) {
-      ASSERT_EQ(grads[0][i].bytes().size(), grads[1][i].bytes().size());
-      EXPECT_EQ(std::memcmp(grads[0][i].bytes().data(), grads[1][i].bytes().data(), grads[0][i].bytes().size()), 0)
-          << "gradient " << i;
-    }
+    expect_same_bits_as_debug(
+        build, {},
+        {{"x", random_array({kNodes, kFeatures}, 2)},
+         {"w", random_array({width, kFeatures}, 3)},
+         {"w2", random_array({kHeads, width}, 4)},
+         {"a1", random_array({1, kHeads, channels}, 5)},
+         {"a2", random_array({1, kHeads, channels}, 6)},
+         {"target", random_array({kNodes, kHeads}, 7)}},
+        {}, [](const CompiledProgram& step, bool debug) {
+          int folded = 0;
+          for (const Op& op : step.program.ops) {
+            folded += op.kind == OpKind::kHeadDotGradX && op.inputs.size() == 3;
+          }
+          EXPECT_EQ(folded, debug ? 0 : 2);
+          EXPECT_EQ(step.passes.folded, debug ? 0 : 2);
+          EXPECT_EQ(step.grads.size(), 4u);
+        });
   }
 }
 
@@ -215,57 +243,36 @@ TEST(Passes, SparseProductsOfOneMatrixPair) {
       sgd.kind = OptimizerConfig::Kind::kSgd;
       return std::pair{b.take(), TrainStep{loss, {w1, w2, w3}, sgd, /*keep_grads=*/true}};
     };
-    std::vector<std::vector<Tensor>> results;
-    for (const bool debug : {true, false}) {
-      SCOPED_TRACE(debug ? "debug" : "compiled");
-      CoreOptions options;
-      options.debug = debug;
-      Core core(DeviceProfile::named("trn1"), options);
-      core.bind_graph("x", x);
-      core.memory().put("values", random_array({stored}, 2));
-      core.memory().put("w1", random_array({width, kFeatures}, 3));
-      core.memory().put("w2", random_array({width, kFeatures}, 4));
-      core.memory().put("w3", random_array({kHidden, width}, 5));
-      core.memory().put("target", random_array({kNodes, kHidden}, 7));
-      Tensor mask(DType::kBool, {kNodes});
-      for (auto& m : mask.values<uint8_t>()) m = 1;
-      core.memory().put("mask", mask);
-      auto [program, train] = build();
-      CompileOptions compile;
-      compile.train = train;
-      const auto step = core.compile(std::move(program), compile);
-      // Where each pair sits: the forward one before the relu that reads
-      // it (moved up), the gradients' after the relu's gradient (moved down).
-      int pairs = 0;
-      size_t forward_pair = 0, gradient_pair = 0, relu = 0, relu_grad = 0;
-      for (size_t k = 0; k < step->program.ops.size(); ++k) {
-        const Op& op = step->program.ops[k];
-        const bool sparse = op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
-        if (sparse && op.inputs.size() == 3) {
-          ++pairs;
-          (op.kind == OpKind::kSparseMatMul ? forward_pair : gradient_pair) = k;
-        }
-        if (op.kind == OpKind::kRelu && relu == 0) relu = k;
-        if (op.kind == OpKind::kReluGrad) relu_grad = k;
-      }
-      EXPECT_EQ(pairs, debug ? 0 : 2);
-      EXPECT_EQ(step->passes.paired, debug ? 0 : 2);
-      if (!debug) {
-        EXPECT_LT(forward_pair, relu);
-        EXPECT_GT(gradient_pair, relu_grad);
-      }
-      core.run(*step, {.step = 1, .lr = 0, .seed = 0});
-      results.emplace_back();
-      results.back().push_back(core.read(*step, "out"));
-      for (ValueId grad : step->grads) results.back().push_back(core.read(*step, grad));
-    }
-    ASSERT_EQ(results[0].size(), 4u);
-    for (size_t i = 0; i < results[0].size(); ++i) {
-      ASSERT_EQ(results[0][i].bytes().size(), results[1][i].bytes().size());
-      EXPECT_EQ(std::memcmp(results[0][i].bytes().data(), results[1][i].bytes().data(),
-                            results[0][i].bytes().size()), 0)
-          << (i == 0 ? "out" : "gradient " + std::to_string(i - 1));
-    }
+    expect_same_bits_as_debug(
+        build, {{"x", x}},
+        {{"values", random_array({stored}, 2)},
+         {"w1", random_array({width, kFeatures}, 3)},
+         {"w2", random_array({width, kFeatures}, 4)},
+         {"w3", random_array({kHidden, width}, 5)},
+         {"target", random_array({kNodes, kHidden}, 7)}},
+        {"out"}, [](const CompiledProgram& step, bool debug) {
+          // Where each pair sits: the forward one before the relu that reads
+          // it (moved up), the gradients' after the relu's gradient (moved down).
+          int pairs = 0;
+          size_t forward_pair = 0, gradient_pair = 0, relu = 0, relu_grad = 0;
+          for (size_t k = 0; k < step.program.ops.size(); ++k) {
+            const Op& op = step.program.ops[k];
+            const bool sparse = op.kind == OpKind::kSparseMatMul || op.kind == OpKind::kSparseMatMulGradB;
+            if (sparse && op.inputs.size() == 3) {
+              ++pairs;
+              (op.kind == OpKind::kSparseMatMul ? forward_pair : gradient_pair) = k;
+            }
+            if (op.kind == OpKind::kRelu && relu == 0) relu = k;
+            if (op.kind == OpKind::kReluGrad) relu_grad = k;
+          }
+          EXPECT_EQ(pairs, debug ? 0 : 2);
+          EXPECT_EQ(step.passes.paired, debug ? 0 : 2);
+          if (!debug) {
+            EXPECT_LT(forward_pair, relu);
+            EXPECT_GT(gradient_pair, relu_grad);
+          }
+          EXPECT_EQ(step.grads.size(), 3u);
+        });
   }
 }
 
