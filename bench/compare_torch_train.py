@@ -58,6 +58,10 @@ floor_multiple as the median of each round's train_ms / floor_ms, so a
 round's time meets the floor measured in its own minute); peak RSS is the
 largest. The rounds' own figures are kept under "rounds". This VM's triad
 moves by 1.5x from minute to minute, and a single round's floor with it.
+On two threads the table also gives train_bench's core_round_trip_ns (a
+cache line from one thread to the other and back): this VM's two cores
+either share a cache complex (100-170 ns) or not (450-620 ns), which
+decides whether a small step gains from the second thread at all.
 
 Usage:
   /usr/bin/python3 bench/compare_torch_train.py [--models gcn,sage,gat,gcn256]
@@ -69,8 +73,8 @@ Prints Markdown tables and writes the rows as a JSON list to --json
 dropout ("on"/"off"), dropout_p, train_ms, infer_ms, peak_rss_mb,
 import_rss_mb, reps_train, reps_infer}; gnnrt rows are train_bench's
 object (with dropout, features, step_bytes, step_flops, triad_gbs,
-sgemm_gflops, floor_ms, floor_multiple where it prints them) plus model
-and model_key.
+sgemm_gflops, core_round_trip_ns, floor_ms, floor_multiple where it prints
+them) plus model and model_key.
 """
 import argparse
 import json
@@ -190,14 +194,14 @@ def combine(rounds):
         return rounds[0]
     row = dict(rounds[0])
     for key in ("train_ms", "infer_ms", "floor_ms", "cost_model_floor_ms", "triad_gbs",
-                "sgemm_gflops"):
-        if all(key in r for r in rounds):
+                "sgemm_gflops", "core_round_trip_ns"):
+        if all(r.get(key) is not None for r in rounds):
             row[key] = statistics.median(r[key] for r in rounds)
     if all("floor_ms" in r for r in rounds):
         row["floor_multiple"] = statistics.median(r["train_ms"] / r["floor_ms"] for r in rounds)
     row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rounds)
-    row["rounds"] = [{k: r[k] for k in ("train_ms", "infer_ms", "floor_ms", "triad_gbs")
-                      if k in r} for r in rounds]
+    row["rounds"] = [{k: r[k] for k in ("train_ms", "infer_ms", "floor_ms", "triad_gbs",
+                                        "core_round_trip_ns") if k in r} for r in rounds]
     return row
 
 
@@ -215,8 +219,9 @@ def print_comparison(rows):
         by_key.setdefault(key, {})[r["system"]] = r
     print("| model | dataset | threads | dropout | torch train ms | gnnrt train ms | "
           "train speed-up | gnnrt features | floor ms | gnnrt train / floor | cost-model floor ms | "
-          "torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | gnnrt RSS MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | gnnrt RSS MB | "
+          "core round trip ns |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (key, dataset, threads, dropout), pair in by_key.items():
         if "torch" not in pair or "gnnrt" not in pair:
             continue
@@ -230,7 +235,8 @@ def print_comparison(rows):
               f"{g.get('features', '-')} | {fmt(floor_ms, '.2f')} | {fmt(multiple, '.1f', 'x')} | "
               f"{fmt(g.get('cost_model_floor_ms'), '.2f')} | "
               f"{t['infer_ms']:.1f} | {g['infer_ms']:.1f} | {t['infer_ms'] / g['infer_ms']:.2f}x | "
-              f"{t['peak_rss_mb']:.0f} | {g['peak_rss_mb']:.0f} |")
+              f"{t['peak_rss_mb']:.0f} | {g['peak_rss_mb']:.0f} | "
+              f"{fmt(g.get('core_round_trip_ns'), '.0f')} |")
     print()
 
 

@@ -24,14 +24,18 @@
 //   {system: "gnnrt", model, dataset, hidden, heads, threads, dropout,
 //    features, train_ms, infer_ms, peak_rss_mb, planned_peak_mb, reps_train,
 //    reps_infer, step_bytes, step_flops, must_move_bytes, triad_gbs,
-//    sgemm_gflops, floor_ms, cost_model_floor_ms, floor_multiple}
+//    sgemm_gflops, core_round_trip_ns (null on one thread), floor_ms,
+//    cost_model_floor_ms, floor_multiple}
 // compare_torch_train.py --gnnrt build/bench/train_bench runs the sweep.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -120,6 +124,43 @@ double sgemm_gflops() {
     best = std::max(best, 2.0 * static_cast<double>(n * n * n) / sec / 1e9);
   }
   return best;
+}
+
+// Median of 5 batches: ns for one cache line to go from OpenMP thread 0 to
+// thread 1 and back (each spins until the other's store arrives). Two
+// threads of this VM either share a cache complex (100-170 ns) or not
+// (450-620 ns), and the host moves them between the two within minutes;
+// on the slow side an op that reads or writes rows the other core touched
+// last loses what the second thread gains (bench/README.md). NaN on one
+// thread.
+double core_round_trip_ns() {
+  if (omp_get_max_threads() < 2) return std::numeric_limits<double>::quiet_NaN();
+  constexpr int kTrips = 20000;
+  alignas(64) std::atomic<int> flag{0};
+  std::vector<double> batches;
+#pragma omp parallel num_threads(2)
+  for (int batch = 0; batch < 5 && omp_get_num_threads() == 2; ++batch) {
+#pragma omp barrier
+    if (omp_get_thread_num() == 0) {
+      const auto t = std::chrono::steady_clock::now();
+      for (int i = 0; i < kTrips; ++i) {
+        flag.store(2 * i + 1, std::memory_order_release);
+        while (flag.load(std::memory_order_acquire) != 2 * i + 2) {
+        }
+      }
+      batches.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t).count() / kTrips);
+      flag.store(0, std::memory_order_relaxed);
+    } else {
+      for (int i = 0; i < kTrips; ++i) {
+        while (flag.load(std::memory_order_acquire) != 2 * i + 1) {
+        }
+        flag.store(2 * i + 2, std::memory_order_release);
+      }
+    }
+  }
+  if (batches.empty()) return std::numeric_limits<double>::quiet_NaN();  // OpenMP gave one thread
+  std::sort(batches.begin(), batches.end());
+  return batches[batches.size() / 2];
 }
 
 // Runs `steps` more train steps with op tracing on and prints each op's
@@ -260,7 +301,7 @@ int main(int argc, char** argv) {
     const auto ops_on_all = op_threads.empty()
                                 ? static_cast<int64_t>(step->program.ops.size())
                                 : std::count(op_threads.begin(), op_threads.end(), threads);
-    const double triad = triad_gbs(), sgemm = sgemm_gflops();
+    const double triad = triad_gbs(), sgemm = sgemm_gflops(), round_trip = core_round_trip_ns();
     const double floor_ms = (must_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
     const double cost_model_floor_ms = (step_bytes / (triad * 1e9) + step_flops / (sgemm * 1e9)) * 1e3;
     const nlohmann::json row = {
@@ -284,6 +325,7 @@ int main(int argc, char** argv) {
         {"step_flops", step_flops},
         {"triad_gbs", triad},
         {"sgemm_gflops", sgemm},
+        {"core_round_trip_ns", std::isnan(round_trip) ? nlohmann::json(nullptr) : nlohmann::json(round_trip)},
         {"must_move_bytes", must_bytes},
         {"floor_ms", floor_ms},
         {"cost_model_floor_ms", cost_model_floor_ms},

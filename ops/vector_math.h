@@ -125,6 +125,51 @@ template <typename T>
   return x < kExpMin ? 0.0f : (x > kMax ? INFINITY : out);
 }
 
+// log x for a positive normal float (log_softmax's log of a row's sum,
+// which is at least 1): x = 2^e m with m in [sqrt(1/2), sqrt(2)), log x =
+// e ln 2 + log(1 + f), f = m - 1, by Cephes' logf polynomial with ln 2 in
+// two parts (e * kLn2Hi is exact). Within 1 ulp on [FLT_MIN, FLT_MAX]
+// (tests/ops/vector_math_test.cc); NaN gives NaN and +inf gives +inf. Zero,
+// negative and subnormal arguments are not handled: the callers never pass
+// one. glibc's logf, one call per row that the compiler cannot vectorise,
+// was half of a 7-class log_softmax over Cora's 2708 rows (32 -> 15 us).
+[[gnu::always_inline]] inline float log_normal_float(float x) {
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  const auto bits = std::bit_cast<int32_t>(x);
+  // x = 2^(e0) m0 with m0 in [0.5, 1) (frexp), then m0 < sqrt(1/2) moves
+  // one factor 2 into m.
+  const int32_t e0 = ((bits >> 23) & 0xff) - 126;
+  const float m0 = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);
+  const bool low = m0 < 0.707106781186547524f;
+  const float f = low ? m0 + m0 - 1.0f : m0 - 1.0f;
+  const float e = static_cast<float>(low ? e0 - 1 : e0);
+  const float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = p * f * z;
+  y += kLn2Lo * e;
+  y += -0.5f * z;
+  const float out = (f + y) + kLn2Hi * e;
+  return x == INFINITY || x != x ? x : out;
+}
+
+template <typename T>
+[[gnu::always_inline]] inline T log_normal(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return log_normal_float(x);
+  } else {
+    return std::log(x);
+  }
+}
+
 template <typename T>
 [[gnu::always_inline]] inline T vexp(T x) {
   if constexpr (std::is_same_v<T, float>) {

@@ -1,7 +1,7 @@
-// ops/vector_math.h against glibc's double-precision exp and expm1: the
-// floats of the non-positive range the header promises (strided), in ulp of
-// the exact result rounded to float, plus the edges (underflow, zeros,
-// infinities, NaN, a positive argument).
+// ops/vector_math.h against glibc's double-precision exp, expm1 and log: the
+// floats of the range the header promises (strided), in ulp of the exact
+// result rounded to float, plus the edges (underflow, zeros, infinities,
+// NaN, a positive argument).
 #include "ops/vector_math.h"
 
 #include <gtest/gtest.h>
@@ -99,6 +99,23 @@ TEST(VectorMath, Expm1WithinOneUlp) {
   EXPECT_TRUE(std::isnan(expm1_nonpositive_float(NAN)));
   EXPECT_EQ(expm1_nonpositive_float(-1e-30f), -1e-30f);
   EXPECT_EQ(expm1_nonpositive_float(2.0f), 0.0f);
+}
+
+// Every positive normal float strided (about 1.1e7 of 2.1e9), [0.5, 2]
+// (where e and the m < sqrt(1/2) switch turn) at every third, and [1, 64]
+// (log_softmax's row sums of up to 64 classes) at every fifth.
+TEST(VectorMath, LogWithinOneUlpOverPositiveNormals) {
+  const auto log = [](double x) { return std::log(x); };
+  float at = 0;
+  EXPECT_LE(worst_ulps(std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), 191,
+                       log_normal_float, log, &at), 1) << "at x = " << at;
+  EXPECT_LE(worst_ulps(0.5f, 2.0f, 3, log_normal_float, log, &at), 1) << "at x = " << at;
+  EXPECT_LE(worst_ulps(1.0f, 64.0f, 5, log_normal_float, log, &at), 1) << "at x = " << at;
+  EXPECT_EQ(log_normal_float(1.0f), 0.0f);
+  EXPECT_EQ(log_normal_float(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(log_normal_float(NAN)));
+  EXPECT_LE(ulps(log_normal_float(std::numeric_limits<float>::max()),
+                 static_cast<float>(std::log(double{std::numeric_limits<float>::max()}))), 1);
 }
 
 }  // namespace
