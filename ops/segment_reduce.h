@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -271,6 +272,15 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   constexpr int kV = !kVector ? 1 : (kD < 16 ? kD : 16);
   constexpr int kPerHead = kD / kV;
   using Lanes = typename LanesOf<T, kV>::type;
+  // Widths 3..15 that are not powers of two (one group: such widths are not
+  // grouped): the block read as one vector of the next power of two, whose
+  // lanes past kD take the next columns and are never stored (each of the
+  // first kD lanes adds the same products as a scalar would). A 7-class
+  // aggregation over Cora's graph walked 7 scalars an edge. The last row of
+  // x, where those lanes would read past x, is read column by column.
+  constexpr int kPad = static_cast<int>(std::bit_ceil(static_cast<unsigned>(kD)));
+  constexpr bool kPadded = !kVector && kG == 1 && kD > 2 && kD < 16;
+  using Padded = typename LanesOf<T, kPadded ? kPad : 1>::type;
   // Everything the loop reads, in locals (read through `a` it was reloaded
   // from the stack every edge).
   const int64_t F = a.features, H = a.heads;
@@ -284,6 +294,10 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   const int64_t positions = a.csr->num_edges();
   Lanes acc[kG * kPerHead] = {};
   Lanes acc2[kPair ? kG * kPerHead : 1] = {};
+  Padded wide{}, wide2{};
+  // Rows of x whose kPad columns from lo lie inside x (all but the last
+  // when they reach past its row; none when x's size is unknown).
+  const int64_t padded_rows = !kPadded || a.x_rows < 0 ? 0 : a.x_rows - (lo + kPad > F ? 1 : 0);
   for (int64_t p = begin; p < end; ++p) {
     if constexpr (kPrefetch) {
       prefetch_ahead(a.x, source, p, positions, F, plan);
@@ -297,24 +311,45 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
     T scale = T(1);
     if constexpr (kScaled) scale = T(1) / T(degree_ptr[s + 1] - degree_ptr[s]);
     const T* xr = x + s * F;
-    for (int g = 0; g < kG; ++g) {
+    if constexpr (kPadded) {
       T c = scale;
-      if constexpr (kWeighted) c *= weight[static_cast<int64_t>(edge[p]) * H + g];
-      for (int q = 0; q < kPerHead; ++q) {
-        Lanes xv;
-        std::memcpy(&xv, xr + g * kD + q * kV, sizeof(Lanes));
-        if constexpr (kWeighted || kScaled) {
-          acc[g * kPerHead + q] += c * xv;
+      if constexpr (kWeighted) c *= weight[static_cast<int64_t>(edge[p]) * H];
+      const auto load = [&](const T* row) {
+        Padded v{};
+        if (s < padded_rows) {
+          std::memcpy(&v, row, sizeof(Padded));
         } else {
-          acc[g * kPerHead + q] += xv;
+          for (int j = 0; j < kD; ++j) v[j] = row[j];
         }
-        if constexpr (kPair) {
-          Lanes xv2;
-          std::memcpy(&xv2, x2 + s * F + g * kD + q * kV, sizeof(Lanes));
+        return v;
+      };
+      if constexpr (kWeighted || kScaled) {
+        wide += c * load(xr);
+        if constexpr (kPair) wide2 += c * load(x2 + s * F);
+      } else {
+        wide += load(xr);
+        if constexpr (kPair) wide2 += load(x2 + s * F);
+      }
+    } else {
+      for (int g = 0; g < kG; ++g) {
+        T c = scale;
+        if constexpr (kWeighted) c *= weight[static_cast<int64_t>(edge[p]) * H + g];
+        for (int q = 0; q < kPerHead; ++q) {
+          Lanes xv;
+          std::memcpy(&xv, xr + g * kD + q * kV, sizeof(Lanes));
           if constexpr (kWeighted || kScaled) {
-            acc2[g * kPerHead + q] += c * xv2;
+            acc[g * kPerHead + q] += c * xv;
           } else {
-            acc2[g * kPerHead + q] += xv2;
+            acc[g * kPerHead + q] += xv;
+          }
+          if constexpr (kPair) {
+            Lanes xv2;
+            std::memcpy(&xv2, x2 + s * F + g * kD + q * kV, sizeof(Lanes));
+            if constexpr (kWeighted || kScaled) {
+              acc2[g * kPerHead + q] += c * xv2;
+            } else {
+              acc2[g * kPerHead + q] += xv2;
+            }
           }
         }
       }
@@ -334,8 +369,17 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
       for (int j = 0; j < kN; ++j) *out_at(a, out, r, lo + j) = sums_of[j];
     }
   };
-  store(a.out, acc);
-  if constexpr (kPair) store(a.out2, acc2);
+  if constexpr (kPadded) {
+    // Lane by lane from the register (a copy through memory stored the
+    // sums on the stack every edge).
+    for (int j = 0; j < kD; ++j) *out_at(a, a.out, r, lo + j) = wide[j];
+    if constexpr (kPair) {
+      for (int j = 0; j < kD; ++j) *out_at(a, a.out2, r, lo + j) = wide2[j];
+    }
+  } else {
+    store(a.out, acc);
+    if constexpr (kPair) store(a.out2, acc2);
+  }
 }
 
 // Every row, one block of columns at a time: per weight group (a head when

@@ -729,6 +729,79 @@ TEST(Pull, ReadsNothingOutsideItsSpan) {
 }
 
 }  // namespace
+namespace {
+
+// Aggregations whose row (or a head's share of it) is 3..15 columns and not
+// a power of two read each message as one vector of the next power of two
+// (ops/segment_reduce.h, sum_block): the lanes past the row are never
+// stored, and the last row of x is read column by column. x ends where an
+// unreadable page begins, so a read past it crashes the test; every source
+// row is read (the last one too), and each output must equal the
+// edge-ordered sum, written here as a plain serial loop, bit for bit, on 1
+// and 2 threads: sum, mean, weighted and not, and 23 = 16 + 7 and 71 = 64 +
+// 7 columns, whose last block starts inside the row.
+TEST(SpmmNarrowWidths, PaddedReadsGiveTheEdgeOrderedSums) {
+  const int64_t n = 2000, page = static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<int32_t> src, dst;
+  for (int64_t e = 0; e < 9 * n; ++e) {
+    const auto w = ops::philox(13, 1, {static_cast<uint64_t>(e), 0, 0, 0});
+    src.push_back(static_cast<int32_t>(e < n ? e : static_cast<int64_t>(w[0] % n)));
+    dst.push_back(static_cast<int32_t>(w[1] % (n - 7)));  // the last 7 get nothing
+  }
+  const auto adj = ops::Adjacency<int32_t>::build(src, dst, n, n);
+  const int64_t E = adj.num_edges();
+  std::vector<int64_t> degree(n, 0);
+  for (const int32_t v : dst) ++degree[v];
+  for (const int64_t F : {3, 5, 6, 7, 9, 12, 13, 15, 23, 71}) {
+    // x [n, F] at the end of its mapping, an unreadable page after it.
+    const int64_t bytes = n * F * static_cast<int64_t>(sizeof(float));
+    const int64_t pages = (bytes + page - 1) / page;
+    auto* base = static_cast<char*>(mmap(nullptr, static_cast<size_t>((pages + 1) * page),
+                                         PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(base, MAP_FAILED);
+    ASSERT_EQ(mprotect(base + pages * page, static_cast<size_t>(page), PROT_NONE), 0);
+    const std::span<float> x(reinterpret_cast<float*>(base + pages * page - bytes), static_cast<size_t>(n * F));
+    for (int64_t i = 0; i < n * F; ++i) {
+      x[i] = static_cast<float>(ops::unit(ops::philox(13, 2, {static_cast<uint64_t>(i), 0, 0, 0})[0]) - 0.5);
+    }
+    std::vector<float> weight(E);
+    for (int64_t i = 0; i < E; ++i) {
+      weight[i] = static_cast<float>(ops::unit(ops::philox(13, 3, {static_cast<uint64_t>(i), 0, 0, 0})[0]));
+    }
+    for (const ops::Reduce reduce : {ops::Reduce::kSum, ops::Reduce::kMean}) {
+      for (const bool weighted : {false, true}) {
+        std::vector<float> want(n * F, 0.0f);
+        for (int64_t e = 0; e < E; ++e) {  // by_dst keeps ascending edge ids within a row
+          for (int64_t f = 0; f < F; ++f) {
+            want[dst[e] * F + f] += weighted ? weight[e] * x[src[e] * F + f] : x[src[e] * F + f];
+          }
+        }
+        if (reduce == ops::Reduce::kMean) {
+          for (int64_t v = 0; v < n; ++v) {
+            for (int64_t f = 0; f < F && degree[v] > 0; ++f) want[v * F + f] /= static_cast<float>(degree[v]);
+          }
+        }
+        for (const int threads : {1, 2}) {
+          const int saved = omp_get_max_threads();
+          omp_set_num_threads(threads);
+          std::vector<float> got(n * F, std::numeric_limits<float>::quiet_NaN());
+          ops::spmm_forward<float, int32_t>(reduce, adj, F, x, weighted ? std::span<const float>(weight)
+                                                                        : std::span<const float>(),
+                                            got, {});
+          omp_set_num_threads(saved);
+          const int64_t at = first_difference<float>(got, want);
+          EXPECT_LT(at, 0) << F << " columns, " << ops::to_string(reduce) << (weighted ? ", weighted, " : ", ")
+                           << threads << " thread(s): element " << at << " is " << (at < 0 ? 0 : got[at])
+                           << " against " << (at < 0 ? 0 : want[at]);
+        }
+      }
+    }
+    ASSERT_EQ(munmap(base, static_cast<size_t>((pages + 1) * page)), 0);
+  }
+}
+
+}  // namespace
+
 // Padded products (ops/dense.cc) against a plain double-precision product,
 // at sizes the golden cases cannot hold: C's columns padded in two row
 // blocks (33,000 rows of 7 or 5, 20,000 of 13), with op(b) stored either
