@@ -37,6 +37,11 @@ namespace gnnrt::ops::detail {
 
 inline constexpr float kExpMin = -87.3365479f;  // below: exp is 0
 
+// ln 2 in two parts: kLn2Hi has 9 significant bits, so n * kLn2Hi is exact
+// for the n an exp or log meets; kLn2Lo = ln 2 - kLn2Hi.
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = -2.12194440e-4f;
+
 // n and q = e^r - 1 for x = n ln2 + r, |r| <= ln2 / 2, x already clamped to
 // the caller's range (NaN passes through q): Cody-Waite reduction and
 // Cephes' expf polynomial, shared by every exp below.
@@ -47,8 +52,6 @@ struct Reduction {
 
 [[gnu::always_inline]] inline Reduction reduce(float xc) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;      // 9 bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
   constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding it rounds to an integer
   const float t = xc * kLog2e + kRound;  // n + kRound, in the mantissa's low bits
   const float fn = t - kRound;
@@ -132,10 +135,9 @@ template <typename T>
 // (tests/ops/vector_math_test.cc); NaN gives NaN and +inf gives +inf. Zero,
 // negative and subnormal arguments are not handled: the callers never pass
 // one. glibc's logf, one call per row that the compiler cannot vectorise,
-// was half of a 7-class log_softmax over Cora's 2708 rows (32 -> 15 us).
+// was about half of a 7-class log_softmax over Cora's 2708 rows (54 -> 29
+// us with this log, one thread, one VM state; docs/kernels.md).
 [[gnu::always_inline]] inline float log_normal_float(float x) {
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
   const auto bits = std::bit_cast<int32_t>(x);
   // x = 2^(e0) m0 with m0 in [0.5, 1) (frexp), then m0 < sqrt(1/2) moves
   // one factor 2 into m.
