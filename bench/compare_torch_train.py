@@ -71,10 +71,14 @@ Prints Markdown tables and writes the rows as a JSON list to --json
 (default build/bench/compare_torch_train.json): torch rows are
 {system: "torch", model, model_key, dataset, hidden, heads, threads,
 dropout ("on"/"off"), dropout_p, train_ms, infer_ms, peak_rss_mb,
-import_rss_mb, reps_train, reps_infer}; gnnrt rows are train_bench's
-object (with dropout, features, step_bytes, step_flops, triad_gbs,
-sgemm_gflops, core_round_trip_ns, floor_ms, floor_multiple where it prints
-them) plus model and model_key.
+import_rss_mb, reps_train, reps_infer, blas_kernels}; gnnrt rows are
+train_bench's object (with dropout, features, step_bytes, step_flops,
+triad_gbs, sgemm_gflops, blas_kernels, core_round_trip_ns, floor_ms,
+floor_multiple where it prints them) plus model and model_key.
+blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
+load the same libopenblas here); the floor's SGEMM rate depends on it, and
+Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on CPUs it does not
+know (bench/README.md).
 """
 import argparse
 import json
@@ -149,7 +153,20 @@ def worker(job):
             "train_ms": round(train_ms, 3), "infer_ms": round(infer_ms, 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "import_rss_mb": round(import_rss_mb, 1),
-            "reps_train": reps_train, "reps_infer": reps_infer}
+            "reps_train": reps_train, "reps_infer": reps_infer,
+            "blas_kernels": blas_kernels()}
+
+
+def blas_kernels():
+    """The kernel set of the OpenBLAS that torch loaded (Debian's torch links
+    it through libblas.so.3), or None where this process has none."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
 
 
 def run_job(job):
@@ -238,6 +255,14 @@ def print_comparison(rows):
               f"{t['peak_rss_mb']:.0f} | {g['peak_rss_mb']:.0f} | "
               f"{fmt(g.get('core_round_trip_ns'), '.0f')} |")
     print()
+    by_system = {}
+    for r in rows:
+        if r.get("blas_kernels"):
+            by_system.setdefault(r["system"], set()).add(r["blas_kernels"])
+    if by_system:
+        print("OpenBLAS kernels: " + "; ".join(f"{s} {', '.join(sorted(k))}"
+                                               for s, k in sorted(by_system.items())))
+        print()
 
 
 def csv_list(allowed):

@@ -24,7 +24,8 @@
 //   {system: "gnnrt", model, dataset, hidden, heads, threads, dropout,
 //    features, train_ms, infer_ms, peak_rss_mb, planned_peak_mb, reps_train,
 //    reps_infer, step_bytes, step_flops, must_move_bytes, triad_gbs,
-//    sgemm_gflops, core_round_trip_ns (null on one thread), floor_ms,
+//    sgemm_gflops, blas_kernels (OpenBLAS's kernel set, which the SGEMM rate
+//    depends on), core_round_trip_ns (null on one thread), floor_ms,
 //    cost_model_floor_ms, floor_multiple}
 // compare_torch_train.py --gnnrt build/bench/train_bench runs the sweep.
 #include <sys/resource.h>
@@ -325,6 +326,7 @@ int main(int argc, char** argv) {
         {"step_flops", step_flops},
         {"triad_gbs", triad},
         {"sgemm_gflops", sgemm},
+        {"blas_kernels", ops::blas_kernels()},
         {"core_round_trip_ns", std::isnan(round_trip) ? nlohmann::json(nullptr) : nlohmann::json(round_trip)},
         {"must_move_bytes", must_bytes},
         {"floor_ms", floor_ms},

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "ops/dense.h"
 #include "runtime/core.h"
 #include "runtime/device.h"
 #include "runtime/program_cache.h"
@@ -44,6 +45,7 @@ nlohmann::json build_info() {
       {"openmp_max_threads", omp_get_max_threads()},
       {"openmp_procs", omp_get_num_procs()},
       {"openblas", openblas_get_config()},
+      {"openblas_kernels", ops::blas_kernels()},
       {"transparent_hugepages", first_line("/sys/kernel/mm/transparent_hugepage/enabled")},
       {"compiler_version", std::string(runtime::compiler_version())},
       {"program_cache", runtime::default_cache_dir().string()},

@@ -7,6 +7,7 @@
 #include "launch/control.pb.h"
 #include "launch/control_client.h"
 #include "model/job.h"
+#include "ops/dense.h"
 #include "runtime/program_cache.h"
 
 namespace gnnrt::launch {
@@ -83,6 +84,9 @@ int run_train(TrainCommand& c) {
                                                                     : "shards " + job.partition().shards(),
                                    job.partition().halo())
                      : "");
+  }
+  if (lead) {
+    if (const auto slow_blas = ops::blas_kernels_warning()) spdlog::warn("{}", *slow_blas);
   }
   if (lead && c.options.debug) {
     spdlog::info("debug mode: every program runs op by op, unfused, with a NaN/Inf check after each op; "

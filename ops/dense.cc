@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -494,6 +496,30 @@ void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
     if (!mask.empty() && !mask[i]) continue;
     grad_log_prob[i * classes + labels[i]] = -scale;
   }
+}
+
+std::string blas_kernels() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
+std::optional<std::string> blas_kernels_warning(std::string_view kernels, bool avx2_fma,
+                                                bool avx512) {
+  // OpenBLAS's kernel sets that use AVX2 and FMA (0.3.21 and later).
+  static constexpr std::array<std::string_view, 6> kWide{
+      "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Excavator"};
+  if (!avx2_fma || std::find(kWide.begin(), kWide.end(), kernels) != kWide.end()) return std::nullopt;
+  return "OpenBLAS runs its " + std::string(kernels) + " kernels, though this CPU has AVX2 and FMA" +
+         (avx512 ? " and AVX-512" : "") +
+         " (this OpenBLAS does not know the CPU): dense matmuls run several times slower than "
+         "the CPU allows. Where this OpenBLAS is trusted on the CPU, set OPENBLAS_CORETYPE=Haswell" +
+         (avx512 ? " (or SkylakeX)" : "") + " in the environment before starting gnnrt";
+}
+
+std::optional<std::string> blas_kernels_warning() {
+  return blas_kernels_warning(blas_kernels(),
+                              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                              __builtin_cpu_supports("avx512f"));
 }
 
 #define GNNRT_INSTANTIATE_T(T)                                                                  \

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 
 namespace gnnrt::ops {
 
@@ -64,5 +67,20 @@ LossSum nll_loss_forward(std::span<const T> log_prob, int64_t rows, int64_t clas
 template <typename T, typename I>
 void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
                        std::span<const uint8_t> mask, T scale, std::span<T> grad_log_prob);
+
+// The kernel set OpenBLAS picked for this CPU when it loaded
+// (openblas_get_corename: "Haswell", "SkylakeX", "Prescott", ...).
+std::string blas_kernels();
+
+// A warning when those kernels leave this CPU's vector units idle: the CPU
+// has AVX2 and FMA but OpenBLAS runs an older set. Debian 12's OpenBLAS
+// 0.3.21 does that on the cores it does not know (Sapphire Rapids runs
+// Prescott's SSE3 kernels, a third of the AVX2 rate), and dense matmuls are
+// then several times slower. The choice is made before main (OpenBLAS reads
+// OPENBLAS_CORETYPE when it loads), so the user sets it, not gnnrt.
+std::optional<std::string> blas_kernels_warning();
+// The same for given kernels and CPU features.
+std::optional<std::string> blas_kernels_warning(std::string_view kernels, bool avx2_fma,
+                                                bool avx512);
 
 }  // namespace gnnrt::ops
