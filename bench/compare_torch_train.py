@@ -77,8 +77,8 @@ triad_gbs, sgemm_gflops, blas_kernels, core_round_trip_ns, floor_ms,
 floor_multiple where it prints them) plus model and model_key.
 blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
 load the same libopenblas here); the floor's SGEMM rate depends on it, and
-Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on CPUs it does not
-know (bench/README.md).
+Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on some AVX-512
+Xeons (bench/README.md, fifth run).
 """
 import argparse
 import json
@@ -165,7 +165,10 @@ def blas_kernels():
         lib = ctypes.CDLL("libopenblas.so.0", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:
         return None
-    lib.openblas_get_corename.restype = ctypes.c_char_p
+    try:
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+    except AttributeError:  # a libopenblas without it
+        return None
     return lib.openblas_get_corename().decode()
 
 

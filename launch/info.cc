@@ -1,6 +1,5 @@
 #include "launch/info.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <fstream>
@@ -44,8 +43,8 @@ nlohmann::json build_info() {
       {"sanitizers", GNNRT_SANITIZERS},
       {"openmp_max_threads", omp_get_max_threads()},
       {"openmp_procs", omp_get_num_procs()},
-      {"openblas", openblas_get_config()},
-      {"openblas_kernels", ops::blas_kernels()},
+      {"openblas", ops::blas_config()},
+      {"blas_kernels", ops::blas_kernels()},
       {"transparent_hugepages", first_line("/sys/kernel/mm/transparent_hugepage/enabled")},
       {"compiler_version", std::string(runtime::compiler_version())},
       {"program_cache", runtime::default_cache_dir().string()},

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -503,23 +504,39 @@ std::string blas_kernels() {
   return name != nullptr ? name : "unknown";
 }
 
+std::string blas_config() {
+  const char* config = openblas_get_config();
+  return config != nullptr ? config : "unknown";
+}
+
 std::optional<std::string> blas_kernels_warning(std::string_view kernels, bool avx2_fma,
-                                                bool avx512) {
-  // OpenBLAS's kernel sets that use AVX2 and FMA (0.3.21 and later).
+                                                bool selectable) {
+  // The sets OpenBLAS picks for CPUs it identifies as having AVX2 (each
+  // uses it, except Excavator's, which is that CPU's own). Builds without
+  // DYNAMIC_ARCH name their one set in capitals, hence the case.
   static constexpr std::array<std::string_view, 6> kWide{
-      "Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", "Excavator"};
-  if (!avx2_fma || std::find(kWide.begin(), kWide.end(), kernels) != kWide.end()) return std::nullopt;
-  return "OpenBLAS runs its " + std::string(kernels) + " kernels, though this CPU has AVX2 and FMA" +
-         (avx512 ? " and AVX-512" : "") +
-         " (this OpenBLAS does not know the CPU): dense matmuls run several times slower than "
-         "the CPU allows. Where this OpenBLAS is trusted on the CPU, set OPENBLAS_CORETYPE=Haswell" +
-         (avx512 ? " (or SkylakeX)" : "") + " in the environment before starting gnnrt";
+      "haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"};
+  std::string lower(kernels);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  if (!avx2_fma || std::find(kWide.begin(), kWide.end(), lower) != kWide.end()) return std::nullopt;
+  return "OpenBLAS runs its " + std::string(kernels) +
+         " kernels on this CPU, which has AVX2 and FMA: dense matmuls run slower than the CPU "
+         "allows. " +
+         (selectable ? "OPENBLAS_CORETYPE=Haswell in the environment selects OpenBLAS's AVX2 "
+                       "kernels; `gnnrt selfcheck` then checks matmul against a float64 loop"
+                     : "This OpenBLAS is built for that one kernel set (no DYNAMIC_ARCH): one "
+                       "built for this CPU is faster");
 }
 
 std::optional<std::string> blas_kernels_warning() {
-  return blas_kernels_warning(blas_kernels(),
-                              __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                              __builtin_cpu_supports("avx512f"));
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  const bool avx2_fma = false;
+#endif
+  const bool selectable = blas_config().find("DYNAMIC_ARCH") != std::string::npos;
+  return blas_kernels_warning(blas_kernels(), avx2_fma, selectable);
 }
 
 #define GNNRT_INSTANTIATE_T(T)                                                                  \

@@ -71,16 +71,20 @@ void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
 // The kernel set OpenBLAS picked for this CPU when it loaded
 // (openblas_get_corename: "Haswell", "SkylakeX", "Prescott", ...).
 std::string blas_kernels();
+// OpenBLAS's configuration string (openblas_get_config: version, build
+// options, "DYNAMIC_ARCH" when it can switch sets, the set picked).
+std::string blas_config();
 
-// A warning when those kernels leave this CPU's vector units idle: the CPU
-// has AVX2 and FMA but OpenBLAS runs an older set. Debian 12's OpenBLAS
-// 0.3.21 does that on the cores it does not know (Sapphire Rapids runs
-// Prescott's SSE3 kernels, a third of the AVX2 rate), and dense matmuls are
-// then several times slower. The choice is made before main (OpenBLAS reads
-// OPENBLAS_CORETYPE when it loads), so the user sets it, not gnnrt.
+// A warning when those kernels leave the CPU's AVX2 and FMA idle. Debian
+// 12's OpenBLAS 0.3.21 picks its SSE3 Prescott set on an Intel Xeon of
+// family 6, model 207 (AVX-512): SGEMM 1024^3 at 21-38 GFLOP/s on one
+// thread against 125-172 with its SkylakeX set (bench/README.md, fifth
+// run). OpenBLAS picks before main (it reads OPENBLAS_CORETYPE when it
+// loads), so the warning names the setting and the user decides.
 std::optional<std::string> blas_kernels_warning();
-// The same for given kernels and CPU features.
+// The same for given kernels, CPU features and whether OpenBLAS can switch
+// kernel sets (a DYNAMIC_ARCH build).
 std::optional<std::string> blas_kernels_warning(std::string_view kernels, bool avx2_fma,
-                                                bool avx512);
+                                                bool selectable);
 
 }  // namespace gnnrt::ops
