@@ -71,14 +71,17 @@ Prints Markdown tables and writes the rows as a JSON list to --json
 (default build/bench/compare_torch_train.json): torch rows are
 {system: "torch", model, model_key, dataset, hidden, heads, threads,
 dropout ("on"/"off"), dropout_p, train_ms, infer_ms, peak_rss_mb,
-import_rss_mb, reps_train, reps_infer, blas_kernels}; gnnrt rows are
+import_rss_mb, reps_train, reps_infer, blas_kernels, flush_denormals}; gnnrt rows are
 train_bench's object (with dropout, features, step_bytes, step_flops,
 triad_gbs, sgemm_gflops, blas_kernels, core_round_trip_ns, floor_ms,
 floor_multiple where it prints them) plus model and model_key.
 blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
 load the same libopenblas here); the floor's SGEMM rate depends on it, and
 Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on some AVX-512
-Xeons (bench/README.md, fifth run).
+Xeons (bench/README.md, fifth run). Both sides flush subnormal floats to
+zero (gnnrt's default, torch.set_flush_denormal(True)): after ~1,500 steps
+Adam's moments of weights that no longer get gradient become subnormal, and
+each such operand costs x86 a microcode assist.
 """
 import argparse
 import json
@@ -121,6 +124,10 @@ def worker(job):
 
     import torch
     import_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # gnnrt flushes subnormal floats to zero while it runs (the job's
+    # device.flush_denormals, on by default), so torch computes the same way:
+    # set before its OpenMP threads start, which inherit the mode.
+    flush = bool(torch.set_flush_denormal(True))
     torch.set_num_threads(job["threads"])
     sys.path.insert(0, str(REPO / "tests" / "reference"))
     import gnn_reference as ref
@@ -154,7 +161,7 @@ def worker(job):
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "import_rss_mb": round(import_rss_mb, 1),
             "reps_train": reps_train, "reps_infer": reps_infer,
-            "blas_kernels": blas_kernels()}
+            "blas_kernels": blas_kernels(), "flush_denormals": "on" if flush else "off"}
 
 
 def blas_kernels():

@@ -21,7 +21,8 @@
 // stored value: what the program moves if nothing stays in cache).
 //
 // Prints one JSON object:
-//   {system: "gnnrt", model, dataset, hidden, heads, threads, dropout,
+//   {system: "gnnrt", model, dataset, hidden, heads, threads, tune_threads,
+//    flush_denormals, dropout,
 //    features, train_ms, infer_ms, peak_rss_mb, planned_peak_mb, reps_train,
 //    reps_infer, step_bytes, step_flops, must_move_bytes, triad_gbs,
 //    sgemm_gflops, blas_kernels (OpenBLAS's kernel set, which the SGEMM rate
@@ -224,6 +225,12 @@ int main(int argc, char** argv) {
                  "faster; off: every op on all threads")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  std::string flush_denormals = "on";
+  app.add_option("--flush-denormals", flush_denormals,
+                 "on: subnormal floats flushed to zero while programs run (the job's "
+                 "device.flush_denormals, on by default); off: IEEE subnormals")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   int profile = 0;
   app.add_option("--profile", profile,
                  "After the timed runs, trace this many more train steps and print each op's "
@@ -250,6 +257,7 @@ int main(int argc, char** argv) {
     const bool sparse = data.x_sparse.has_value();
     runtime::CoreOptions core_options;
     core_options.tune_threads = tune_threads == "on";
+    core_options.flush_denormals = flush_denormals == "on";
     runtime::Core core(runtime::DeviceProfile::named("trn1"), core_options);
     const model::NetworkShape shape = model::bind_dataset(core, data, spec);
     const model::Network train_net = model::build_train_step(spec, shape);
@@ -313,6 +321,7 @@ int main(int argc, char** argv) {
         {"heads", heads},
         {"threads", threads},
         {"tune_threads", tune_threads},
+        {"flush_denormals", flush_denormals},
         {"ops_on_all_threads", ops_on_all},
         {"dropout", dropout},
         {"features", sparse ? "sparse" : "dense"},

@@ -130,6 +130,7 @@ class Trainer {
     }
     o.debug = options_.debug;
     o.trace = !options_.trace_path.empty();
+    o.flush_denormals = job_.device().flush_denormals();
     o.communicator = comm_;
     return o;
   }

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <omp.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -515,6 +518,75 @@ TEST(Core, UnboundInputsAndWrongShapesAreNamed) {
   core.bind_graph("g", random_graph(299, 1).adj);
   EXPECT_THAT([&] { core.run(*compiled, {}); },
               testing::ThrowsMessage<RunError>(HasSubstr("graph 'g' is bound with 50 -> 50 nodes and 299 edges")));
+}
+
+// Subnormals (CoreOptions::flush_denormals): on, a product below 2^-126 is
+// zero and a subnormal operand counts as zero, on every thread of the run
+// (wide enough that the element-wise op splits over two threads); off,
+// IEEE's subnormals. Each thread's MXCSR control bits are what they were
+// after every run, also after a run that throws.
+TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
+#if !defined(__SSE__)
+  GTEST_SKIP() << "flush_denormals acts on x86's MXCSR only";
+#else
+  constexpr int64_t kWide = 2048;
+  const auto program = [] {
+    Builder b("subnormal");
+    const ValueId x = b.input("x", DType::kF32, {kNodes, kWide});
+    const ValueId y = b.input("y", DType::kF32, {kNodes, kWide});
+    const ValueId out = b.mul(x, y);
+    b.program().value(out).name = "out";
+    b.output(out);
+    return b.take();
+  };
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  // The control bits; the low six are sticky exception flags that the
+  // arithmetic itself sets.
+  constexpr unsigned kStatus = 0x3f;
+  const auto modes = [] {
+    std::vector<unsigned> m(2, 0);
+#pragma omp parallel num_threads(2)
+    m[omp_get_thread_num()] = _mm_getcsr() & ~kStatus;
+    return m;
+  };
+  const std::vector<unsigned> before = modes();
+  // Even elements: 1e-20 * 1e-20 = 1e-40 (a subnormal result). Odd ones:
+  // 1e-40 * 1 (a subnormal operand).
+  Tensor x(DType::kF32, {kNodes, kWide}), y(DType::kF32, {kNodes, kWide});
+  auto xv = x.values<float>(), yv = y.values<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    xv[i] = i % 2 == 0 ? 1e-20f : 1e-40f;
+    yv[i] = i % 2 == 0 ? 1e-20f : 1.0f;
+  }
+  for (const bool flush : {true, false}) {
+    CoreOptions options;
+    options.flush_denormals = flush;
+    options.tune_threads = false;  // every op on both threads
+    Core core(DeviceProfile::named("trn1"), options);
+    core.memory().put("x", x);
+    core.memory().put("y", y);
+    const auto compiled = core.compile(program(), {});
+    core.run(*compiled, {});
+    EXPECT_EQ(modes(), before) << "flush " << flush;
+    EXPECT_EQ(_mm_getcsr() & ~kStatus, before[0]);
+    const Tensor out = core.read(*compiled, "out");
+    const auto v = out.values<float>();
+    int64_t zeros = 0;
+    for (const float f : v) zeros += f == 0.0f;
+    EXPECT_EQ(zeros, flush ? std::ssize(v) : 0) << "flush " << flush;
+    if (!flush) {
+      EXPECT_EQ(std::fpclassify(v[0]), FP_SUBNORMAL);
+      EXPECT_EQ(v[1], 1e-40f);
+      EXPECT_EQ(v[v.size() - 1], 1e-40f);
+    }
+    // A run that throws (y unbound) puts the modes back too.
+    core.memory().erase("y");
+    EXPECT_THROW(core.run(*compiled, {}), RunError);
+    EXPECT_EQ(modes(), before) << "flush " << flush;
+  }
+  omp_set_num_threads(saved_threads);
+#endif
 }
 
 // Op threads (CoreOptions::tune_threads): measured on the first runs, then
