@@ -66,7 +66,8 @@ decides whether a small step gains from the second thread at all.
 Usage:
   /usr/bin/python3 bench/compare_torch_train.py [--models gcn,sage,gat,gcn256]
       [--datasets cora,citeseer,pubmed] [--threads 1,2] [--dropout on,off]
-      [--gnnrt build/bench/train_bench [--gnnrt-features auto]] [--rounds R] [--json FILE]
+      [--gnnrt build/bench/train_bench [--gnnrt-features auto]] [--flush-denormals on]
+      [--rounds R] [--json FILE]
 Prints Markdown tables and writes the rows as a JSON list to --json
 (default build/bench/compare_torch_train.json): torch rows are
 {system: "torch", model, model_key, dataset, hidden, heads, threads,
@@ -79,7 +80,8 @@ blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
 load the same libopenblas here); the floor's SGEMM rate depends on it, and
 Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on some AVX-512
 Xeons (bench/README.md, fifth run). Both sides flush subnormal floats to
-zero (gnnrt's default, torch.set_flush_denormal(True)): after ~1,500 steps
+zero (gnnrt's default, torch.set_flush_denormal(True); --flush-denormals
+off: neither does): after ~1,500 steps
 Adam's moments of weights that no longer get gradient become subnormal, and
 each such operand costs x86 a microcode assist.
 """
@@ -125,9 +127,11 @@ def worker(job):
     import torch
     import_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     # gnnrt flushes subnormal floats to zero while it runs (the job's
-    # device.flush_denormals, on by default), so torch computes the same way:
-    # set before its OpenMP threads start, which inherit the mode.
-    flush = bool(torch.set_flush_denormal(True))
+    # device.flush_denormals, on by default), so torch computes the same way
+    # (--flush-denormals off: neither): set before its OpenMP threads start,
+    # which inherit the mode.
+    want = job["flush_denormals"] == "on"
+    flush = bool(torch.set_flush_denormal(want)) and want
     torch.set_num_threads(job["threads"])
     sys.path.insert(0, str(REPO / "tests" / "reference"))
     import gnn_reference as ref
@@ -202,7 +206,7 @@ def run_gnnrt(binary, job):
          "--dataset-name", job["dataset"], "--model", job["model_key"],
          "--threads", str(job["threads"]), "--min-reps", str(job["min_reps"]),
          "--min-seconds", str(job["min_seconds"]), "--dropout", job["dropout"],
-         "--features", job["gnnrt_features"]],
+         "--features", job["gnnrt_features"], "--flush-denormals", job["flush_denormals"]],
         capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
@@ -307,6 +311,9 @@ def main():
     ap.add_argument("--gnnrt-features", choices=["auto", "dense", "sparse"], default="auto",
                     help="train_bench's --features: the form of gnnrt's input features "
                          "(auto: sparse when mostly zero; default: auto)")
+    ap.add_argument("--flush-denormals", choices=["on", "off"], default="on",
+                    help="on: both sides flush subnormal floats to zero (gnnrt's default, "
+                         "torch.set_flush_denormal(True)); off: neither does (default: on)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one configuration
     args = ap.parse_args()
 
@@ -323,6 +330,7 @@ def main():
                 for dropout in args.dropout:
                     job = {"model_key": key, "dataset": dataset, "threads": threads,
                            "dropout": dropout, "gnnrt_features": args.gnnrt_features,
+                           "flush_denormals": args.flush_denormals,
                            "datasets_root": str(args.datasets_root.resolve()),
                            "min_reps": args.min_reps, "min_seconds": args.min_seconds}
                     print(f"running {key} on {dataset}, {threads} thread(s), dropout {dropout}",

@@ -125,11 +125,11 @@ struct CoreOptions {
   // rows of at most 64 bytes above two threads (docs/runtime.md, "Running").
   bool tune_threads = true;
   // Subnormal floats are flushed to zero while a program runs (x86's FTZ and
-  // DAZ, on every thread of the run; each thread's mode is put back after
-  // it), as TensorFlow's CPU kernels run: a subnormal operand or result costs
-  // ~100+ cycles on x86. Results differ from IEEE arithmetic only where a
-  // value is below 2^-126 (float). The job's device.flush_denormals; no
-  // effect elsewhere than x86.
+  // DAZ, on every thread of the run; each thread's two flags are put back
+  // after it), as TensorFlow's CPU kernels run: a subnormal operand or result
+  // costs ~100+ cycles on x86. Results differ from IEEE arithmetic only where
+  // an operand or a result is subnormal (below 2^-126 in float). The job's
+  // device.flush_denormals; no effect elsewhere than x86.
   bool flush_denormals = true;
 };
 

@@ -101,36 +101,62 @@ class OpThreads {
 };
 
 // Flushes subnormal floats to zero, results and operands both (x86's MXCSR
-// flags FTZ and DAZ), on the calling thread and on every OpenMP thread of
-// its team for the run, and gives each thread back its own mode when it goes
-// out of scope (also on a throw). An operand or result below 2^-126 in
+// flags FTZ and DAZ), for a run: on the calling thread from the start, and
+// on the other OpenMP threads before the first op that runs on more than
+// one (a run whose ops all stay on one thread does not wake them). When it
+// goes out of scope (also on a throw) each thread gets back its own two
+// flags, and a thread that did not have them set by it (one OpenMP started
+// during the run, which copied the calling thread's flushing mode) gets the
+// calling thread's; the rest of MXCSR, the exception flags the run raised
+// included, stays as the run left it. An operand or result below 2^-126 in
 // float (2^-1022 in double) costs a microcode assist of ~100+ cycles per
 // vector instruction on x86: Adam's moments of weights that stop getting
-// gradient decay into that range after ~1,500 steps (Cora's GCN: Adam
-// 13-15 us a step before, 48-60 after). TensorFlow runs its CPU kernels
-// under the same setting (port::ScopedFlushDenormal); PyTorch offers it as
-// torch.set_flush_denormal. Elsewhere than x86 it does nothing.
+// gradient decay into that range after ~1,500 steps (Cora's GCN, two
+// threads: Adam 48-60 us a step, 15-16 flushed). TensorFlow runs its CPU
+// kernels under the same setting (port::ScopedFlushDenormal); PyTorch
+// offers it as torch.set_flush_denormal. Elsewhere than x86 it does nothing.
 class FlushDenormals {
  public:
-  FlushDenormals(bool on, int threads) : on_(on), threads_(threads) {
+  explicit FlushDenormals(bool on) : on_(on) {
 #if defined(__SSE__)
     if (!on_) return;
-#pragma omp parallel num_threads(threads_)
+    caller_ = _mm_getcsr() & kFlush;
+    _mm_setcsr(_mm_getcsr() | kFlush);
+#endif
+  }
+  // Before an op on `threads` threads.
+  void prepare(int threads) {
+#if defined(__SSE__)
+    if (!on_ || threads <= 1 || threads <= team_) return;
+    team_ = threads;
+    const bool* const first = &first_marker_;
+#pragma omp parallel num_threads(threads)
     {
-      saved() = {true, _mm_getcsr()};
-      _mm_setcsr(saved().mxcsr | kFlush);
+      Saved& s = saved();
+      if (omp_get_thread_num() != 0 && s.owner != first) {
+        s = {first, _mm_getcsr() & kFlush};
+        _mm_setcsr(_mm_getcsr() | kFlush);
+      }
     }
 #endif
   }
   ~FlushDenormals() {
 #if defined(__SSE__)
     if (!on_) return;
-#pragma omp parallel num_threads(threads_)
-    {
-      // A thread that was not in the first team keeps its mode.
-      if (saved().valid) _mm_setcsr(saved().mxcsr);
-      saved().valid = false;
+    const bool* const first = &first_marker_;
+    const unsigned caller = caller_;
+    if (team_ > 1) {
+#pragma omp parallel num_threads(team_)
+      {
+        if (omp_get_thread_num() != 0) {
+          Saved& s = saved();
+          const unsigned own = s.owner == first ? s.flags : caller;
+          _mm_setcsr((_mm_getcsr() & ~kFlush) | own);
+          s.owner = nullptr;
+        }
+      }
     }
+    _mm_setcsr((_mm_getcsr() & ~kFlush) | caller);
 #endif
   }
   FlushDenormals(const FlushDenormals&) = delete;
@@ -138,16 +164,20 @@ class FlushDenormals {
 
  private:
   static constexpr unsigned kFlush = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
+  // A thread's flags before this object set them; owner: the object that
+  // saved them (its address), so a stale entry of an earlier run is not used.
   struct Saved {
-    bool valid = false;
-    unsigned mxcsr = 0;
+    const bool* owner = nullptr;
+    unsigned flags = 0;
   };
   static Saved& saved() {
     thread_local Saved s;
     return s;
   }
   bool on_;
-  int threads_;
+  bool first_marker_ = false;
+  unsigned caller_ = 0;
+  int team_ = 1;  // the largest team whose threads are set
 };
 
 double median(std::vector<double> v) {
@@ -184,7 +214,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   last_run_ = &compiled;
   const Program& p = compiled.program;
   OpThreads threads;
-  const FlushDenormals flush(options_.flush_denormals, threads.all());
+  FlushDenormals flush(options_.flush_denormals);
   ThreadPlan* plan = nullptr;
   if (options_.tune_threads && threads.all() > 1 && !p.ops.empty()) {
     plan = &thread_plans_[compiled.key];
@@ -218,6 +248,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   double run_seconds = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
     threads.set(threads_of(i));
+    flush.prepare(threads_of(i));
     const auto start = std::chrono::steady_clock::now();
     const Op& op = p.ops[i];
     double comm_bytes = 0;

@@ -523,24 +523,31 @@ TEST(Core, UnboundInputsAndWrongShapesAreNamed) {
 // Subnormals (CoreOptions::flush_denormals): on, a product below 2^-126 is
 // zero and a subnormal operand counts as zero, on every thread of the run
 // (wide enough that the element-wise op splits over two threads); off,
-// IEEE's subnormals. Each thread's MXCSR control bits are what they were
-// after every run, also after a run that throws.
+// IEEE's subnormals. After every run each thread has its own FTZ and DAZ
+// flags back: the default mode, or both set beforehand (put back, not
+// cleared), also after a run that throws in its second op (an overflow
+// that debug mode stops at), after the first has run on both threads.
 TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
 #if !defined(__SSE__)
   GTEST_SKIP() << "flush_denormals acts on x86's MXCSR only";
 #else
   constexpr int64_t kWide = 2048;
-  const auto program = [] {
+  const auto program = [](bool then_throw) {
     Builder b("subnormal");
     const ValueId x = b.input("x", DType::kF32, {kNodes, kWide});
     const ValueId y = b.input("y", DType::kF32, {kNodes, kWide});
     const ValueId out = b.mul(x, y);
     b.program().value(out).name = "out";
     b.output(out);
+    if (then_throw) {  // 1e30 * 1e30 overflows: debug mode stops the run there
+      const ValueId big = b.input("big", DType::kF32, {kNodes, kWide});
+      b.output(b.mul(big, big));
+    }
     return b.take();
   };
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(2);
+  constexpr unsigned kFlush = 0x8040;  // FTZ | DAZ
   // The control bits; the low six are sticky exception flags that the
   // arithmetic itself sets.
   constexpr unsigned kStatus = 0x3f;
@@ -550,7 +557,13 @@ TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
     m[omp_get_thread_num()] = _mm_getcsr() & ~kStatus;
     return m;
   };
+  const auto set_flush = [](bool on) {
+#pragma omp parallel num_threads(2)
+    _mm_setcsr(on ? _mm_getcsr() | kFlush : _mm_getcsr() & ~kFlush);
+  };
   const std::vector<unsigned> before = modes();
+  ASSERT_EQ(before[0] & kFlush, 0u);
+  ASSERT_EQ(before[1] & kFlush, 0u);
   // Even elements: 1e-20 * 1e-20 = 1e-40 (a subnormal result). Odd ones:
   // 1e-40 * 1 (a subnormal operand).
   Tensor x(DType::kF32, {kNodes, kWide}), y(DType::kF32, {kNodes, kWide});
@@ -566,10 +579,9 @@ TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
     Core core(DeviceProfile::named("trn1"), options);
     core.memory().put("x", x);
     core.memory().put("y", y);
-    const auto compiled = core.compile(program(), {});
+    const auto compiled = core.compile(program(false), {});
     core.run(*compiled, {});
     EXPECT_EQ(modes(), before) << "flush " << flush;
-    EXPECT_EQ(_mm_getcsr() & ~kStatus, before[0]);
     const Tensor out = core.read(*compiled, "out");
     const auto v = out.values<float>();
     int64_t zeros = 0;
@@ -580,9 +592,23 @@ TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
       EXPECT_EQ(v[1], 1e-40f);
       EXPECT_EQ(v[v.size() - 1], 1e-40f);
     }
-    // A run that throws (y unbound) puts the modes back too.
-    core.memory().erase("y");
-    EXPECT_THROW(core.run(*compiled, {}), RunError);
+    // Flags set before the run are put back, not cleared.
+    set_flush(true);
+    core.run(*compiled, {});
+    for (const unsigned m : modes()) EXPECT_EQ(m & kFlush, kFlush) << "flush " << flush;
+    set_flush(false);
+    EXPECT_EQ(modes(), before) << "flush " << flush;
+    // A run that throws after its first op ran on both threads.
+    options.debug = true;
+    Core checked(DeviceProfile::named("trn1"), options);
+    checked.memory().put("x", x);
+    checked.memory().put("y", y);
+    Tensor big(DType::kF32, {kNodes, kWide});
+    std::fill(big.values<float>().begin(), big.values<float>().end(), 1e30f);
+    checked.memory().put("big", std::move(big));
+    const auto throwing = checked.compile(program(true), {});
+    EXPECT_THAT([&] { checked.run(*throwing, {}); },
+                testing::ThrowsMessage<RunError>(HasSubstr("produced Inf")));
     EXPECT_EQ(modes(), before) << "flush " << flush;
   }
   omp_set_num_threads(saved_threads);
