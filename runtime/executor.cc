@@ -105,10 +105,10 @@ class OpThreads {
 // on the other OpenMP threads before the first op that runs on more than
 // one (a run whose ops all stay on one thread does not wake them). When it
 // goes out of scope (also on a throw) each thread gets back its own two
-// flags, and a thread that did not have them set by it (one OpenMP started
-// during the run, which copied the calling thread's flushing mode) gets the
-// calling thread's; the rest of MXCSR, the exception flags the run raised
-// included, stays as the run left it. An operand or result below 2^-126 in
+// flags (a thread OpenMP starts during the run starts with the calling
+// thread's own, and any other it did not set gets the calling thread's);
+// the rest of MXCSR, the exception flags the run raised included, stays as
+// the run left it. An operand or result below 2^-126 in
 // float (2^-1022 in double) costs a microcode assist of ~100+ cycles per
 // vector instruction on x86: Adam's moments of weights that stop getting
 // gradient decay into that range after ~1,500 steps (Cora's GCN, two
@@ -130,13 +130,15 @@ class FlushDenormals {
     if (!on_ || threads <= 1 || threads <= team_) return;
     team_ = threads;
     const bool* const first = &first_marker_;
+    // A thread OpenMP starts for this team copies the calling thread's MXCSR:
+    // it starts with the caller's own flags, not the flushing ones, which it
+    // would otherwise save as its own and keep after the run.
+    _mm_setcsr((_mm_getcsr() & ~kFlush) | caller_);
 #pragma omp parallel num_threads(threads)
     {
       Saved& s = saved();
-      if (omp_get_thread_num() != 0 && s.owner != first) {
-        s = {first, _mm_getcsr() & kFlush};
-        _mm_setcsr(_mm_getcsr() | kFlush);
-      }
+      if (omp_get_thread_num() != 0 && s.owner != first) s = {first, _mm_getcsr() & kFlush};
+      _mm_setcsr(_mm_getcsr() | kFlush);
     }
 #endif
   }

@@ -526,7 +526,8 @@ TEST(Core, UnboundInputsAndWrongShapesAreNamed) {
 // IEEE's subnormals. After every run each thread has its own FTZ and DAZ
 // flags back: the default mode, or both set beforehand (put back, not
 // cleared), also after a run that throws in its second op (an overflow
-// that debug mode stops at), after the first has run on both threads.
+// that debug mode stops at), after the first has run on both threads, and
+// on threads OpenMP starts during the run.
 TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
 #if !defined(__SSE__)
   GTEST_SKIP() << "flush_denormals acts on x86's MXCSR only";
@@ -610,6 +611,23 @@ TEST(Core, FlushesSubnormalsWhileRunningAndPutsEachThreadsModeBack) {
     EXPECT_THAT([&] { checked.run(*throwing, {}); },
                 testing::ThrowsMessage<RunError>(HasSubstr("produced Inf")));
     EXPECT_EQ(modes(), before) << "flush " << flush;
+  }
+  // Threads that OpenMP starts inside the run (a team larger than any
+  // before in this process) start with the calling thread's flags, not the
+  // flushing ones, and have them after the run.
+  constexpr int kNewTeam = 7;
+  omp_set_num_threads(kNewTeam);
+  {
+    CoreOptions options;
+    options.tune_threads = false;
+    Core core(DeviceProfile::named("trn1"), options);
+    core.memory().put("x", x);
+    core.memory().put("y", y);
+    core.run(*core.compile(program(false), {}), {});
+    std::vector<unsigned> flags(kNewTeam, 0);
+#pragma omp parallel num_threads(kNewTeam)
+    flags[omp_get_thread_num()] = _mm_getcsr() & kFlush;
+    EXPECT_EQ(flags, std::vector<unsigned>(kNewTeam, 0u));
   }
   omp_set_num_threads(saved_threads);
 #endif
