@@ -212,25 +212,23 @@ int main(int argc, char** argv) {
   app.add_option("--dataset-name", dataset_name, "Name in the output (default: the folder's)");
   app.add_option("--model", model_name, "gcn | gcn256 | sage | gat")->capture_default_str();
   app.add_option("--threads", threads, "OpenMP threads")->capture_default_str();
-  std::string dropout = "on", features = "auto";
-  app.add_option("--dropout", dropout, "on: the models' dropout; off: every p = 0 (attention too)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+  // An on/off switch, "on" by default.
+  const auto on_off = [&app](const std::string& name, std::string& value, const std::string& help) {
+    value = "on";
+    app.add_option(name, value, help)->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  };
+  std::string dropout, features = "auto";
+  on_off("--dropout", dropout, "on: the models' dropout; off: every p = 0 (attention too)");
   app.add_option("--features", features, "The features' form (the job's dataset.features)")
       ->check(CLI::IsMember({"auto", "dense", "sparse"}))
       ->capture_default_str();
-  std::string tune_threads = "on";
-  app.add_option("--tune-threads", tune_threads,
-                 "on: each op runs on one thread or all, whichever its first runs measured "
-                 "faster; off: every op on all threads")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  std::string flush_denormals = "on";
-  app.add_option("--flush-denormals", flush_denormals,
-                 "on: subnormal floats flushed to zero while programs run (the job's "
-                 "device.flush_denormals, on by default); off: IEEE subnormals")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
+  std::string tune_threads, flush_denormals;
+  on_off("--tune-threads", tune_threads,
+         "on: each op runs on one thread or all, whichever its first runs measured "
+         "faster; off: every op on all threads");
+  on_off("--flush-denormals", flush_denormals,
+         "on: subnormal floats flushed to zero while programs run (the job's "
+         "device.flush_denormals, on by default); off: IEEE subnormals");
   int profile = 0;
   app.add_option("--profile", profile,
                  "After the timed runs, trace this many more train steps and print each op's "

@@ -125,11 +125,10 @@ class FlushDenormals {
 #endif
   }
   // Before an op on `threads` threads.
-  void prepare(int threads) {
+  void prepare([[maybe_unused]] int threads) {
 #if defined(__SSE__)
-    if (!on_ || threads <= 1 || threads <= team_) return;
+    if (!on_ || threads <= team_) return;
     team_ = threads;
-    const bool* const first = &first_marker_;
     // A thread OpenMP starts for this team copies the calling thread's MXCSR:
     // it starts with the caller's own flags, not the flushing ones, which it
     // would otherwise save as its own and keep after the run.
@@ -137,7 +136,7 @@ class FlushDenormals {
 #pragma omp parallel num_threads(threads)
     {
       Saved& s = saved();
-      if (omp_get_thread_num() != 0 && s.owner != first) s = {first, _mm_getcsr() & kFlush};
+      if (omp_get_thread_num() != 0 && s.owner != this) s = {this, _mm_getcsr() & kFlush};
       _mm_setcsr(_mm_getcsr() | kFlush);
     }
 #endif
@@ -145,20 +144,18 @@ class FlushDenormals {
   ~FlushDenormals() {
 #if defined(__SSE__)
     if (!on_) return;
-    const bool* const first = &first_marker_;
-    const unsigned caller = caller_;
     if (team_ > 1) {
 #pragma omp parallel num_threads(team_)
       {
         if (omp_get_thread_num() != 0) {
           Saved& s = saved();
-          const unsigned own = s.owner == first ? s.flags : caller;
+          const unsigned own = s.owner == this ? s.flags : caller_;
           _mm_setcsr((_mm_getcsr() & ~kFlush) | own);
           s.owner = nullptr;
         }
       }
     }
-    _mm_setcsr((_mm_getcsr() & ~kFlush) | caller);
+    _mm_setcsr((_mm_getcsr() & ~kFlush) | caller_);
 #endif
   }
   FlushDenormals(const FlushDenormals&) = delete;
@@ -167,9 +164,9 @@ class FlushDenormals {
  private:
   static constexpr unsigned kFlush = 0x8040;  // FTZ (bit 15) | DAZ (bit 6)
   // A thread's flags before this object set them; owner: the object that
-  // saved them (its address), so a stale entry of an earlier run is not used.
+  // saved them, so a stale entry of an earlier run is not used.
   struct Saved {
-    const bool* owner = nullptr;
+    const FlushDenormals* owner = nullptr;
     unsigned flags = 0;
   };
   static Saved& saved() {
@@ -177,8 +174,7 @@ class FlushDenormals {
     return s;
   }
   bool on_;
-  bool first_marker_ = false;
-  unsigned caller_ = 0;
+  unsigned caller_ = 0;  // the calling thread's flags
   int team_ = 1;  // the largest team whose threads are set
 };
 
@@ -249,8 +245,9 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   };
   double run_seconds = 0;
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    threads.set(threads_of(i));
-    flush.prepare(threads_of(i));
+    const int team = threads_of(i);
+    threads.set(team);
+    flush.prepare(team);
     const auto start = std::chrono::steady_clock::now();
     const Op& op = p.ops[i];
     double comm_bytes = 0;
