@@ -194,12 +194,14 @@ class Core {
   // How a program's ops' threads are chosen: one warm-up run; then
   // 2 kThreadSamples runs alternating every op on one thread and every op on
   // all, after which each op keeps the count with the lower median (the
-  // mix); if the mix keeps any op on all threads, kThreadSamples + 1 runs of
-  // every op on one thread and then as many of the mix (the first of each
-  // block not counted), and the whole program keeps whichever had the lower
-  // median run time. At most kTuningRuns runs.
+  // mix); if the mix keeps any op on all threads, kBlockPairs times a block
+  // of kThreadSamples + 1 runs of every op on one thread and then as many of
+  // the mix (the first of each block not counted), and the whole program
+  // keeps whichever had the lower median run time over its blocks. At most
+  // kTuningRuns runs.
   static constexpr int kThreadSamples = 3;
-  static constexpr int kTuningRuns = 4 * kThreadSamples + 3;
+  static constexpr int kBlockPairs = 3;
+  static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + 2 * kBlockPairs * (kThreadSamples + 1);
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;

@@ -201,12 +201,16 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // lower (the mix). An op's neighbours in the mix differ from both kinds of
 // run, and libgomp's idle worker spins between parallel ops, slowing the
 // ops kept on one thread: when the mix keeps any op on all threads, a block
-// of runs with every op on one thread and then a block of runs of the mix,
-// kThreadSamples + 1 each, are timed whole and the lower median run time
-// decides. Blocks, not alternation, and the first run of each dropped:
-// after a run with parallel ops the worker still spins through much of the
-// next run, so one-thread runs that alternated with the mix ran slow (Cora's
-// GCN step kept a mix at 0.50-0.54 ms that ran 0.42-0.45 ms on one thread).
+// of runs with every op on one thread and a block of runs of the mix,
+// kThreadSamples + 1 each, alternate kBlockPairs times, and the lower median
+// over all their runs decides. Blocks, not alternation, and the first run
+// of each dropped: after a run with parallel ops the worker still spins
+// through much of the next run, so one-thread runs that alternated with the
+// mix ran slow (Cora's GCN step kept a mix at 0.50-0.54 ms that ran
+// 0.42-0.45 ms on one thread). Several pairs of blocks, not one: a burst
+// of the VM's noise (the other vCPU taken away for some milliseconds) once
+// covered the whole single mix block of a 2 ms step, and GAT Cora's process
+// kept every op on one thread at 2.09 ms against 1.7 for its mix.
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -225,12 +229,14 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   // What this run measures, and on how many threads op i runs.
   enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun };
   Sample sample = Sample::kNone;
-  constexpr int kBlock = kThreadSamples + 1;   // runs in each of the whole-run blocks
-  constexpr int kFirstBlock = 2 * kThreadSamples + 1;  // the first run of the one-thread block
-  static_assert(kFirstBlock + 2 * kBlock == kTuningRuns);
+  constexpr int kBlock = kThreadSamples + 1;           // runs in each of the whole-run blocks
+  constexpr int kFirstBlock = 2 * kThreadSamples + 1;  // the first run of the first block
+  static_assert(kFirstBlock + 2 * kBlockPairs * kBlock == kTuningRuns);
+  // Whole-run blocks alternate: one thread, the mix, one thread, ...
+  const auto block_of = [](int run) { return (run - kFirstBlock) / kBlock; };
   if (plan && plan->op_threads.empty() && plan->runs > 0) {
-    sample = plan->runs < kFirstBlock             ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
-             : plan->runs < kFirstBlock + kBlock ? Sample::kOneRun
+    sample = plan->runs < kFirstBlock              ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
+             : block_of(plan->runs) % 2 == 0 ? Sample::kOneRun
                                               : Sample::kMixRun;
   }
   const auto threads_of = [&](size_t i) {

@@ -715,33 +715,36 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
     const double on_all = median_of(1, 2 * Core::kThreadSamples + 1, false, op_us);
     if (std::abs(on_one - on_all) > kTie) want_mix[i] = on_one < on_all ? 1 : 2;
   }
-  // Then, when the mix has an op on all threads, every op on one thread and
-  // the mix, alternating; the plan is whichever's median run was shorter.
+  // Then, when the mix has an op on all threads, blocks of every op on one
+  // thread and of the mix, alternating kBlockPairs times; the plan is
+  // whichever's median run over its blocks was shorter.
   int settled = 2 * Core::kThreadSamples + 1;
   if (!tuned_before[settled]) {
-    // A block of runs on one thread, then one of the mix; each block's
-    // first run is not counted.
+    // Blocks of runs on one thread and of the mix; each block's first run
+    // is not counted.
     const int block = Core::kThreadSamples + 1;
-    ASSERT_EQ(settled + 2 * block, Core::kTuningRuns);
+    ASSERT_EQ(settled + 2 * Core::kBlockPairs * block, Core::kTuningRuns);
     const std::vector<int> mix = ran[settled + block];
     EXPECT_NE(mix, one);
     for (std::size_t i = 0; i < ops; ++i) {
       EXPECT_TRUE(mix[i] == want_mix[i] || want_mix[i] == 0) << "op " << i << ": " << mix[i];
     }
+    std::vector<double> run_us[2];  // [0]: one thread, [1]: the mix
     for (int run = settled; run < Core::kTuningRuns; ++run) {
-      EXPECT_EQ(ran[run], run < settled + block ? one : mix) << "run " << run;
+      const bool mix_block = (run - settled) / block % 2 == 1;
+      EXPECT_EQ(ran[run], mix_block ? mix : one) << "run " << run;
       EXPECT_FALSE(tuned_before[run]) << run;
-    }
-    const auto block_median = [&](int first) {
-      std::vector<double> v;
-      for (int run = first + 1; run < first + block; ++run) {
-        v.push_back(std::accumulate(took[run].begin(), took[run].end(), 0.0));
+      if ((run - settled) % block != 0) {
+        run_us[mix_block].push_back(std::accumulate(took[run].begin(), took[run].end(), 0.0));
       }
+    }
+    const auto median_us = [](std::vector<double> v) {
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       return v[v.size() / 2];
     };
-    const double one_run = block_median(settled);
-    const double mix_run = block_median(settled + block);
+    const double one_run = median_us(run_us[0]);
+    const double mix_run = median_us(run_us[1]);
+    ASSERT_EQ(run_us[0].size(), static_cast<std::size_t>(Core::kBlockPairs * Core::kThreadSamples));
     if (std::abs(one_run - mix_run) > kTie) {
       EXPECT_EQ(threads, one_run < mix_run ? one : mix) << one_run << " against " << mix_run << " us";
     } else {
