@@ -194,14 +194,15 @@ class Core {
   // How a program's ops' threads are chosen: one warm-up run; then
   // 2 kThreadSamples runs alternating every op on one thread and every op on
   // all, after which each op keeps the count with the lower median (the
-  // mix); if the mix keeps any op on all threads, kBlockPairs times a block
-  // of kThreadSamples + 1 runs of every op on one thread and then as many of
-  // the mix (the first of each block not counted), and the whole program
-  // keeps whichever had the lower median run time over its blocks. At most
-  // kTuningRuns runs.
-  static constexpr int kThreadSamples = 3;
+  // mix; when it keeps no op on all threads, every op on all threads takes
+  // its place); then kBlockPairs times a block of kBlockRuns runs of every
+  // op on one thread and then as many of the mix (the first of each block
+  // not counted), and the whole program keeps whichever had the lower
+  // median run time over its blocks. kTuningRuns runs in all.
+  static constexpr int kThreadSamples = 7;
+  static constexpr int kBlockRuns = 4;
   static constexpr int kBlockPairs = 3;
-  static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + 2 * kBlockPairs * (kThreadSamples + 1);
+  static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + 2 * kBlockPairs * kBlockRuns;
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;

@@ -200,17 +200,19 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // all, kThreadSamples each, and each op takes the count whose median was
 // lower (the mix). An op's neighbours in the mix differ from both kinds of
 // run, and libgomp's idle worker spins between parallel ops, slowing the
-// ops kept on one thread: when the mix keeps any op on all threads, a block
-// of runs with every op on one thread and a block of runs of the mix,
-// kThreadSamples + 1 each, alternate kBlockPairs times, and the lower median
-// over all their runs decides. Blocks, not alternation, and the first run
-// of each dropped: after a run with parallel ops the worker still spins
-// through much of the next run, so one-thread runs that alternated with the
-// mix ran slow (Cora's GCN step kept a mix at 0.50-0.54 ms that ran
-// 0.42-0.45 ms on one thread). Several pairs of blocks, not one: a burst
-// of the VM's noise (the other vCPU taken away for some milliseconds) once
-// covered the whole single mix block of a 2 ms step, and GAT Cora's process
-// kept every op on one thread at 2.09 ms against 1.7 for its mix.
+// ops kept on one thread: so a block of runs with every op on one thread
+// and a block of runs of the mix, kBlockRuns each, alternate kBlockPairs
+// times, and the lower median over all their runs decides. Blocks, not
+// alternation, and the first run of each dropped: after a run with parallel
+// ops the worker still spins through much of the next run, so one-thread
+// runs that alternated with the mix ran slow (Cora's GCN step kept a mix at
+// 0.50-0.54 ms that ran 0.42-0.45 ms on one thread). The VM's noise (the
+// other vCPU taken away for some milliseconds) is why there are 7 samples
+// per op, several pairs of blocks, and why a mix with no op on all threads
+// is checked against every op on all threads instead of kept unmeasured:
+// with 3 samples per op and one pair of blocks, about one GAT Cora process
+// in 15 kept every op on one thread (2.09-2.14 ms against 1.7-2.0 for the
+// mixes of the others).
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -229,11 +231,10 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   // What this run measures, and on how many threads op i runs.
   enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun };
   Sample sample = Sample::kNone;
-  constexpr int kBlock = kThreadSamples + 1;           // runs in each of the whole-run blocks
   constexpr int kFirstBlock = 2 * kThreadSamples + 1;  // the first run of the first block
-  static_assert(kFirstBlock + 2 * kBlockPairs * kBlock == kTuningRuns);
+  static_assert(kFirstBlock + 2 * kBlockPairs * kBlockRuns == kTuningRuns);
   // Whole-run blocks alternate: one thread, the mix, one thread, ...
-  const auto block_of = [](int run) { return (run - kFirstBlock) / kBlock; };
+  const auto block_of = [](int run) { return (run - kFirstBlock) / kBlockRuns; };
   if (plan && plan->op_threads.empty() && plan->runs > 0) {
     sample = plan->runs < kFirstBlock              ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
              : block_of(plan->runs) % 2 == 0 ? Sample::kOneRun
@@ -312,7 +313,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
                                p.name, buckets_.size()));
   }
   if (!plan || !plan->op_threads.empty()) return;
-  const bool block_start = (plan->runs - kFirstBlock) % kBlock == 0;  // dropped: see above
+  const bool block_start = (plan->runs - kFirstBlock) % kBlockRuns == 0;  // dropped: see above
   if ((sample == Sample::kOneRun || sample == Sample::kMixRun) && !block_start) {
     plan->run_seconds[sample == Sample::kMixRun].push_back(run_seconds);
   }
@@ -325,7 +326,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     }
     for (auto& s : plan->op_seconds) s = {};
     if (std::count(plan->mix.begin(), plan->mix.end(), 1) == std::ssize(plan->mix)) {
-      plan->op_threads = plan->mix;
+      plan->mix.assign(p.ops.size(), plan->threads);  // checked against all threads instead
     }
   } else if (plan->runs == kTuningRuns) {
     const bool one = median(plan->run_seconds[0]) <= median(plan->run_seconds[1]);

@@ -715,46 +715,44 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
     const double on_all = median_of(1, 2 * Core::kThreadSamples + 1, false, op_us);
     if (std::abs(on_one - on_all) > kTie) want_mix[i] = on_one < on_all ? 1 : 2;
   }
-  // Then, when the mix has an op on all threads, blocks of every op on one
-  // thread and of the mix, alternating kBlockPairs times; the plan is
-  // whichever's median run over its blocks was shorter.
-  int settled = 2 * Core::kThreadSamples + 1;
-  if (!tuned_before[settled]) {
-    // Blocks of runs on one thread and of the mix; each block's first run
-    // is not counted.
-    const int block = Core::kThreadSamples + 1;
-    ASSERT_EQ(settled + 2 * Core::kBlockPairs * block, Core::kTuningRuns);
-    const std::vector<int> mix = ran[settled + block];
+  // Then blocks of every op on one thread and of the mix (every op on all
+  // threads when the mix has none there), alternating kBlockPairs times;
+  // the plan is whichever's median run over its blocks was shorter. Each
+  // block's first run is not counted.
+  const int first_block = 2 * Core::kThreadSamples + 1;
+  const int block = Core::kBlockRuns;
+  ASSERT_EQ(first_block + 2 * Core::kBlockPairs * block, Core::kTuningRuns);
+  const std::vector<int> mix = ran[first_block + block];
+  if (mix == all) {
+    EXPECT_EQ(std::count(want_mix.begin(), want_mix.end(), 2), 0);
+  } else {
     EXPECT_NE(mix, one);
     for (std::size_t i = 0; i < ops; ++i) {
       EXPECT_TRUE(mix[i] == want_mix[i] || want_mix[i] == 0) << "op " << i << ": " << mix[i];
     }
-    std::vector<double> run_us[2];  // [0]: one thread, [1]: the mix
-    for (int run = settled; run < Core::kTuningRuns; ++run) {
-      const bool mix_block = (run - settled) / block % 2 == 1;
-      EXPECT_EQ(ran[run], mix_block ? mix : one) << "run " << run;
-      EXPECT_FALSE(tuned_before[run]) << run;
-      if ((run - settled) % block != 0) {
-        run_us[mix_block].push_back(std::accumulate(took[run].begin(), took[run].end(), 0.0));
-      }
-    }
-    const auto median_us = [](std::vector<double> v) {
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      return v[v.size() / 2];
-    };
-    const double one_run = median_us(run_us[0]);
-    const double mix_run = median_us(run_us[1]);
-    ASSERT_EQ(run_us[0].size(), static_cast<std::size_t>(Core::kBlockPairs * Core::kThreadSamples));
-    if (std::abs(one_run - mix_run) > kTie) {
-      EXPECT_EQ(threads, one_run < mix_run ? one : mix) << one_run << " against " << mix_run << " us";
-    } else {
-      EXPECT_TRUE(threads == one || threads == mix);
-    }
-    settled = Core::kTuningRuns;
-  } else {
-    EXPECT_EQ(std::count(want_mix.begin(), want_mix.end(), 2), 0);
-    EXPECT_EQ(threads, one);  // the mix had every op on one thread
   }
+  std::vector<double> run_us[2];  // [0]: one thread, [1]: the mix
+  for (int run = first_block; run < Core::kTuningRuns; ++run) {
+    const bool mix_block = (run - first_block) / block % 2 == 1;
+    EXPECT_EQ(ran[run], mix_block ? mix : one) << "run " << run;
+    EXPECT_FALSE(tuned_before[run]) << run;
+    if ((run - first_block) % block != 0) {
+      run_us[mix_block].push_back(std::accumulate(took[run].begin(), took[run].end(), 0.0));
+    }
+  }
+  const auto median_us = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  ASSERT_EQ(run_us[0].size(), static_cast<std::size_t>(Core::kBlockPairs * (block - 1)));
+  const double one_run = median_us(run_us[0]);
+  const double mix_run = median_us(run_us[1]);
+  if (std::abs(one_run - mix_run) > kTie) {
+    EXPECT_EQ(threads, one_run < mix_run ? one : mix) << one_run << " against " << mix_run << " us";
+  } else {
+    EXPECT_TRUE(threads == one || threads == mix);
+  }
+  const int settled = Core::kTuningRuns;
   for (int run = settled; run < Core::kTuningRuns + 2; ++run) {
     EXPECT_EQ(ran[run], threads) << "run " << run;
     EXPECT_TRUE(tuned_before[run]) << run;
