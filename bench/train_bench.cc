@@ -4,7 +4,7 @@
 // layers, raw features, dropout on or, --dropout off, every p = 0), optimizer
 // (Adam, lr 0.01, weight decay 5e-4) and timing rules (3 warm-up calls, then
 // at least --min-reps samples and --min-seconds; medians). On more than one
-// thread the warm-up also covers Core::run's thread tuning (up to
+// thread the warm-up also covers Core::run's thread tuning (its
 // Core::kTuningRuns calls), so no timed call is one of its measuring runs. The features'
 // form is the trainer's (--features auto: sparse when mostly zero). One
 // configuration per process, so the peak RSS is that configuration's alone.

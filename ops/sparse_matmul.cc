@@ -3,8 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -22,62 +20,12 @@ void check_sizes(std::string_view op, const Adjacency<I>& x, std::size_t values_
   expect_size(op, out_name, out_size, x.num_dst_nodes() * m, "N*M");
 }
 
-// out[j * out_stride + i] = in[i * in_stride + j] for an 8 x 8 float tile,
-// in registers: 8 row loads, three rounds of shuffles (pairs of elements,
-// pairs of pairs, 128-bit halves), 8 row stores. GCC vectors, so any
-// target compiles it (AVX: 24 unpack/shuffle/permute instructions).
-[[gnu::always_inline]] inline void transpose_tile(const float* in, int64_t in_stride, float* out,
-                                                  int64_t out_stride) {
-  using V = float __attribute__((vector_size(32)));
-  V r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&r[i], in + i * in_stride, sizeof(V));
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
-    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  for (int j = 0; j < 4; ++j) {
-    const V lo = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    const V hi = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-    std::memcpy(out + j * out_stride, &lo, sizeof(V));
-    std::memcpy(out + (j + 4) * out_stride, &hi, sizeof(V));
-  }
-}
-
-// out [cols, rows] = in [rows, cols] transposed (a torch.nn.Linear weight
-// [M, K] as K rows of M), each thread a range of 8-row bands of in. Float
-// in 8 x 8 tiles in registers: the element-by-element loop, which reads a
-// column of in with a stride of a row, took 87 us for GAT Cora's [1433, 64]
-// and 46 for its [64, 1433] on one thread, the tiles 27-29 (same values:
-// a transpose only moves them).
+// out [cols, rows] = in [rows, cols] transposed, one output row per thread.
 template <typename T>
 void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
-  constexpr int64_t kTile = 8;
-  const int64_t tiled_rows = std::is_same_v<T, float> ? rows / kTile * kTile : 0;
-  const int64_t tiled_cols = std::is_same_v<T, float> ? cols / kTile * kTile : 0;
-  const auto element = [&](int64_t r, int64_t c) { out[c * rows + r] = in[r * cols + c]; };
-#pragma omp parallel if (rows * cols > detail::kParallelWork)
-  {
-#pragma omp for schedule(static) nowait
-    for (int64_t r0 = 0; r0 < tiled_rows; r0 += kTile) {
-      if constexpr (std::is_same_v<T, float>) {
-        for (int64_t c0 = 0; c0 < tiled_cols; c0 += kTile) {
-          transpose_tile(in + r0 * cols + c0, cols, out + c0 * rows + r0, rows);
-        }
-      }
-      for (int64_t r = r0; r < r0 + kTile; ++r) {
-        for (int64_t c = tiled_cols; c < cols; ++c) element(r, c);
-      }
-    }
-#pragma omp for schedule(static)
-    for (int64_t r = tiled_rows; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) element(r, c);
-    }
+#pragma omp parallel for schedule(static) if (rows * cols > detail::kParallelWork)
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) out[c * rows + r] = in[r * cols + c];
   }
 }
 

@@ -210,9 +210,9 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // other vCPU taken away for some milliseconds) is why there are 7 samples
 // per op, several pairs of blocks, and why a mix with no op on all threads
 // is checked against every op on all threads instead of kept unmeasured:
-// with 3 samples per op and one pair of blocks, about one GAT Cora process
-// in 15 kept every op on one thread (2.09-2.14 ms against 1.7-2.0 for the
-// mixes of the others).
+// with 3 samples and one pair, about one GAT Cora process in 15 kept every
+// op on one thread (2.09 ms against 1.7-2.0 for the others' mixes); with 3
+// pairs, one in 8 still did (2.14 ms), through an untimed all-one-thread mix.
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;

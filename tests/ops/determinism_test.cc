@@ -425,7 +425,10 @@ TEST(SparseMatmul, OneAndPairGiveTheEntryOrderedSums) {
       return v;
     };
     const std::vector<float> values = uniform(8, E);
-    for (const int64_t m : K == 300 ? std::vector<int64_t>{7, 16, 32, 64} : std::vector<int64_t>{16}) {
+    // Transposed, b [m, K] is transposed into the workspace: 116 columns and
+    // K = 20000 do that on two threads.
+    for (const int64_t m : K == 300 ? std::vector<int64_t>{7, 12, 16, 32, 64, 116}
+                                    : std::vector<int64_t>{16, 20}) {
       const std::vector<float> b = uniform(10, K * m), b2 = uniform(11, K * m);
       for (const bool trans_b : {false, true}) {
         // op(b)[k, f]: b [K, M], or b [M, K] transposed.

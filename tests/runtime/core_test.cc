@@ -724,7 +724,11 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
   ASSERT_EQ(first_block + 2 * Core::kBlockPairs * block, Core::kTuningRuns);
   const std::vector<int> mix = ran[first_block + block];
   if (mix == all) {
-    EXPECT_EQ(std::count(want_mix.begin(), want_mix.end(), 2), 0);
+    // Every op measured faster on all threads, or none did (the mix then
+    // replaced by all threads).
+    const auto ones = std::count(want_mix.begin(), want_mix.end(), 1);
+    const auto alls = std::count(want_mix.begin(), want_mix.end(), 2);
+    EXPECT_TRUE(ones == 0 || alls == 0) << ones << " ops faster on one thread, " << alls << " on all";
   } else {
     EXPECT_NE(mix, one);
     for (std::size_t i = 0; i < ops; ++i) {
@@ -745,6 +749,7 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
     return v[v.size() / 2];
   };
   ASSERT_EQ(run_us[0].size(), static_cast<std::size_t>(Core::kBlockPairs * (block - 1)));
+  ASSERT_EQ(run_us[1].size(), run_us[0].size());
   const double one_run = median_us(run_us[0]);
   const double mix_run = median_us(run_us[1]);
   if (std::abs(one_run - mix_run) > kTie) {
