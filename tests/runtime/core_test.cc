@@ -698,13 +698,16 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
   // The median of the odd (one thread) or even runs in [first, last) of
   // value(run); the trace's times can differ from the executor's by
   // rounding, so medians closer than 1 ns decide nothing here.
-  const auto median_of = [](int first, int last, bool odd, const auto& value) {
+  const auto median_us = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const auto median_of = [&](int first, int last, bool odd, const auto& value) {
     std::vector<double> v;
     for (int run = first; run < last; ++run) {
       if ((run % 2 == 1) == odd) v.push_back(value(run));
     }
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
+    return median_us(std::move(v));
   };
   constexpr double kTie = 1e-3;  // us
   // Each op's count: the lower median of its one-thread and all-thread times.
@@ -744,10 +747,6 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
       run_us[mix_block].push_back(std::accumulate(took[run].begin(), took[run].end(), 0.0));
     }
   }
-  const auto median_us = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   ASSERT_EQ(run_us[0].size(), static_cast<std::size_t>(Core::kBlockPairs * (block - 1)));
   ASSERT_EQ(run_us[1].size(), run_us[0].size());
   const double one_run = median_us(run_us[0]);
@@ -757,8 +756,7 @@ TEST(Core, TunedOpThreadsKeepTheBitsAndTheThreadCount) {
   } else {
     EXPECT_TRUE(threads == one || threads == mix);
   }
-  const int settled = Core::kTuningRuns;
-  for (int run = settled; run < Core::kTuningRuns + 2; ++run) {
+  for (int run = Core::kTuningRuns; run < Core::kTuningRuns + 2; ++run) {
     EXPECT_EQ(ran[run], threads) << "run " << run;
     EXPECT_TRUE(tuned_before[run]) << run;
   }
