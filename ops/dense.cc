@@ -33,6 +33,21 @@ constexpr int64_t kRowBlock = 256;
 constexpr int64_t kDepthBlock = 2048;
 constexpr int64_t kMaxSplitOutput = 1 << 18;  // C elements per depth-block partial
 
+// The depth of those blocks: kDepthBlock, or for a product with a tiny C
+// and at least kShortSplitWork multiply-adds, a quarter of k (at least
+// kShortDepthBlock), so that a k too short for two kDepthBlocks still gives
+// every thread a piece. GAT's second weight gradient on Cora, [7, 2708] x
+// [2708, 64], was one OpenBLAS call of 75 us whatever the thread count
+// (bench/README.md); its four partials cost 512 extra additions per block.
+constexpr int64_t kShortSplitOutput = 1 << 12;
+constexpr int64_t kShortSplitWork = int64_t{1} << 20;
+constexpr int64_t kShortDepthBlock = 512;
+
+int64_t depth_block(int64_t m, int64_t k, int64_t n) {
+  if (m * n > kShortSplitOutput || m * n * k < kShortSplitWork) return kDepthBlock;
+  return std::clamp((k + 3) / 4, kShortDepthBlock, kDepthBlock);
+}
+
 // OpenBLAS's OpenMP build sizes its thread team from omp_get_max_threads()
 // at each call, and its pthread build from openblas_set_num_threads; pin both
 // to one thread for the duration of a call (the OpenMP setting is per thread).
@@ -107,13 +122,14 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool tr
     }
     return;
   }
-  if (k >= 2 * kDepthBlock && m * n <= kMaxSplitOutput) {
-    const int64_t blocks = (k + kDepthBlock - 1) / kDepthBlock;
+  if (const int64_t depth_step = depth_block(m, k, n);
+      k >= 2 * depth_step && m * n <= kMaxSplitOutput) {
+    const int64_t blocks = (k + depth_step - 1) / depth_step;
     std::vector<T> partial(blocks * m * n);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t k0 = blk * kDepthBlock;
-      const int64_t depth = std::min(kDepthBlock, k - k0);
+      const int64_t k0 = blk * depth_step;
+      const int64_t depth = std::min(depth_step, k - k0);
       const T* a0 = a + (trans_a ? k0 * m : k0);
       const T* b0 = b + (trans_b ? k0 : k0 * n);
       cblas_gemm(trans_a, trans_b, m, n, depth, T(1), a0, lda, b0, ldb, T(0),

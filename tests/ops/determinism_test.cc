@@ -195,6 +195,8 @@ const std::vector<Recipe>& recipes() {
     matmul("matmul_padded_rows", "matmul/pad_rows", 15, 3000, 64);
     matmul("matmul_padded_depth_split", "matmul/trans_a", 64, 10000, 7);
     matmul("matmul_depth_split", "matmul/trans_a", 64, 10000, 16);
+    // A tiny C cut into quarters of k (GAT's classifier weight gradient on Cora).
+    matmul("matmul_short_depth_split", "matmul/trans_a", 7, 2708, 64);
     for (const std::string op : {"add", "mul"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/small")).floats("a", {N, F}).floats("b", {N, F})
@@ -810,7 +812,8 @@ TEST(SpmmNarrowWidths, PaddedReadsGiveTheEdgeOrderedSums) {
 // blocks (33,000 rows of 7 or 5, 20,000 of 13), with op(b) stored either
 // way, with a transposed (one block, cut into row blocks inside), both
 // transposed; C's rows padded with op(a) and op(b) stored either way; and
-// each side padded in front of the depth split. Each element must be within 1e-5 of
+// each side padded in front of the depth split (blocks of 2048 and quarters
+// of k). Each element must be within 1e-5 of
 // sum |a||b| of the exact dot product (float32 rounding over k terms).
 TEST(MatmulPadding, GivesThePlainProduct) {
   struct Shape {
@@ -823,7 +826,10 @@ TEST(MatmulPadding, GivesThePlainProduct) {
                         Shape{15, 300, 33, false, true}, Shape{15, 300, 33, true, true},
                         // with the depth split (k >= 4096): GAT's classifier
                         // weight gradient on a graph of 10,000 nodes
-                        Shape{7, 10000, 64, true, false}, Shape{64, 10000, 7, true, false}}) {
+                        Shape{7, 10000, 64, true, false}, Shape{64, 10000, 7, true, false},
+                        // with quarters of k as the depth blocks (a tiny C
+                        // and k < 4096): the same gradient on Cora
+                        Shape{7, 2708, 64, true, false}, Shape{64, 2708, 7, true, false}}) {
     SCOPED_TRACE(::testing::Message() << s.m << " x " << s.k << " x " << s.n << " trans_a "
                                       << s.trans_a << " trans_b " << s.trans_b);
     std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
