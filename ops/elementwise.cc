@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -39,6 +40,52 @@ void expect_mask_and_rows(std::string_view op, std::span<const uint8_t> mask, in
   expect_non_negative(op, "rows", rows);
   expect_non_negative(op, "cols", cols);
   expect_size(op, "mask", mask.size(), rows, "rows");
+}
+
+// out[h] = sum over c of x[h, c] * att[h, c] for 8 heads of 8 channels
+// (row-major [8, 8] each), each sum in channel order from 0 as the scalar
+// loop adds it, so the bits are the same: the 8 products per head as one
+// vector, an 8 x 8 transpose into one vector per channel, then 8 vector
+// adds. GAT's attention logits on Cora ([2708, 8 x 8], one thread) took
+// about 39 us as 64 scalar multiply-adds a row.
+using Eight [[gnu::vector_size(8 * sizeof(float))]] = float;
+
+[[gnu::always_inline]] inline void dot_eight_heads(const float* __restrict x,
+                                                   const float* __restrict att,
+                                                   float* __restrict out) {
+  Eight p[8];
+  for (int h = 0; h < 8; ++h) {
+    Eight xv, av;
+    std::memcpy(&xv, x + h * 8, sizeof(Eight));
+    std::memcpy(&av, att + h * 8, sizeof(Eight));
+    p[h] = xv * av;
+  }
+  // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves
+  // (unpack, shuffle, permute).
+  Eight t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[2 * i + 1] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const Eight& lo = t[4 * i];
+    const Eight& lo2 = t[4 * i + 2];
+    const Eight& hi = t[4 * i + 1];
+    const Eight& hi2 = t[4 * i + 3];
+    u[4 * i] = __builtin_shufflevector(lo, lo2, 0, 1, 8, 9, 4, 5, 12, 13);
+    u[4 * i + 1] = __builtin_shufflevector(lo, lo2, 2, 3, 10, 11, 6, 7, 14, 15);
+    u[4 * i + 2] = __builtin_shufflevector(hi, hi2, 0, 1, 8, 9, 4, 5, 12, 13);
+    u[4 * i + 3] = __builtin_shufflevector(hi, hi2, 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  // u[j] holds channels j and j + 4 of heads 0-3 (u[j]) or 4-7 (u[4 + j]).
+  Eight sum = {};
+  Eight q[8];
+  for (int j = 0; j < 4; ++j) {
+    q[j] = __builtin_shufflevector(u[j], u[4 + j], 0, 1, 2, 3, 8, 9, 10, 11);
+    q[4 + j] = __builtin_shufflevector(u[j], u[4 + j], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+  for (int c = 0; c < 8; ++c) sum += q[c];
+  std::memcpy(out, &sum, sizeof(Eight));
 }
 
 }  // namespace
@@ -82,9 +129,17 @@ void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows
     const T* __restrict xp = x.data();
     const T* __restrict ap = att.data();
     T* __restrict o = out.data();
+    // Float heads of 8 channels, 8 heads at a time: 8 products of a head's
+    // row and its att row as vectors, turned into one vector per channel
+    // across the heads (an 8 x 8 transpose), added in channel order.
+    constexpr bool kEights = kC == 8 && std::is_same_v<T, float>;
+    const int64_t vector_heads = kEights ? heads / 8 * 8 : 0;
 #pragma omp parallel for schedule(static) if (rows * heads * C > kParallelElements)
     for (int64_t n = 0; n < rows; ++n) {
-      for (int64_t h = 0; h < heads; ++h) {
+      if constexpr (kEights) {
+        for (int64_t h0 = 0; h0 < vector_heads; h0 += 8) dot_eight_heads(xp + (n * heads + h0) * 8, ap + h0 * 8, o + n * heads + h0);
+      }
+      for (int64_t h = vector_heads; h < heads; ++h) {
         const T* xr = xp + (n * heads + h) * C;
         const T* ar = ap + h * C;
         T s = 0;

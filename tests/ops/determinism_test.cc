@@ -16,6 +16,7 @@
 
 #include "ops/csr.h"
 #include "ops/dense.h"
+#include "ops/elementwise.h"
 #include "ops/rng.h"
 #include "ops/gather.h"
 #include "ops/scatter.h"
@@ -854,6 +855,40 @@ TEST(MatmulPadding, GivesThePlainProduct) {
       }
     }
     EXPECT_EQ(bad, 0);
+  }
+}
+
+// head_dot over heads of 8 float channels takes 8 heads at a time as vectors
+// (ops/elementwise.cc). Each sum must have the bits of the plain loop that
+// adds the channel products in order from 0, on one thread and two, with
+// heads left over (12, 20) and signed zeros, infinities and NaN among the
+// inputs.
+TEST(HeadDot, EightChannelVectorsAddLikeTheLoop) {
+  for (const int64_t heads : {8, 12, 16, 20}) {
+    SCOPED_TRACE(::testing::Message() << heads << " heads");
+    const int64_t rows = 701, C = 8;
+    std::vector<float> x(static_cast<size_t>(rows * heads * C)), att(static_cast<size_t>(heads * C));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(ops::unit(ops::philox(11, 1, {i, 0, 0, 0})[0]) - 0.5);
+    for (size_t i = 0; i < att.size(); ++i) att[i] = static_cast<float>(ops::unit(ops::philox(11, 2, {i, 0, 0, 0})[0]) - 0.5);
+    std::fill(x.begin(), x.begin() + C, -0.0f);  // row 0, head 0: every product -0
+    x[static_cast<size_t>(C + 3)] = std::numeric_limits<float>::infinity();
+    x[static_cast<size_t>(2 * C + 5)] = std::nanf("");
+    std::vector<float> want(static_cast<size_t>(rows * heads));
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t h = 0; h < heads; ++h) {
+        float sum = 0;
+        for (int64_t c = 0; c < C; ++c) sum += x[static_cast<size_t>((n * heads + h) * C + c)] * att[static_cast<size_t>(h * C + c)];
+        want[static_cast<size_t>(n * heads + h)] = sum;
+      }
+    }
+    for (const int threads : {1, 2}) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      std::vector<float> got(want.size(), 7.0f);
+      ops::head_dot_forward<float>(x, att, rows, heads, C, got);
+      omp_set_num_threads(before);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << threads << " thread(s)";
+    }
   }
 }
 

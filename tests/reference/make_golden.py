@@ -510,6 +510,19 @@ def gen_elementwise(w, rng):
     w.case("keep_winners", "random", {"num_src": n, "num_dst": n},
            {"g": g, "arg": arg, "src": src, "dst": dst}, {"out": out}, {"out": gout}, {"g": gt.grad})
 
+    # 12 heads of 8 channels: gnnrt's head_dot takes heads 0-7 as vectors
+    # (an 8 x 8 transpose) and the last 4 one by one. Last in this function,
+    # so the cases above keep their draws.
+    n, h, c = 5, 12, 8
+    x = rng.standard_normal((n, h * c)).astype(np.float32)
+    att = rng.standard_normal((1, h, c)).astype(np.float32)
+    xt, at = leaf(x), leaf(att)
+    out = (xt.view(n, h, c) * at.view(1, h, c)).sum(-1)
+    gout = rng.standard_normal((n, h)).astype(np.float32)
+    out.backward(f32(gout))
+    w.case("head_dot", "eight_channels", {"heads": h}, {"x": x, "att": att}, {"out": out},
+           {"out": gout}, {"x": xt.grad, "att": at.grad})
+
 
 def gen_norms(w, rng):
     """layer_norm in PyG's two modes (torch ops written out), its graph-mode
