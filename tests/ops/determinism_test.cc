@@ -155,11 +155,14 @@ const std::vector<Recipe>& recipes() {
           .param("heads", 2).floats("a", {N, F}).floats("b", {N, F}).ints("src", {E}, N)
           .ints("dst", {E}, N).upstream("out", {E, 2}).build();
     });
-    add("sddmm_add", [=] {
-      return Synthetic(golden("sddmm_add/random")).param("num_src", N).param("num_dst", N)
-          .floats("a", {N, 4}).floats("b", {N, 4}).ints("src", {E}, N).ints("dst", {E}, N)
-          .upstream("out", {E, 4}).build();
-    });
+    // Compile-time head counts (1: gathers across edges; 4, 8) and a run-time one.
+    for (const int64_t heads : {1, 4, 8, 20}) {
+      add(heads == 4 ? std::string("sddmm_add") : "sddmm_add_" + std::to_string(heads) + "_heads", [=] {
+        return Synthetic(golden("sddmm_add/random")).param("num_src", N).param("num_dst", N)
+            .floats("a", {N, heads}).floats("b", {N, heads}).ints("src", {E}, N)
+            .ints("dst", {E}, N).upstream("out", {E, heads}).build();
+      });
+    }
     for (const std::string op : {"segment_softmax", "segment_max"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/random")).param("num_rows", N).floats("score", {E, 2})
@@ -870,7 +873,9 @@ TEST(HeadDot, EightChannelVectorsAddLikeTheLoop) {
     std::vector<float> x(static_cast<size_t>(rows * heads * C)), att(static_cast<size_t>(heads * C));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(ops::unit(ops::philox(11, 1, {i, 0, 0, 0})[0]) - 0.5);
     for (size_t i = 0; i < att.size(); ++i) att[i] = static_cast<float>(ops::unit(ops::philox(11, 2, {i, 0, 0, 0})[0]) - 0.5);
-    std::fill(x.begin(), x.begin() + C, -0.0f);  // row 0, head 0: every product -0
+    // Row 0, head 0: every product -0 (a zero of the sign opposite to att's),
+    // so the sum is +0 only if it starts from +0 as the loop's does.
+    for (int64_t c = 0; c < C; ++c) x[static_cast<size_t>(c)] = att[static_cast<size_t>(c)] > 0 ? -0.0f : 0.0f;
     x[static_cast<size_t>(C + 3)] = std::numeric_limits<float>::infinity();
     x[static_cast<size_t>(2 * C + 5)] = std::nanf("");
     std::vector<float> want(static_cast<size_t>(rows * heads));
