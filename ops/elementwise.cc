@@ -78,12 +78,12 @@ using Eight [[gnu::vector_size(8 * sizeof(float))]] = float;
     u[4 * i + 3] = __builtin_shufflevector(hi, hi2, 2, 3, 10, 11, 6, 7, 14, 15);
   }
   // u[j] holds channels j and j + 4 of heads 0-3 (u[j]) or 4-7 (u[4 + j]).
-  Eight sum = {};
   Eight q[8];
   for (int j = 0; j < 4; ++j) {
     q[j] = __builtin_shufflevector(u[j], u[4 + j], 0, 1, 2, 3, 8, 9, 10, 11);
     q[4 + j] = __builtin_shufflevector(u[j], u[4 + j], 4, 5, 6, 7, 12, 13, 14, 15);
   }
+  Eight sum = {};
   for (int c = 0; c < 8; ++c) sum += q[c];
   std::memcpy(out, &sum, sizeof(Eight));
 }
@@ -137,7 +137,9 @@ void head_dot_forward(std::span<const T> x, std::span<const T> att, int64_t rows
 #pragma omp parallel for schedule(static) if (rows * heads * C > kParallelElements)
     for (int64_t n = 0; n < rows; ++n) {
       if constexpr (kEights) {
-        for (int64_t h0 = 0; h0 < vector_heads; h0 += 8) dot_eight_heads(xp + (n * heads + h0) * 8, ap + h0 * 8, o + n * heads + h0);
+        for (int64_t h0 = 0; h0 < vector_heads; h0 += 8) {
+          dot_eight_heads(xp + (n * heads + h0) * 8, ap + h0 * 8, o + n * heads + h0);
+        }
       }
       for (int64_t h = vector_heads; h < heads; ++h) {
         const T* xr = xp + (n * heads + h) * C;

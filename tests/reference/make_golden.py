@@ -462,7 +462,8 @@ def gen_elementwise(w, rng):
     w.case("fill", "ones", {"shape": [3, 2], "value": 0.5}, {}, {"out": np.full((3, 2), 0.5)}, {}, {},
            fd=False)
 
-    for name, n, h, c in [("one_head", 6, 1, 4), ("heads", 7, 3, 5), ("empty", 0, 2, 3)]:
+    def head_dot_case(name, n, h, c):
+        """A head_dot case of n rows, h heads of c channels; returns its x."""
         x = rng.standard_normal((n, h * c)).astype(np.float32)
         att = rng.standard_normal((1, h, c)).astype(np.float32)
         xt, at = leaf(x), leaf(att)
@@ -471,6 +472,10 @@ def gen_elementwise(w, rng):
         out.backward(f32(gout))
         w.case("head_dot", name, {"heads": h}, {"x": x, "att": att}, {"out": out}, {"out": gout},
                {"x": xt.grad, "att": at.grad})
+        return x
+
+    for name, n, h, c in [("one_head", 6, 1, 4), ("heads", 7, 3, 5), ("empty", 0, 2, 3)]:
+        x = head_dot_case(name, n, h, c)
         xt = leaf(x)
         out = xt.view(n, h, c).mean(1)
         gout = rng.standard_normal((n, c)).astype(np.float32)
@@ -513,15 +518,7 @@ def gen_elementwise(w, rng):
     # 12 heads of 8 channels: gnnrt's head_dot takes heads 0-7 as vectors
     # (an 8 x 8 transpose) and the last 4 one by one. Last in this function,
     # so the cases above keep their draws.
-    n, h, c = 5, 12, 8
-    x = rng.standard_normal((n, h * c)).astype(np.float32)
-    att = rng.standard_normal((1, h, c)).astype(np.float32)
-    xt, at = leaf(x), leaf(att)
-    out = (xt.view(n, h, c) * at.view(1, h, c)).sum(-1)
-    gout = rng.standard_normal((n, h)).astype(np.float32)
-    out.backward(f32(gout))
-    w.case("head_dot", "eight_channels", {"heads": h}, {"x": x, "att": att}, {"out": out},
-           {"out": gout}, {"x": xt.grad, "att": at.grad})
+    head_dot_case("eight_channels", 5, 12, 8)
 
 
 def gen_norms(w, rng):
