@@ -165,19 +165,33 @@ double core_round_trip_ns() {
   return batches[batches.size() / 2];
 }
 
-// Runs `steps` more train steps with op tracing on and prints each op's
-// median time, slowest first, with its share of the summed medians.
+// Runs `steps` more train steps with op tracing on and prints the median
+// step (its wall time and the sum of its ops' times: the difference is the
+// executor's own), then each op's median time, slowest first, with its
+// share of the summed medians.
 void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, int64_t epoch,
                    int steps) {
   core.set_trace(true);
   const std::size_t first = core.trace().size();
-  for (int s = 0; s < steps; ++s) core.run(step, {.step = ++epoch, .lr = 0.01, .seed = 0});
+  std::vector<double> wall_us, ops_us;
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    core.run(step, {.step = ++epoch, .lr = 0.01, .seed = 0});
+    wall_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
   core.set_trace(false);
   const std::size_t ops = step.program.ops.size();
   std::vector<std::vector<double>> us(ops);
+  ops_us.assign(steps, 0.0);
   for (std::size_t i = first; i < core.trace().size(); ++i) {
     us[(i - first) % ops].push_back(core.trace()[i].duration_us);
+    ops_us[(i - first) / ops] += core.trace()[i].duration_us;
   }
+  std::sort(wall_us.begin(), wall_us.end());
+  std::sort(ops_us.begin(), ops_us.end());
+  std::cerr << fmt::format("median step: wall {:.1f} us, its ops {:.1f} us\n",
+                           wall_us[wall_us.size() / 2], ops_us[ops_us.size() / 2]);
   std::vector<std::pair<double, std::size_t>> rows;
   double total = 0;
   for (std::size_t i = 0; i < ops; ++i) {

@@ -134,12 +134,13 @@ inline void pull_shared(std::initializer_list<Pull> pulls) {
 // dynamic schedule before moved them between cores, at about 85 ns a cache
 // line on the 2-core VM: Cora's spmm at 64 columns took 61 us on two
 // threads with it, 37 us without).
-template <typename I, typename Fn>
-void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn, std::initializer_list<Pull> pulls = {}) {
+template <typename I, typename RangeFn>
+void parallel_row_ranges(const Csr<I>& csr, int64_t width, RangeFn&& fn,
+                         std::initializer_list<Pull> pulls = {}) {
   const int64_t rows = csr.num_rows();
   const int64_t edges = csr.num_edges();
   if ((edges + rows) * width <= kParallelWork) {
-    for (int64_t r = 0; r < rows; ++r) fn(r);
+    fn(int64_t{0}, rows);
     return;
   }
   const int64_t* rowptr = csr.rowptr().data();
@@ -162,9 +163,15 @@ void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn, std::initializer_l
       }
       return lo;
     };
-    const int64_t end = first_row(t + 1);
-    for (int64_t r = first_row(t); r < end; ++r) fn(r);
+    fn(first_row(t), first_row(t + 1));
   }
+}
+
+template <typename I, typename Fn>
+void parallel_rows(const Csr<I>& csr, int64_t width, Fn&& fn, std::initializer_list<Pull> pulls = {}) {
+  parallel_row_ranges(csr, width, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) fn(r);
+  }, pulls);
 }
 
 // A [rows, width] matrix of T to pull (nothing when rows is unknown, < 0).
@@ -257,13 +264,19 @@ struct LanesOf<T, 1> {
   using type = T;
 };
 
-// Columns [lo, lo + kN) of row r, heads [h0, h0 + kG) of kN / kG columns
-// each when weighted (kG = 1 when not); with kPair the same columns of x2
-// into out2 as well.
+// Columns [lo, lo + kN) of rows [r, r + kRows), heads [h0, h0 + kG) of kN
+// / kG columns each when weighted (kG = 1 when not); with kPair the same
+// columns of x2 into out2 as well. Two rows (kRows = 2) walk their edges in
+// step, so a block whose sum is one register (at most 16 columns) has two
+// independent chains of additions instead of one: a row of GCN's 16-column
+// product waited 4 cycles per stored value on the previous addition
+// (bench/README.md). Each row still adds its own messages in ascending
+// position, so the bits are those of one row at a time.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPair = false,
-          typename T, typename I>
+          int kRows = 1, typename T, typename I>
 [[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t r, int64_t h0,
                                              int64_t lo, Prefetch plan) {
+  static_assert(kRows == 1 || kRows == 2);
   constexpr int kD = kN / kG;  // columns per head
   // Lanes: a head's columns as GCC vectors of up to 16 (kept in registers;
   // a plain array became lane permutations when several heads shared a
@@ -290,15 +303,16 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   const T* __restrict x2 = kPair ? a.x2 + lo : nullptr;
   const T* __restrict weight = a.weight + h0;
   const int64_t* __restrict degree_ptr = a.source_rowptr;
-  const int64_t begin = a.csr->rowptr()[r], end = a.csr->rowptr()[r + 1];
+  const int64_t* __restrict rowptr = a.csr->rowptr().data();
   const int64_t positions = a.csr->num_edges();
-  Lanes acc[kG * kPerHead] = {};
-  Lanes acc2[kPair ? kG * kPerHead : 1] = {};
-  Padded wide{}, wide2{};
+  Lanes acc[kRows][kG * kPerHead] = {};
+  Lanes acc2[kRows][kPair ? kG * kPerHead : 1] = {};
+  Padded wide[kRows] = {}, wide2[kRows] = {};
   // Rows of x whose kPad columns from lo lie inside x (all but the last
   // when they reach past its row; none when x's size is unknown).
   const int64_t padded_rows = !kPadded || a.x_rows < 0 ? 0 : a.x_rows - (lo + kPad > F ? 1 : 0);
-  for (int64_t p = begin; p < end; ++p) {
+  // Row j's message at position p.
+  const auto add = [&](int j, int64_t p) [[gnu::always_inline]] {
     if constexpr (kPrefetch) {
       prefetch_ahead(a.x, source, p, positions, F, plan);
       if constexpr (kPair) prefetch_ahead(a.x2, source, p, positions, F, plan);
@@ -319,16 +333,16 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
         if (s < padded_rows) {
           std::memcpy(&v, row, sizeof(Padded));
         } else {
-          for (int j = 0; j < kD; ++j) v[j] = row[j];
+          for (int k = 0; k < kD; ++k) v[k] = row[k];
         }
         return v;
       };
       if constexpr (kWeighted || kScaled) {
-        wide += c * load(xr);
-        if constexpr (kPair) wide2 += c * load(x2 + s * F);
+        wide[j] += c * load(xr);
+        if constexpr (kPair) wide2[j] += c * load(x2 + s * F);
       } else {
-        wide += load(xr);
-        if constexpr (kPair) wide2 += load(x2 + s * F);
+        wide[j] += load(xr);
+        if constexpr (kPair) wide2[j] += load(x2 + s * F);
       }
     } else {
       for (int g = 0; g < kG; ++g) {
@@ -338,47 +352,61 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
           Lanes xv;
           std::memcpy(&xv, xr + g * kD + q * kV, sizeof(Lanes));
           if constexpr (kWeighted || kScaled) {
-            acc[g * kPerHead + q] += c * xv;
+            acc[j][g * kPerHead + q] += c * xv;
           } else {
-            acc[g * kPerHead + q] += xv;
+            acc[j][g * kPerHead + q] += xv;
           }
           if constexpr (kPair) {
             Lanes xv2;
             std::memcpy(&xv2, x2 + s * F + g * kD + q * kV, sizeof(Lanes));
             if constexpr (kWeighted || kScaled) {
-              acc2[g * kPerHead + q] += c * xv2;
+              acc2[j][g * kPerHead + q] += c * xv2;
             } else {
-              acc2[g * kPerHead + q] += xv2;
+              acc2[j][g * kPerHead + q] += xv2;
             }
           }
         }
       }
     }
+  };
+  int64_t p0 = rowptr[r];
+  const int64_t end0 = rowptr[r + 1];
+  if constexpr (kRows == 2) {
+    int64_t p1 = end0;
+    const int64_t end1 = rowptr[r + 2];
+    for (; p0 < end0 && p1 < end1; ++p0, ++p1) {
+      add(0, p0);
+      add(1, p1);
+    }
+    for (; p1 < end1; ++p1) add(1, p1);
   }
-  const auto store = [&](T* out, const Lanes* sums_of) {
+  for (; p0 < end0; ++p0) add(0, p0);
+  const auto store = [&](T* out, int64_t row, const Lanes* sums_of) {
     if constexpr (kVector) {
       if (!a.transposed_out) {
-        std::memcpy(out_at(a, out, r, lo), sums_of, sizeof(acc));
+        std::memcpy(out_at(a, out, row, lo), sums_of, sizeof(acc[0]));
         return;
       }
       const T* sums = reinterpret_cast<const T*>(sums_of);  // GCC vectors are arrays of T in memory
-      for (int j = 0; j < kN; ++j) *out_at(a, out, r, lo + j) = sums[j];
+      for (int k = 0; k < kN; ++k) *out_at(a, out, row, lo + k) = sums[k];
     } else {
       // Element by element, so the sums stay scalars in registers (copying
       // the array whole kept it in memory).
-      for (int j = 0; j < kN; ++j) *out_at(a, out, r, lo + j) = sums_of[j];
+      for (int k = 0; k < kN; ++k) *out_at(a, out, row, lo + k) = sums_of[k];
     }
   };
-  if constexpr (kPadded) {
-    // Lane by lane from the register (a copy through memory stored the
-    // sums on the stack every edge).
-    for (int j = 0; j < kD; ++j) *out_at(a, a.out, r, lo + j) = wide[j];
-    if constexpr (kPair) {
-      for (int j = 0; j < kD; ++j) *out_at(a, a.out2, r, lo + j) = wide2[j];
+  for (int j = 0; j < kRows; ++j) {
+    if constexpr (kPadded) {
+      // Lane by lane from the register (a copy through memory stored the
+      // sums on the stack every edge).
+      for (int k = 0; k < kD; ++k) *out_at(a, a.out, r + j, lo + k) = wide[j][k];
+      if constexpr (kPair) {
+        for (int k = 0; k < kD; ++k) *out_at(a, a.out2, r + j, lo + k) = wide2[j][k];
+      }
+    } else {
+      store(a.out, r + j, acc[j]);
+      if constexpr (kPair) store(a.out2, r + j, acc2[j]);
     }
-  } else {
-    store(a.out, acc);
-    if constexpr (kPair) store(a.out2, acc2);
   }
 }
 
@@ -397,15 +425,22 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Prefetch plan = prefetch_plan<T>(F);
   const Pull x_pull = pull_of(a.x, a.x_rows, F);
   const Pull weight_pull = kWeighted ? pull_of(a.weight, csr.num_edges(), a.heads) : Pull{};
+  // A block of at most 16 columns is one chain of additions per row: two
+  // rows at a time (sum_block).
+  const auto rows_of = [&]<int kN, int kG, bool kPrefetch>(int64_t h0, int64_t lo) {
+    parallel_row_ranges(csr, kN, [&](int64_t begin, int64_t end) {
+      int64_t r = begin;
+      if constexpr (kN <= kBlockCols) {
+        for (; r + 2 <= end; r += 2) sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r, h0, lo, plan);
+      }
+      for (; r < end; ++r) sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r, h0, lo, plan);
+    }, {x_pull, weight_pull});
+  };
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
     if (prefetch) {
-      parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, true>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull});
+      rows_of.template operator()<kN, kG, true>(h0, lo);
     } else {
-      parallel_rows(csr, kN, [&](int64_t r) {
-        sum_block<kN, kG, kWeighted, kScaled, false>(a, r, h0, lo, plan);
-      }, {x_pull, weight_pull});
+      rows_of.template operator()<kN, kG, false>(h0, lo);
     }
   };
   int64_t g = 0;
