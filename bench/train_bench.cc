@@ -173,7 +173,7 @@ void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, in
                    int steps) {
   core.set_trace(true);
   const std::size_t first = core.trace().size();
-  std::vector<double> wall_us, ops_us;
+  std::vector<double> wall_us;
   for (int s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     core.run(step, {.step = ++epoch, .lr = 0.01, .seed = 0});
@@ -183,7 +183,7 @@ void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, in
   core.set_trace(false);
   const std::size_t ops = step.program.ops.size();
   std::vector<std::vector<double>> us(ops);
-  ops_us.assign(steps, 0.0);
+  std::vector<double> ops_us(static_cast<std::size_t>(steps), 0.0);  // per step
   for (std::size_t i = first; i < core.trace().size(); ++i) {
     us[(i - first) % ops].push_back(core.trace()[i].duration_us);
     ops_us[(i - first) / ops] += core.trace()[i].duration_us;

@@ -431,7 +431,9 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
     parallel_row_ranges(csr, kN, [&](int64_t begin, int64_t end) {
       int64_t r = begin;
       if constexpr (kN <= kBlockCols) {
-        for (; r + 2 <= end; r += 2) sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r, h0, lo, plan);
+        for (; r + 2 <= end; r += 2) {
+          sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r, h0, lo, plan);
+        }
       }
       for (; r < end; ++r) sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r, h0, lo, plan);
     }, {x_pull, weight_pull});
