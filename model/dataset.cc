@@ -702,6 +702,24 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
   return d;
 }
 
+SelfLoopIds self_loop_ids(const Dataset& d) {
+  const auto n = static_cast<size_t>(d.num_nodes);
+  SelfLoopIds ids;
+  ids.edge.assign(d.src.size(), -1);
+  ids.loop.resize(n);
+  std::vector<int64_t> next(n + 1, 0);  // first the count of v's kept edges at v + 1
+  for (size_t e = 0; e < d.src.size(); ++e) {
+    if (d.src[e] != d.dst[e]) ++next[static_cast<size_t>(d.dst[e]) + 1];
+  }
+  for (size_t v = 0; v < n; ++v) next[v + 1] += next[v] + 1;  // v's first id (+ the loops before)
+  for (size_t e = 0; e < d.src.size(); ++e) {
+    if (d.src[e] != d.dst[e]) ids.edge[e] = next[static_cast<size_t>(d.dst[e])]++;
+  }
+  for (size_t v = 0; v < n; ++v) ids.loop[v] = next[v];  // after v's kept edges
+  ids.count = next[n];
+  return ids;
+}
+
 Dataset load_dataset(std::string_view spec) {
   if (spec == "synthetic" || spec.starts_with("synthetic:")) return make_synthetic(parse_synthetic_spec(spec));
   if (spec.starts_with("npy:")) return load_npy_folder(fs::path(spec.substr(4)));

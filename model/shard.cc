@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <numeric>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,7 +19,9 @@ namespace gnnrt::model {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kFormat = "gnnrt-shards-1";
+// 2: graph_self_loops numbered in destination order (model::self_loop_ids);
+// a version-1 folder's self_loops_edge_id would draw other attention masks.
+constexpr const char* kFormat = "gnnrt-shards-2";
 constexpr const char* kManifest = "manifest.pbtxt";
 constexpr const char* kRunFile = "run.txt";
 
@@ -97,6 +100,24 @@ uint64_t run_id(const Dataset& data, const EdgePartition& p, const PartitionOpti
   throw ShardError(fmt::format("{}: {}", where.string(), what));
 }
 
+// The graph's edges in ascending global edge id (a stable reorder of src,
+// dst and edge_id together; in_degree is per vertex and stays).
+void sort_by_edge_id(LocalGraph& g) {
+  std::vector<size_t> order(g.edge_id.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return g.edge_id[a] < g.edge_id[b]; });
+  LocalGraph sorted;
+  for (const size_t k : order) {
+    sorted.src.push_back(g.src[k]);
+    sorted.dst.push_back(g.dst[k]);
+    sorted.edge_id.push_back(g.edge_id[k]);
+  }
+  g.src = std::move(sorted.src);
+  g.dst = std::move(sorted.dst);
+  g.edge_id = std::move(sorted.edge_id);
+}
+
 }  // namespace
 
 Shard make_shard(const Dataset& data, const EdgePartition& p, int rank) {
@@ -136,7 +157,7 @@ Shard make_shard(const Dataset& data, const EdgePartition& p, int rank) {
   }
   const int64_t local_n = s.num_local();
   std::vector<int64_t> degree(static_cast<size_t>(n), 0), loop_degree(static_cast<size_t>(n), 1);
-  int64_t kept = 0;
+  const SelfLoopIds loop_ids = self_loop_ids(data);
   for (size_t e = 0; e < data.src.size(); ++e) {
     const int64_t u = data.src[e], v = data.dst[e];
     ++degree[static_cast<size_t>(v)];
@@ -151,16 +172,16 @@ Shard make_shard(const Dataset& data, const EdgePartition& p, int rank) {
     if (mine) {
       s.self_loops.src.push_back(local[static_cast<size_t>(u)]);
       s.self_loops.dst.push_back(local[static_cast<size_t>(v)]);
-      s.self_loops.edge_id.push_back(kept);
+      s.self_loops.edge_id.push_back(loop_ids.edge[e]);
     }
-    ++kept;
   }
   for (int64_t i = 0; i < local_n; ++i) {  // one loop per vertex, on its master
     if (!s.is_master[static_cast<size_t>(i)]) continue;
     s.self_loops.src.push_back(static_cast<int32_t>(i));
     s.self_loops.dst.push_back(static_cast<int32_t>(i));
-    s.self_loops.edge_id.push_back(kept + s.global_id[static_cast<size_t>(i)]);
+    s.self_loops.edge_id.push_back(loop_ids.loop[static_cast<size_t>(s.global_id[static_cast<size_t>(i)])]);
   }
+  sort_by_edge_id(s.self_loops);
   const auto f = static_cast<size_t>(data.num_features);
   if (data.x_sparse) {
     s.x_sparse.emplace();
@@ -275,7 +296,10 @@ proto::ShardManifest read_manifest(const fs::path& dir) {
   text << in.rdbuf();
   proto::ShardManifest m;
   if (!google::protobuf::TextFormat::ParseFromString(text.str(), &m)) fail(path, "does not parse");
-  if (m.format() != kFormat) fail(path, fmt::format("format '{}' is not {}", m.format(), kFormat));
+  if (m.format() != kFormat) {
+    fail(path, fmt::format("format '{}' is not {} (written by another version of gnnrt: partition "
+                           "again)", m.format(), kFormat));
+  }
   if (m.rank_size() != m.parts()) {
     fail(path, fmt::format("lists {} ranks for {} parts", m.rank_size(), m.parts()));
   }

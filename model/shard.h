@@ -4,9 +4,10 @@
 // its edges, in ascending global id. It holds:
 //   - its edges of the dataset's graph ("graph") and of the graph with one
 //     self loop per vertex ("graph_self_loops": the dataset's edges without
-//     self loops, then one loop per vertex, each loop on its vertex's
-//     master), in local ids, in ascending global edge id, with those global
-//     ids (GCN/GAT self loops count once per vertex, not once per replica);
+//     self loops and one loop per vertex, numbered in destination order as
+//     model::self_loop_ids gives, each loop on its vertex's master), in
+//     local ids, in ascending global edge id, with those global ids (GCN/GAT
+//     self loops count once per vertex, not once per replica);
 //   - the global id and master flag of each local vertex, and its global
 //     in-degree in both graphs;
 //   - the mirror table of the halo (each local vertex other ranks also hold,

@@ -50,20 +50,20 @@ std::vector<int32_t> to_int32(const std::vector<int64_t>& v, int64_t bound, cons
   return {v.begin(), v.end()};
 }
 
-// The dataset's edges without self loops, then one self loop per node
-// (PyG's remove_self_loops + add_self_loops, as GCNConv and GATConv do).
+// The dataset's edges without self loops and one self loop per node (PyG's
+// remove_self_loops + add_self_loops, as GCNConv and GATConv do), numbered
+// in destination order (self_loop_ids).
 std::shared_ptr<const Core::Adjacency> with_self_loops(const Dataset& d) {
-  std::vector<int32_t> src, dst;
-  src.reserve(d.src.size() + static_cast<size_t>(d.num_nodes));
-  dst.reserve(src.capacity());
+  const SelfLoopIds ids = self_loop_ids(d);
+  std::vector<int32_t> src(static_cast<size_t>(ids.count)), dst(src.size());
   for (size_t e = 0; e < d.src.size(); ++e) {
-    if (d.src[e] == d.dst[e]) continue;
-    src.push_back(static_cast<int32_t>(d.src[e]));
-    dst.push_back(static_cast<int32_t>(d.dst[e]));
+    if (ids.edge[e] < 0) continue;
+    src[static_cast<size_t>(ids.edge[e])] = static_cast<int32_t>(d.src[e]);
+    dst[static_cast<size_t>(ids.edge[e])] = static_cast<int32_t>(d.dst[e]);
   }
   for (int64_t v = 0; v < d.num_nodes; ++v) {
-    src.push_back(static_cast<int32_t>(v));
-    dst.push_back(static_cast<int32_t>(v));
+    const auto at = static_cast<size_t>(ids.loop[static_cast<size_t>(v)]);
+    src[at] = dst[at] = static_cast<int32_t>(v);
   }
   return std::make_shared<const Core::Adjacency>(
       Core::Adjacency::build(src, dst, d.num_nodes, d.num_nodes));

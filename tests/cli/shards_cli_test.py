@@ -166,6 +166,15 @@ def flip(d):
 
 expect_refused(2, "checksum mismatch", "--shards", str(damaged("corrupt", flip)))
 
+
+def older_format(d):  # a folder written before the self-loop graph's ids ran in destination order
+    f = d / "manifest.pbtxt"
+    f.write_text(f.read_text().replace('format: "gnnrt-shards-2"', 'format: "gnnrt-shards-1"'))
+
+
+expect_refused(2, "format 'gnnrt-shards-1' is not gnnrt-shards-2", "--shards",
+               str(damaged("older", older_format)))
+
 other = WORK / "other"
 code, _ = run([GNNRT, "partition", "--parts", "2", "--method", "hdrf", "--out", str(other), "--dataset", DATASET])
 check(code == 0, "partition hdrf")

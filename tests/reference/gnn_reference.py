@@ -140,12 +140,19 @@ class Linear(nn.Module):
 
 
 def with_self_loops(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """Drops existing self loops and appends one per node, in node order.
-    This is GATConv's remove_self_loops + add_self_loops and, for unit edge
-    weights, GCN's add_remaining_self_loops (same edge order too)."""
+    """Drops existing self loops and adds one per node: GATConv's
+    remove_self_loops + add_self_loops and, for unit edge weights, GCN's
+    add_remaining_self_loops. Numbered as gnnrt numbers this graph
+    (model::self_loop_ids): in destination order, each node's incoming
+    edges in the given order, then its loop (attention dropout draws by
+    these ids)."""
     keep = edge_index[0] != edge_index[1]
     loops = torch.arange(num_nodes, dtype=edge_index.dtype).expand(2, num_nodes)
-    return torch.cat([edge_index[:, keep], loops], dim=1)
+    both = torch.cat([edge_index[:, keep], loops], dim=1)
+    is_loop = torch.cat([torch.zeros(int(keep.sum()), dtype=both.dtype),
+                         torch.ones(num_nodes, dtype=both.dtype)])
+    _, order = torch.sort(both[1] * 2 + is_loop, stable=True)
+    return both[:, order]
 
 
 def in_degree(dst: Tensor, num_nodes: int) -> Tensor:
