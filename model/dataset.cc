@@ -707,11 +707,13 @@ SelfLoopIds self_loop_ids(const Dataset& d) {
   SelfLoopIds ids;
   ids.edge.assign(d.src.size(), -1);
   ids.loop.resize(n);
-  std::vector<int64_t> next(n + 1, 0);  // first the count of v's kept edges at v + 1
+  // next[v + 1] counts v's kept edges; the prefix sums (each node's loop
+  // added) then make next[v] v's first id, which each kept edge advances.
+  std::vector<int64_t> next(n + 1, 0);
   for (size_t e = 0; e < d.src.size(); ++e) {
     if (d.src[e] != d.dst[e]) ++next[static_cast<size_t>(d.dst[e]) + 1];
   }
-  for (size_t v = 0; v < n; ++v) next[v + 1] += next[v] + 1;  // v's first id (+ the loops before)
+  for (size_t v = 0; v < n; ++v) next[v + 1] += next[v] + 1;
   for (size_t e = 0; e < d.src.size(); ++e) {
     if (d.src[e] != d.dst[e]) ids.edge[e] = next[static_cast<size_t>(d.dst[e])]++;
   }

@@ -6,9 +6,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <numeric>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "runtime/atomic_file.h"
@@ -100,8 +100,8 @@ uint64_t run_id(const Dataset& data, const EdgePartition& p, const PartitionOpti
   throw ShardError(fmt::format("{}: {}", where.string(), what));
 }
 
-// The graph's edges in ascending global edge id (a stable reorder of src,
-// dst and edge_id together; in_degree is per vertex and stays).
+// The graph's edges in ascending global edge id (src, dst and edge_id
+// reordered together; the ids are unique; in_degree is per vertex and stays).
 void sort_by_edge_id(LocalGraph& g) {
   std::vector<size_t> order(g.edge_id.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -179,7 +179,8 @@ Shard make_shard(const Dataset& data, const EdgePartition& p, int rank) {
     if (!s.is_master[static_cast<size_t>(i)]) continue;
     s.self_loops.src.push_back(static_cast<int32_t>(i));
     s.self_loops.dst.push_back(static_cast<int32_t>(i));
-    s.self_loops.edge_id.push_back(loop_ids.loop[static_cast<size_t>(s.global_id[static_cast<size_t>(i)])]);
+    const int64_t v = s.global_id[static_cast<size_t>(i)];
+    s.self_loops.edge_id.push_back(loop_ids.loop[static_cast<size_t>(v)]);
   }
   sort_by_edge_id(s.self_loops);
   const auto f = static_cast<size_t>(data.num_features);
