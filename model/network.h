@@ -16,8 +16,9 @@
 // the features' pattern, entry e at row dst(e) and column src(e), and its
 // stored values "x.values" [nnz] f32), "y" [N] i64, "train_mask"/"val_mask"/"test_mask"
 // [N] bool ("y_onehot" [N, C] f32 for the mse loss). Graphs: "graph" (the
-// dataset's edges) and "graph_self_loops" (self loops removed, then one
-// added per node, as GCNConv and GATConv do). State: "metrics" [8] f64.
+// dataset's edges) and "graph_self_loops" (self loops removed, one added
+// per node, as GCNConv and GATConv do; numbered in destination order,
+// model::self_loop_ids). State: "metrics" [8] f64.
 // Partitioned programs also read the inputs runtime/builder.h lists (global
 // ids, degrees, master flags, mask counts), bound by bind_shard().
 #pragma once
