@@ -10,6 +10,7 @@
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/loops.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -60,31 +61,9 @@ using Eight [[gnu::vector_size(8 * sizeof(float))]] = float;
     std::memcpy(&av, att + h * 8, sizeof(Eight));
     p[h] = xv * av;
   }
-  // Pairs of rows interleaved, then pairs of pairs, then the 128-bit halves
-  // (unpack, shuffle, permute).
-  Eight t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[2 * i + 1] = __builtin_shufflevector(p[2 * i], p[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 2; ++i) {
-    const Eight& lo = t[4 * i];
-    const Eight& lo2 = t[4 * i + 2];
-    const Eight& hi = t[4 * i + 1];
-    const Eight& hi2 = t[4 * i + 3];
-    u[4 * i] = __builtin_shufflevector(lo, lo2, 0, 1, 8, 9, 4, 5, 12, 13);
-    u[4 * i + 1] = __builtin_shufflevector(lo, lo2, 2, 3, 10, 11, 6, 7, 14, 15);
-    u[4 * i + 2] = __builtin_shufflevector(hi, hi2, 0, 1, 8, 9, 4, 5, 12, 13);
-    u[4 * i + 3] = __builtin_shufflevector(hi, hi2, 2, 3, 10, 11, 6, 7, 14, 15);
-  }
-  // u[j] holds channels j and j + 4 of heads 0-3 (u[j]) or 4-7 (u[4 + j]).
-  Eight q[8];
-  for (int j = 0; j < 4; ++j) {
-    q[j] = __builtin_shufflevector(u[j], u[4 + j], 0, 1, 2, 3, 8, 9, 10, 11);
-    q[4 + j] = __builtin_shufflevector(u[j], u[4 + j], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
+  detail::transpose8(p);  // p[c]: channel c of every head
   Eight sum = {};
-  for (int c = 0; c < 8; ++c) sum += q[c];
+  for (int c = 0; c < 8; ++c) sum += p[c];
   std::memcpy(out, &sum, sizeof(Eight));
 }
 

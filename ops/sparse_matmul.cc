@@ -3,10 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/segment_reduce.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -20,12 +22,35 @@ void check_sizes(std::string_view op, const Adjacency<I>& x, std::size_t values_
   expect_size(op, out_name, out_size, x.num_dst_nodes() * m, "N*M");
 }
 
-// out [cols, rows] = in [rows, cols] transposed, one output row per thread.
+// The 8 x 8 block of in (row stride in_stride) transposed into out (row
+// stride out_stride).
+template <typename T>
+[[gnu::always_inline]] inline void transpose_block8(const T* in, int64_t in_stride, T* out,
+                                                    int64_t out_stride) {
+  using V [[gnu::vector_size(8 * sizeof(T))]] = T;
+  V v[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&v[i], in + i * in_stride, sizeof(V));
+  detail::transpose8(v);
+  for (int j = 0; j < 8; ++j) std::memcpy(out + j * out_stride, &v[j], sizeof(V));
+}
+
+// out [cols, rows] = in [rows, cols] transposed, eight output rows per
+// thread at a time, in 8 x 8 blocks (the rest element by element). Element
+// by element it took 44 us for the first GAT layer's [64, 1433] weight on
+// one thread, each element a load and a store.
 template <typename T>
 void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
+  const int64_t full_rows = rows / 8 * 8;
 #pragma omp parallel for schedule(static) if (rows * cols > detail::kParallelWork)
-  for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t r = 0; r < rows; ++r) out[c * rows + r] = in[r * cols + c];
+  for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+    const int64_t c1 = std::min(cols, c0 + 8);
+    int64_t r = 0;
+    if (c1 - c0 == 8) {
+      for (; r < full_rows; r += 8) transpose_block8(in + r * cols + c0, cols, out + c0 * rows + r, rows);
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int64_t q = r; q < rows; ++q) out[c * rows + q] = in[q * cols + c];
+    }
   }
 }
 

@@ -181,4 +181,29 @@ template <typename T>
   }
 }
 
+// v[j] = column j of the 8 x 8 block whose row i was v[i] (V: a GCC vector
+// of 8 elements): pairs of rows interleaved by element, then pairs of
+// pairs, then the 128-bit halves swapped (unpack, shuffle, permute, as the
+// classic AVX 8 x 8 float transpose). Pure data movement: the same bits.
+template <typename V>
+[[gnu::always_inline]] inline void transpose8(V (&v)[8]) {
+  V t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(v[i], v[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(v[i], v[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  // u[j] holds columns j and j + 4 of rows 0-3 (u[j]) or 4-7 (u[4 + j]).
+  V u[8];
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = __builtin_shufflevector(t[i], t[i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 1] = __builtin_shufflevector(t[i], t[i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    u[i + 2] = __builtin_shufflevector(t[i + 1], t[i + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+    u[i + 3] = __builtin_shufflevector(t[i + 1], t[i + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    v[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
 }  // namespace gnnrt::ops::detail
