@@ -34,10 +34,10 @@ template <typename T>
   for (int j = 0; j < 8; ++j) std::memcpy(out + j * out_stride, &v[j], sizeof(V));
 }
 
-// out [cols, rows] = in [rows, cols] transposed, eight output rows per
-// thread at a time, in 8 x 8 blocks (the rest element by element). Element
-// by element it took 44 us for the first GAT layer's [64, 1433] weight on
-// one thread, each element a load and a store.
+// out [cols, rows] = in [rows, cols] transposed, eight output rows at a
+// time per thread, in 8 x 8 blocks (the rest element by element): element
+// by element, each a load and a store, it was a quarter of GAT Cora's
+// first-layer product on one thread (docs/kernels.md).
 template <typename T>
 void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
   const int64_t full_rows = rows / 8 * 8;
@@ -46,7 +46,9 @@ void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
     const int64_t c1 = std::min(cols, c0 + 8);
     int64_t r = 0;
     if (c1 - c0 == 8) {
-      for (; r < full_rows; r += 8) transpose_block8(in + r * cols + c0, cols, out + c0 * rows + r, rows);
+      for (; r < full_rows; r += 8) {
+        transpose_block8(in + r * cols + c0, cols, out + c0 * rows + r, rows);
+      }
     }
     for (int64_t c = c0; c < c1; ++c) {
       for (int64_t q = r; q < rows; ++q) out[c * rows + q] = in[q * cols + c];
