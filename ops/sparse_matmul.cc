@@ -3,7 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "ops/error.h"
 #include "ops/instantiate.h"
@@ -22,18 +21,6 @@ void check_sizes(std::string_view op, const Adjacency<I>& x, std::size_t values_
   expect_size(op, out_name, out_size, x.num_dst_nodes() * m, "N*M");
 }
 
-// The 8 x 8 block of in (row stride in_stride) transposed into out (row
-// stride out_stride).
-template <typename T>
-[[gnu::always_inline]] inline void transpose_block8(const T* in, int64_t in_stride, T* out,
-                                                    int64_t out_stride) {
-  using V [[gnu::vector_size(8 * sizeof(T))]] = T;
-  V v[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&v[i], in + i * in_stride, sizeof(V));
-  detail::transpose8(v);
-  for (int j = 0; j < 8; ++j) std::memcpy(out + j * out_stride, &v[j], sizeof(V));
-}
-
 // out [cols, rows] = in [rows, cols] transposed, eight output rows at a
 // time per thread, in 8 x 8 blocks (the rest element by element): element
 // by element, each a load and a store, it was a quarter of GAT Cora's
@@ -47,7 +34,7 @@ void transpose(const T* in, int64_t rows, int64_t cols, T* out) {
     int64_t r = 0;
     if (c1 - c0 == 8) {
       for (; r < full_rows; r += 8) {
-        transpose_block8(in + r * cols + c0, cols, out + c0 * rows + r, rows);
+        detail::transpose_block8(in + r * cols + c0, cols, out + c0 * rows + r, rows);
       }
     }
     for (int64_t c = c0; c < c1; ++c) {

@@ -6,6 +6,7 @@
 #include "ops/error.h"
 #include "ops/instantiate.h"
 #include "ops/segment_reduce.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -38,13 +39,21 @@ void check_shapes(std::string_view op, Reduce reduce, const Adjacency<I>& adj, i
 }
 
 // [rows, H, D] -> [rows, D, H]: a row's heads side by side per channel.
+// GAT's 8 heads of 8 make a row one 8 x 8 block, transposed with vector
+// shuffles: Cora GAT's [13264, 8] weight gradient, both reshapes included,
+// 234 against 341 us element by element on one thread, 181-183 against
+// 241-245 on two (alternating call by call in one process).
 template <int kH, int kD, typename T>
 void heads_last(const T* in, int64_t rows, T* out) {
   constexpr int kF = kH * kD;
 #pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    for (int h = 0; h < kH; ++h) {
-      for (int d = 0; d < kD; ++d) out[r * kF + d * kH + h] = in[r * kF + h * kD + d];
+    if constexpr (kH == 8 && kD == 8) {
+      detail::transpose_block8(in + r * kF, kD, out + r * kF, kH);
+    } else {
+      for (int h = 0; h < kH; ++h) {
+        for (int d = 0; d < kD; ++d) out[r * kF + d * kH + h] = in[r * kF + h * kD + d];
+      }
     }
   }
 }

@@ -31,6 +31,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace gnnrt::ops::detail {
@@ -204,6 +205,18 @@ template <typename V>
     v[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
     v[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
   }
+}
+
+// The 8 x 8 block of T at in (row stride in_stride) transposed into out
+// (row stride out_stride), through transpose8.
+template <typename T>
+[[gnu::always_inline]] inline void transpose_block8(const T* in, int64_t in_stride, T* out,
+                                                    int64_t out_stride) {
+  using V [[gnu::vector_size(8 * sizeof(T))]] = T;
+  V v[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&v[i], in + i * in_stride, sizeof(V));
+  transpose8(v);
+  for (int j = 0; j < 8; ++j) std::memcpy(out + j * out_stride, &v[j], sizeof(V));
 }
 
 }  // namespace gnnrt::ops::detail
