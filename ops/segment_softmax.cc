@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <initializer_list>
-#include <utility>
 #include <limits>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ops/error.h"
@@ -128,10 +130,37 @@ struct Passes {
   }
 };
 
+// Where a softmax's scores come from: an [E, H] array (segment_softmax), or
+// GAT's attention logits leaky_relu(a_src[src(e)] + a_dst[dst(e)])
+// (attention_softmax), computed in the max pass and kept in alpha until the
+// exponentials overwrite them, with the bits of sddmm_add_forward and
+// leaky_relu_forward (one addition, then the same select).
+template <typename T>
+struct ScoreArray {
+  static constexpr bool kComputed = false;
+  const T* score;
+  T operator()(int64_t i, int64_t /*edge*/, int64_t /*h*/, int64_t /*n*/) const { return score[i]; }
+};
+
+template <typename T, typename I>
+struct AttentionLogit {
+  static constexpr bool kComputed = true;
+  const T* a_src;
+  const T* a_dst;
+  const I* src;  // by edge id
+  T slope;
+  int64_t heads;
+  // n: the index of (dst(e), h) in the per-destination arrays.
+  T operator()(int64_t /*i*/, int64_t edge, int64_t h, int64_t n) const {
+    const T x = a_src[static_cast<int64_t>(src[edge]) * heads + h] + a_dst[n];
+    return x > T(0) ? x : slope * x;
+  }
+};
+
 // Each destination's maximum, then e^(score - max) per edge, each
 // destination's sum of those, then the division.
-template <int kH, typename T, typename I>
-void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alpha) {
+template <int kH, typename T, typename I, typename Score>
+void softmax_forward(const Csr<I>& seg, Heads<kH> heads, Score score_of, T* alpha) {
   static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const int64_t H = heads();
   T* m = node_scratch<T>(2 * seg.num_rows() * H);
@@ -140,9 +169,28 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alph
   const I* edge = seg.edge().data();
   const I* row = seg.row_of_edge().data();
   const auto max_of = [=](int64_t v) {
-    fold_row<kH>(rp, edge, v, heads(), kNegInf, [=](T acc, int64_t h, int64_t i) {
-      return detail::improves<Reduce::kMax>(score[i + h], acc) ? score[i + h] : acc;
-    }, m + v * heads());
+    if constexpr (kH == 1) {
+      // One score per edge: a select the compiler keeps as a max
+      // instruction, NaN tracked apart. improves() became a branch here,
+      // mispredicted on about every other score (the max pass was 34 of a
+      // 1-head softmax's 50 us on Cora, standalone on one thread).
+      T acc = kNegInf;
+      bool nan = false;
+      for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {
+        const int64_t e = edge[p];
+        const T s = score_of(e, e, 0, v);
+        if constexpr (Score::kComputed) alpha[e] = s;
+        acc = s > acc ? s : acc;
+        nan |= s != s;
+      }
+      m[v] = nan ? std::numeric_limits<T>::quiet_NaN() : acc;
+    } else {
+      fold_row<kH>(rp, edge, v, heads(), kNegInf, [=](T acc, int64_t h, int64_t i) {
+        const T s = score_of(i + h, i / heads(), h, v * heads() + h);
+        if constexpr (Score::kComputed) alpha[i + h] = s;
+        return detail::improves<Reduce::kMax>(s, acc) ? s : acc;
+      }, m + v * heads());
+    }
   };
   const auto sum_of = [=](int64_t v) {
     fold_row<kH>(rp, edge, v, heads(), T(0),
@@ -150,12 +198,12 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alph
   };
   // A head whose scores are all -inf: exp(-inf - (-inf)) would be NaN; the
   // softmax of nothing is 0. (The division is computed for every score, so
-  // the loop has no branch.)
+  // the loop has no branch.) Computed scores are read back from alpha.
   const auto exp_of = [=](int64_t begin, int64_t end) {
-    const T* __restrict s = score;
     T* __restrict a = alpha;
     for_scores<kH>(row, heads(), begin, end, [=](int64_t i, int64_t n) {
-      a[i] = m[n] == kNegInf ? T(0) : detail::exp_nonpositive(s[i] - m[n]);
+      const T s = Score::kComputed ? a[i] : score_of(i, 0, 0, n);
+      a[i] = m[n] == kNegInf ? T(0) : detail::exp_nonpositive(s - m[n]);
     });
   };
   const auto divide = [=](int64_t begin, int64_t end) {
@@ -176,10 +224,12 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, const T* score, T* alph
 }
 
 // Each destination's sum of alpha * grad_alpha, then grad_score = alpha
-// (grad_alpha - that sum) per edge.
-template <int kH, typename T, typename I>
+// (grad_alpha - that sum) per edge; for attention logits, times the leaky
+// ReLU's slope where the logit's input was not positive (leaky_relu_backward's
+// select), that input recomputed from a_src and a_dst.
+template <int kH, typename T, typename I, typename Logit = std::nullptr_t>
 void softmax_backward(const Csr<I>& seg, Heads<kH> heads, const T* alpha, const T* grad_alpha,
-                      T* grad_score) {
+                      T* grad_score, Logit logit = nullptr) {
   const int64_t H = heads();
   T* dot = node_scratch<T>(seg.num_rows() * H);
   const int64_t* rp = seg.rowptr().data();
@@ -194,8 +244,37 @@ void softmax_backward(const Csr<I>& seg, Heads<kH> heads, const T* alpha, const 
     const T* __restrict a = alpha;
     const T* __restrict ga = grad_alpha;
     T* __restrict gs = grad_score;
-    for_scores<kH>(row, heads(), begin, end,
-                   [=](int64_t i, int64_t n) { gs[i] = a[i] * (ga[i] - dot[n]); });
+    if constexpr (std::is_same_v<Logit, std::nullptr_t>) {
+      for_scores<kH>(row, heads(), begin, end,
+                     [=](int64_t i, int64_t n) { gs[i] = a[i] * (ga[i] - dot[n]); });
+    } else if constexpr (kH == 1) {
+      const T* __restrict as = logit.a_src;
+      const T* __restrict ad = logit.a_dst;
+      const I* src = logit.src;
+      const T slope = logit.slope;
+#pragma omp simd
+      for (int64_t e = begin; e < end; ++e) {
+        const T g = a[e] * (ga[e] - dot[row[e]]);
+        const T x = as[src[e]] + ad[row[e]];
+        gs[e] = x > T(0) ? g : slope * g;
+      }
+    } else {
+      // Per edge: its source's and destination's rows of a_src, a_dst.
+      const int64_t width = heads();
+      const T slope = logit.slope;
+      for (int64_t e = begin; e < end; ++e) {
+        const T* __restrict as = logit.a_src + static_cast<int64_t>(logit.src[e]) * width;
+        const T* __restrict ad = logit.a_dst + static_cast<int64_t>(row[e]) * width;
+        const T* __restrict dv = dot + static_cast<int64_t>(row[e]) * width;
+        const int64_t i = e * width;
+#pragma omp simd
+        for (int64_t h = 0; h < width; ++h) {
+          const T g = a[i + h] * (ga[i + h] - dv[h]);
+          const T x = as[h] + ad[h];
+          gs[i + h] = x > T(0) ? g : slope * g;
+        }
+      }
+    }
   };
   const Passes<I> passes{seg, H};
 #pragma omp parallel if (passes.parallel())
@@ -221,7 +300,9 @@ void segment_softmax_forward(const Csr<I>& seg, int64_t heads, std::span<const T
   check_heads(op, heads);
   expect_size(op, "score", score.size(), seg.num_edges() * heads, "E*H");
   expect_size(op, "alpha", alpha.size(), seg.num_edges() * heads, "E*H");
-  with_heads(heads, [&](auto h) { softmax_forward(seg, h, score.data(), alpha.data()); });
+  with_heads(heads, [&](auto h) {
+    softmax_forward(seg, h, ScoreArray<T>{score.data()}, alpha.data());
+  });
 }
 
 template <typename T, typename I>
@@ -234,6 +315,45 @@ void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const 
   expect_size(op, "grad_score", grad_score.size(), seg.num_edges() * heads, "E*H");
   with_heads(heads, [&](auto h) {
     softmax_backward(seg, h, alpha.data(), grad_alpha.data(), grad_score.data());
+  });
+}
+
+namespace {
+
+template <typename T, typename I>
+AttentionLogit<T, I> attention_logit(std::string_view op, const Adjacency<I>& adj, int64_t heads,
+                                     T negative_slope, std::span<const T> a_src,
+                                     std::span<const T> a_dst) {
+  check_heads(op, heads);
+  expect_size(op, "a_src", a_src.size(), adj.num_src_nodes() * heads, "N_src*H");
+  expect_size(op, "a_dst", a_dst.size(), adj.num_dst_nodes() * heads, "N_dst*H");
+  return {a_src.data(), a_dst.data(), adj.by_src.row_of_edge().data(), negative_slope, heads};
+}
+
+}  // namespace
+
+template <typename T, typename I>
+void attention_softmax_forward(const Adjacency<I>& adj, int64_t heads, T negative_slope,
+                               std::span<const T> a_src, std::span<const T> a_dst,
+                               std::span<T> alpha) {
+  constexpr std::string_view op = "attention_softmax";
+  const auto logit = attention_logit(op, adj, heads, negative_slope, a_src, a_dst);
+  expect_size(op, "alpha", alpha.size(), adj.num_edges() * heads, "E*H");
+  with_heads(heads, [&](auto h) { softmax_forward(adj.by_dst, h, logit, alpha.data()); });
+}
+
+template <typename T, typename I>
+void attention_softmax_backward(const Adjacency<I>& adj, int64_t heads, T negative_slope,
+                                std::span<const T> a_src, std::span<const T> a_dst,
+                                std::span<const T> alpha, std::span<const T> grad_alpha,
+                                std::span<T> grad_logit) {
+  constexpr std::string_view op = "attention_softmax_backward";
+  const auto logit = attention_logit(op, adj, heads, negative_slope, a_src, a_dst);
+  expect_size(op, "alpha", alpha.size(), adj.num_edges() * heads, "E*H");
+  expect_size(op, "grad_alpha", grad_alpha.size(), adj.num_edges() * heads, "E*H");
+  expect_size(op, "grad_logit", grad_logit.size(), adj.num_edges() * heads, "E*H");
+  with_heads(heads, [&](auto h) {
+    softmax_backward(adj.by_dst, h, alpha.data(), grad_alpha.data(), grad_logit.data(), logit);
   });
 }
 
@@ -362,7 +482,14 @@ void segment_softmax_apply_grad_s(const Csr<I>& seg, int64_t H, std::span<const 
                                             std::span<T>);                                    \
   template void segment_softmax_apply_grad_s<T, I>(const Csr<I>&, int64_t, std::span<const T>, \
                                                    std::span<const T>, std::span<const T>,    \
-                                                   std::span<T>);
+                                                   std::span<T>);       \
+  template void attention_softmax_forward<T, I>(const Adjacency<I>&, int64_t, T,              \
+                                                std::span<const T>, std::span<const T>,        \
+                                                std::span<T>);                                 \
+  template void attention_softmax_backward<T, I>(const Adjacency<I>&, int64_t, T,             \
+                                                 std::span<const T>, std::span<const T>,       \
+                                                 std::span<const T>, std::span<const T>,       \
+                                                 std::span<T>);
 GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_INSTANTIATE)
 
 }  // namespace gnnrt::ops

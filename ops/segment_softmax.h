@@ -27,6 +27,27 @@ template <typename T, typename I>
 void segment_softmax_backward(const Csr<I>& seg, int64_t heads, std::span<const T> alpha,
                               std::span<const T> grad_alpha, std::span<T> grad_score);
 
+// attention_softmax: GAT's attention coefficients in one op,
+//   alpha = segment_softmax(leaky_relu(a_src[src(e)] + a_dst[dst(e)], negative_slope))
+// with the bits of sddmm_add_forward, leaky_relu_forward and
+// segment_softmax_forward in turn: the logits are computed in the softmax's
+// max pass and kept in alpha until its exponentials overwrite them, so the
+// [E, H] logits and their activations are never written apart. Layout:
+// a_src [N_src, heads], a_dst [N_dst, heads], alpha [E, heads] by edge id.
+template <typename T, typename I>
+void attention_softmax_forward(const Adjacency<I>& adj, int64_t heads, T negative_slope,
+                               std::span<const T> a_src, std::span<const T> a_dst,
+                               std::span<T> alpha);
+
+// grad_logit = leaky_relu_backward(x, segment_softmax_backward(alpha,
+// grad_alpha)) with x = a_src[src(e)] + a_dst[dst(e)] recomputed, the same
+// bits; sddmm_add_backward of grad_logit gives a_src's and a_dst's gradients.
+template <typename T, typename I>
+void attention_softmax_backward(const Adjacency<I>& adj, int64_t heads, T negative_slope,
+                                std::span<const T> a_src, std::span<const T> a_dst,
+                                std::span<const T> alpha, std::span<const T> grad_alpha,
+                                std::span<T> grad_logit);
+
 // The same softmax in pieces, for a destination whose edges several ranks
 // hold (vertex-cut): each rank reduces its own edges and the halo exchange
 // combines the per-destination results between the pieces,

@@ -173,6 +173,13 @@ class Backward {
       case OpKind::kSegmentSoftmax:
         if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph(), out, g));
         return;
+      case OpKind::kAttentionSoftmax: {
+        if (!needs(in[0]) && !needs(in[1])) return;
+        const ValueId logit = b_.attention_softmax_grad(a.graph(), in[0], in[1], out, g, a.alpha());
+        if (needs(in[0])) add(in[0], b_.sddmm_add_grad_a(a.graph(), logit));
+        if (needs(in[1])) add(in[1], b_.sddmm_add_grad_b(a.graph(), logit));
+        return;
+      }
       case OpKind::kSegmentExpSum:
         // m (in[1]) is a shift: no gradient.
         if (needs(in[0])) add(in[0], b_.segment_exp_sum_grad(a.graph(), in[0], in[1], g));

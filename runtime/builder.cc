@@ -473,6 +473,25 @@ ValueId Builder::segment_softmax(int32_t graph, ValueId score) {
   return emit_float(k, {score}, a, shape(score));
 }
 
+ValueId Builder::attention_softmax(int32_t graph, ValueId a, ValueId b, double slope) {
+  constexpr OpKind k = OpKind::kAttentionSoftmax;
+  const GraphInfo& g = graph_info(k, graph);
+  if (partitioned()) fail(k, "a partitioned program's softmax runs in pieces (Builder::softmax)");
+  expect_rank(k, a, 2, "a");
+  expect_rank(k, b, 2, "b");
+  expect_float(k, a, "a");
+  expect_float(k, b, "b");
+  if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1]) {
+    fail(k, fmt::format("a {} must be [{}, H] and b {} [{}, H] (graph '{}')",
+                        shape_string(shape(a)), g.num_src, shape_string(shape(b)), g.num_dst,
+                        g.name));
+  }
+  OpAttrs attrs = graph_attrs(k, graph);
+  attrs.set_heads(shape(a)[1]);
+  attrs.set_alpha(slope);
+  return emit_float(k, {a, b}, attrs, {g.num_edges, shape(a)[1]});
+}
+
 ValueId Builder::segment_max(int32_t graph, ValueId score) {
   constexpr OpKind k = OpKind::kSegmentMax;
   const GraphInfo& g = graph_info(k, graph);
@@ -904,6 +923,16 @@ ValueId Builder::segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g) {
   OpAttrs a = graph_attrs(k, graph);
   a.set_heads(shape(alpha)[1]);
   return emit_float(k, {alpha, g}, a, shape(alpha));
+}
+
+ValueId Builder::attention_softmax_grad(int32_t graph, ValueId a, ValueId b, ValueId alpha,
+                                        ValueId g, double slope) {
+  constexpr OpKind k = OpKind::kAttentionSoftmaxGrad;
+  expect_same_shape(k, alpha, g, "alpha", "g");
+  OpAttrs attrs = graph_attrs(k, graph);
+  attrs.set_heads(shape(alpha)[1]);
+  attrs.set_alpha(slope);
+  return emit_float(k, {a, b, alpha, g}, attrs, shape(alpha));
 }
 
 ValueId Builder::segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g) {

@@ -139,6 +139,11 @@ class Builder {
   ValueId softmax(int32_t graph, ValueId score);
   // out[e, h] = a[src(e), h] + b[dst(e), h].
   ValueId sddmm_add(int32_t graph, ValueId a, ValueId b);
+  // softmax(graph, leaky_relu(sddmm_add(graph, a, b), slope)) in one op
+  // (GAT's attention; ops::attention_softmax_forward). Layers write the
+  // three ops and fuse_attention makes this one; not for a partitioned
+  // program, whose softmax is in pieces.
+  ValueId attention_softmax(int32_t graph, ValueId a, ValueId b, double slope);
   // out[e, h] = <a[src(e), h, :], b[dst(e), h, :]>: a [N_src, H*D], b [N_dst, H*D]
   // (dot-product attention scores).
   ValueId sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads);
@@ -219,6 +224,9 @@ class Builder {
   ValueId sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads);
   ValueId sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads);
   ValueId segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g);
+  // The gradient of attention_softmax's logits (before sddmm_add's backward).
+  ValueId attention_softmax_grad(int32_t graph, ValueId a, ValueId b, ValueId alpha, ValueId g,
+                                 double slope);
   ValueId segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g);
   ValueId segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s);
   ValueId keep_winners(int32_t graph, ValueId g, ValueId arg);

@@ -101,6 +101,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
   verify(program);
   if (!options_.debug) {
     c.passes.fused = fuse_aggregations(program);
+    c.passes.attention = fuse_attention(program);
     c.passes.reordered = reorder_aggregate_matmul(program);
   }
   if (options.train) {

@@ -78,6 +78,7 @@ struct PassStats {
   int fused = 0, reordered = 0, dead_ops = 0, backward_ops = 0, buckets = 0;
   int folded = 0;  // gradient sums folded into the ops that made a term (fuse_gradient_sums)
   int paired = 0;  // sparse products of one sparse matrix run as one walk (pair_sparse_products)
+  int attention = 0;  // GAT attention softmaxes fused with their logits (fuse_attention)
 };
 
 struct CompiledProgram {

@@ -90,6 +90,13 @@ OpCost op_cost(const Program& p, const Op& op) {
       case OpKind::kSegmentSoftmaxGrad:
         c.flops = 5 * edges * f;
         break;
+      case OpKind::kAttentionSoftmax:
+      case OpKind::kAttentionSoftmaxGrad:
+        // The softmax's and, per logit, sddmm_add's addition and the leaky
+        // ReLU's select; each edge reads its source's row of a.
+        c.flops = 7 * edges * f;
+        c.bytes += edges * f * 4;
+        break;
       default:
         c.flops = std::max(out, edges);
     }

@@ -549,6 +549,9 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kSegmentSoftmax:
       ops::segment_softmax_forward<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
       return 0;
+    case OpKind::kAttentionSoftmax:
+      ops::attention_softmax_forward<T, int32_t>(graph(), a.heads(), slope, in(0), in(1), f());
+      return 0;
     case OpKind::kSegmentMax:
       ops::segment_max<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
       return 0;
@@ -632,6 +635,10 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     case OpKind::kSegmentSoftmaxGrad:
       ops::segment_softmax_backward<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), f());
+      return 0;
+    case OpKind::kAttentionSoftmaxGrad:
+      ops::attention_softmax_backward<T, int32_t>(graph(), a.heads(), slope, in(0), in(1), in(2),
+                                                  in(3), f());
       return 0;
     case OpKind::kSegmentExpSumGrad:
       ops::segment_exp_sum_grad<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());

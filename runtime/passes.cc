@@ -145,6 +145,28 @@ int fuse_aggregations(Program& p) {
   return fused;
 }
 
+int fuse_attention(Program& p) {
+  const UseDef ud(p);
+  int fused = 0;
+  std::vector<bool> replaced(p.ops.size(), false);
+  for (Op& op : p.ops) {
+    if (op.kind != OpKind::kSegmentSoftmax) continue;
+    const auto leaky = ud.single_use_producer(p, op.inputs[0], OpKind::kLeakyRelu);
+    if (!leaky) continue;
+    const auto add = ud.single_use_producer(p, p.ops[*leaky].inputs[0], OpKind::kSddmmAdd);
+    if (!add || p.ops[*add].attrs.graph() != op.attrs.graph()) continue;
+    // The fused op takes the softmax's place and output; sddmm_add's
+    // operands are defined before it.
+    op.kind = OpKind::kAttentionSoftmax;
+    op.inputs = p.ops[*add].inputs;
+    op.attrs.set_alpha(p.ops[*leaky].attrs.alpha());
+    replaced[*leaky] = replaced[*add] = true;
+    ++fused;
+  }
+  erase_ops(p, replaced);
+  return fused;
+}
+
 int fuse_gradient_sums(Program& p) {
   const UseDef ud(p);
   std::vector<bool> folded(p.ops.size(), false);

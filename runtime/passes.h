@@ -28,6 +28,12 @@ void verify(const Program& p);
 // used nowhere else, becomes one spmm (the E x F messages are never built).
 int fuse_aggregations(Program& p);
 
+// segment_softmax(leaky_relu(sddmm_add(a, b))) over one graph, with the
+// intermediates used nowhere else, becomes one attention_softmax(a, b)
+// (GAT's attention: the [E, H] logits and activations are never written;
+// the backward recomputes the logits' signs from a and b). The same bits.
+int fuse_attention(Program& p);
+
 // Gradient sums (after the backward is appended): add(P, head_dot_grad_x(
 // att, g)), the head_dot_grad_x used nowhere else, becomes one
 // head_dot_grad_x(att, g, P) that writes P + g att in the add's place (GAT's

@@ -81,6 +81,7 @@ struct GraphInfo {
   X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
   X(kSddmmDot, "sddmm_dot")               /* (a [Ns,F], b [Nd,F]) -> [E,H] */           \
   X(kSegmentSoftmax, "segment_softmax")   /* (score [E,H]) */                           \
+  X(kAttentionSoftmax, "attention_softmax") /* (a [Ns,H], b [Nd,H]) -> alpha [E,H] */   \
   X(kSegmentMax, "segment_max")           /* (score) -> m [N_dst,H] */                  \
   X(kSegmentExpSum, "segment_exp_sum")    /* (score, m) -> s [N_dst,H] */               \
   X(kSegmentSoftmaxApply, "segment_softmax_apply") /* (score, m, s) -> [E,H] */         \
@@ -109,6 +110,7 @@ struct GraphInfo {
   X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \
   X(kSddmmDotGradB, "sddmm_dot_grad_b")   /* (a, g) -> [N_dst,F] */                     \
   X(kSegmentSoftmaxGrad, "segment_softmax_grad") /* (alpha, g) */                       \
+  X(kAttentionSoftmaxGrad, "attention_softmax_grad") /* (a, b, alpha, g) -> [E,H] */    \
   X(kSegmentExpSumGrad, "segment_exp_sum_grad") /* (score, m, g) -> [E,H] */            \
   X(kSegmentSoftmaxApplyGradS, "segment_softmax_apply_grad_s") /* (alpha, g, s) */      \
   X(kKeepWinners, "keep_winners")         /* (g, arg): g where arg < E, else 0 */       \

@@ -328,6 +328,18 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> score(8), m(8), s(7), alpha(8);
                    segment_softmax_apply<float, int64_t>(seg, 2, score, m, s, alpha);
                  }, "segment_softmax_apply: s has 7 elements, expected N*H = 8"});
+    v.push_back({"attention_softmax_a_src_size", [] {
+                   std::vector<float> a(5), b(4), alpha(6);
+                   attention_softmax_forward<float, int64_t>(adj, 2, 0.2f, a, b, alpha);
+                 }, "attention_softmax: a_src has 5 elements, expected N_src*H = 6"});
+    v.push_back({"attention_softmax_zero_heads", [] {
+                   std::vector<float> a, b, alpha;
+                   attention_softmax_forward<float, int64_t>(adj, 0, 0.2f, a, b, alpha);
+                 }, "attention_softmax: heads = 0 must be positive"});
+    v.push_back({"attention_softmax_backward_grad_logit", [] {
+                   std::vector<float> a(3), b(2), alpha(3), g(3), gl(2);
+                   attention_softmax_backward<float, int64_t>(adj, 1, 0.2f, a, b, alpha, g, gl);
+                 }, "attention_softmax_backward: grad_logit has 2 elements, expected E*H = 3"});
     v.push_back({"sddmm_dot_backward_grad_b", [] {
                    std::vector<float> a(6), b(4), g(3), gb(3);
                    sddmm_dot_backward<float, int64_t>(adj, 2, 1, a, b, g, {}, gb);

@@ -163,6 +163,14 @@ const std::vector<Recipe>& recipes() {
             .ints("dst", {E}, N).upstream("out", {E, heads}).build();
       });
     }
+    for (const int64_t heads : {1, 8, 20}) {  // compile-time head counts, and a run-time one
+      add("attention_softmax_" + std::to_string(heads) + "_heads", [=] {
+        return Synthetic(golden("attention_softmax/random")).param("num_src", N)
+            .param("num_dst", N).param("heads", heads).floats("a", {N, heads})
+            .floats("b", {N, heads}).ints("src", {E}, N).ints("dst", {E}, N)
+            .upstream("alpha", {E, heads}).build();
+      });
+    }
     for (const std::string op : {"segment_softmax", "segment_max"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/random")).param("num_rows", N).floats("score", {E, 2})

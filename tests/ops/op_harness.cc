@@ -224,6 +224,11 @@ const std::map<std::string, Recipe<T>>& recipes() {
          const int32_t g = t.graph("", "index", 1, t.n("num_rows"));
          t.out("alpha", t.b.segment_softmax(g, t.x("score")));
        }},
+      {"attention_softmax",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("alpha", t.b.attention_softmax(g, t.x("a"), t.x("b"), t.p("negative_slope")));
+       }},
       {"segment_max",
        [](Build<T>& t) {
          const int32_t g = t.graph("", "index", 1, t.n("num_rows"));

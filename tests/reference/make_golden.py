@@ -322,6 +322,28 @@ def gen_segment_softmax(w, rng):
                {"score": st.grad}, fd=fd)
 
 
+def gen_attention_softmax(w, rng):
+    """GAT's attention coefficients: softmax by destination of
+    leaky_relu(a[src] + b[dst]), with 1, 3, 8 and 20 heads (20: the kernel's
+    run-time width)."""
+    for i, (name, e, ns, nd, _f, idt, kind, _wmode) in enumerate(GRAPH_CASES):
+        heads = [1, 3, 8, 20][i % 4]
+        slope = [0.2, 0.01][i % 2]
+        src, dst = graph_inputs(rng, e, ns, nd, kind, idt)
+        a, b = make_values(rng, (ns, heads), kind), make_values(rng, (nd, heads), kind)
+        at, bt = leaf(a), leaf(b)
+        si, di = torch.from_numpy(src.astype(np.int64)), torch.from_numpy(dst.astype(np.int64))
+        logit = torch.nn.functional.leaky_relu(at[si] + bt[di], slope)
+        alpha = segment_softmax_ref(logit, di, nd)
+        gout = rng.standard_normal((e, heads)).astype(np.float32)
+        alpha.backward(f32(gout))
+        # Ties put logits on the leaky ReLU's kink, where L has no derivative.
+        w.case("attention_softmax", name,
+               {"num_src": ns, "num_dst": nd, "heads": heads, "negative_slope": slope},
+               {"a": a, "b": b, "src": src, "dst": dst}, {"alpha": alpha}, {"alpha": gout},
+               {"a": at.grad, "b": bt.grad}, fd=kind != "ties")
+
+
 def matmul_cases(w, rng, cases):
     for name, m, k, n, ta, tb in cases:
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
@@ -760,7 +782,7 @@ def main():
     w = Writer(root)
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
                 gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
-                gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul]:
+                gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul, gen_attention_softmax]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 

@@ -205,6 +205,65 @@ TEST(Passes, GradientSumsFoldIntoAttentionDots) {
   }
 }
 
+// GAT's attention: segment_softmax(leaky_relu(sddmm_add(a_src, a_dst)))
+// becomes one attention_softmax (fuse_attention), and the output and every
+// gradient keep the bits of the unfused (debug) program's; at 1, 3 and 8
+// heads (compile-time widths) and 20 (read at run time), on a random graph
+// whose edge ids are not in destination order. Where the logits have a
+// second reader, the chain stays as it is.
+TEST(Passes, AttentionSoftmaxFusesWithItsLogits) {
+  const Graph g = random_graph(300, 11);
+  for (const int64_t heads : {1, 3, 8, 20}) {
+    for (const bool second_reader : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << heads << " heads" << (second_reader ? ", logits read twice" : ""));
+      constexpr int64_t kChannels = 2;
+      const int64_t width = heads * kChannels;
+      const auto build = [&] {
+        Builder b("attention");
+        const int32_t graph = b.graph("g", kNodes, kNodes, static_cast<int64_t>(g.src.size()));
+        const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
+        const ValueId w = b.parameter("w", {width, kFeatures});
+        const ValueId att_src = b.parameter("att_src", {1, heads, kChannels});
+        const ValueId att_dst = b.parameter("att_dst", {1, heads, kChannels});
+        const ValueId h = b.linear(x, w);
+        const ValueId logit = b.leaky_relu(
+            b.sddmm_add(graph, b.head_dot(h, att_src, heads), b.head_dot(h, att_dst, heads)), 0.2);
+        ValueId alpha = b.softmax(graph, logit);
+        if (second_reader) alpha = b.add(alpha, logit);
+        const ValueId y = b.aggregate(ops::Reduce::kSum, graph, h, alpha);
+        b.program().value(y).name = "out";
+        b.output(y);
+        const ValueId loss = b.mse_loss(y, b.input("target", DType::kF32, {kNodes, width}),
+                                        b.input("mask", DType::kBool, {kNodes}));
+        OptimizerConfig sgd;
+        sgd.kind = OptimizerConfig::Kind::kSgd;
+        return std::pair{b.take(), TrainStep{loss, {w, att_src, att_dst}, sgd, /*keep_grads=*/true}};
+      };
+      expect_same_bits_as_debug(
+          build, {{"g", g.adj}},
+          {{"x", random_array({kNodes, kFeatures}, 2)},
+           {"w", random_array({width, kFeatures}, 3)},
+           {"att_src", random_array({1, heads, kChannels}, 4)},
+           {"att_dst", random_array({1, heads, kChannels}, 5)},
+           {"target", random_array({kNodes, width}, 7)}},
+          {"out"}, [&](const CompiledProgram& step, bool debug) {
+            const bool fused = !debug && !second_reader;
+            int attention = 0, attention_grads = 0, leaky = 0;
+            for (const Op& op : step.program.ops) {
+              attention += op.kind == OpKind::kAttentionSoftmax;
+              attention_grads += op.kind == OpKind::kAttentionSoftmaxGrad;
+              leaky += op.kind == OpKind::kLeakyRelu || op.kind == OpKind::kLeakyReluGrad;
+            }
+            EXPECT_EQ(attention, fused ? 1 : 0);
+            EXPECT_EQ(attention_grads, fused ? 1 : 0);
+            EXPECT_EQ(leaky, fused ? 0 : 2);
+            EXPECT_EQ(step.passes.attention, fused ? 1 : 0);
+            EXPECT_EQ(step.grads.size(), 3u);
+          });
+    }
+  }
+}
+
 // Two linear maps of one sparse matrix X (SAGE's on a sparse input), the
 // first read before the second is made. Compiled, the two products pair
 // into one op, and so do their weight gradients (pair_sparse_products: the
