@@ -97,10 +97,11 @@ int run_train(TrainCommand& c) {
   if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;
-  spdlog::info("program train_step: {} fused, {} attention softmaxes fused, {} reordered, {} backward ops, "
+  spdlog::info("program train_step: {} fused, {} attention softmaxes fused, {} losses fused with their "
+               "log softmax, {} reordered, {} backward ops, "
                "{} gradient sums folded, {} sparse products paired; planned peak {:.1f} MiB ({:.1f} MiB resident + {:.1f} MiB graphs + {:.1f} MiB arena)",
-               r.train_passes.fused, r.train_passes.attention, r.train_passes.reordered,
-               r.train_passes.backward_ops,
+               r.train_passes.fused, r.train_passes.attention, r.train_passes.cross_entropy,
+               r.train_passes.reordered, r.train_passes.backward_ops,
                r.train_passes.folded, r.train_passes.paired,
                static_cast<double>(plan.peak_bytes) / (1 << 20),
                static_cast<double>(plan.persistent_bytes) / (1 << 20),

@@ -68,6 +68,22 @@ template <typename T, typename I>
 void nll_loss_backward(int64_t rows, int64_t classes, std::span<const I> labels,
                        std::span<const uint8_t> mask, T scale, std::span<T> grad_log_prob);
 
+// cross_entropy: nll_loss_forward(log_softmax_forward(x)) with the log
+// softmax computed for the selected rows only (a train step's loss reads a
+// few hundred of Cora's 2708 rows), each with log_softmax_forward's bits,
+// so the loss is the composition's. x [rows, classes].
+template <typename T, typename I>
+LossSum cross_entropy_forward(std::span<const T> x, int64_t rows, int64_t classes,
+                              std::span<const I> labels, std::span<const uint8_t> mask);
+// grad_x = log_softmax_backward(log_softmax(x), nll_loss_backward(..., scale)):
+// for a selected row the composition's bits (its log softmax recomputed);
+// 0 in every other row, as the composition gives for finite x (there it is
+// 0 - e^o * 0).
+template <typename T, typename I>
+void cross_entropy_backward(std::span<const T> x, int64_t rows, int64_t classes,
+                            std::span<const I> labels, std::span<const uint8_t> mask, T scale,
+                            std::span<T> grad_x);
+
 // The kernel set OpenBLAS picked for this CPU when it loaded
 // (openblas_get_corename: "Haswell", "SkylakeX", "Prescott", ...).
 std::string blas_kernels();

@@ -100,6 +100,9 @@ class Backward {
       case OpKind::kNllLoss:
         if (needs(in[0])) add(in[0], b_.nll_loss_grad(in[0], in[1], in[2], g, optional(op, 3)));
         return;
+      case OpKind::kCrossEntropy:
+        if (needs(in[0])) add(in[0], b_.cross_entropy_grad(in[0], in[1], in[2], g, optional(op, 3)));
+        return;
       case OpKind::kMseLoss:
         if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3)));
         if (needs(in[1])) {

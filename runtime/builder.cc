@@ -315,18 +315,26 @@ ValueId Builder::log_softmax(ValueId x) {
 }
 
 ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
-  constexpr OpKind k = OpKind::kNllLoss;
-  expect_rank(k, log_prob, 2, "log_prob");
-  expect_float(k, log_prob, "log_prob");
+  return class_loss(OpKind::kNllLoss, log_prob, labels, mask);
+}
+
+ValueId Builder::cross_entropy(ValueId x, ValueId labels, ValueId mask) {
+  return class_loss(OpKind::kCrossEntropy, x, labels, mask);
+}
+
+ValueId Builder::class_loss(OpKind k, ValueId x, ValueId labels, ValueId mask) {
+  const char* x_name = k == OpKind::kNllLoss ? "log_prob" : "x";
+  expect_rank(k, x, 2, x_name);
+  expect_float(k, x, x_name);
   expect_dtype(k, labels, DType::kI64, "labels");
   expect_dtype(k, mask, DType::kBool, "mask");
-  const Shape row_shape{rows(log_prob)};
+  const Shape row_shape{rows(x)};
   if (shape(labels) != row_shape || shape(mask) != row_shape) {
-    fail(k, fmt::format("labels {} and mask {} must be [{}] for log_prob {}",
+    fail(k, fmt::format("labels {} and mask {} must be [{}] for {} {}",
                         shape_string(shape(labels)), shape_string(shape(mask)), row_shape[0],
-                        shape_string(shape(log_prob))));
+                        x_name, shape_string(shape(x))));
   }
-  std::vector<ValueId> inputs{log_prob, labels, mask};
+  std::vector<ValueId> inputs{x, labels, mask};
   if (partitioned()) inputs.push_back(mask_count(mask));
   return emit_float(k, std::move(inputs), {}, {1});
 }
@@ -805,6 +813,13 @@ ValueId Builder::nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, V
   std::vector<ValueId> inputs{log_prob, labels, mask, g};
   if (count != kNoValue) inputs.push_back(count);
   return emit_float(OpKind::kNllLossGrad, std::move(inputs), {}, shape(log_prob));
+}
+
+ValueId Builder::cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g,
+                                    ValueId count) {
+  std::vector<ValueId> inputs{x, labels, mask, g};
+  if (count != kNoValue) inputs.push_back(count);
+  return emit_float(OpKind::kCrossEntropyGrad, std::move(inputs), {}, shape(x));
 }
 
 ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,

@@ -112,6 +112,10 @@ class Builder {
   // partitioned program: this rank's rows over the count of all ranks (the
   // ranks' losses add up to the global mean).
   ValueId nll_loss(ValueId log_prob, ValueId labels, ValueId mask);
+  // nll_loss(log_softmax(x), labels, mask) in one op that computes the log
+  // softmax of the masked rows only (ops::cross_entropy_forward). Layers
+  // write the two ops and fuse_cross_entropy makes this one.
+  ValueId cross_entropy(ValueId x, ValueId labels, ValueId mask);
   ValueId mse_loss(ValueId pred, ValueId target, ValueId mask);
   // Per-head dot product: x [N, H*C] . att [H*C] -> [N, H].
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
@@ -201,6 +205,7 @@ class Builder {
   ValueId dropout_grad(ValueId g, ValueId keep, double p);
   ValueId log_softmax_grad(ValueId out, ValueId g);
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
+  ValueId cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g, ValueId count);
   ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count);
   ValueId head_dot_grad_x(ValueId att, ValueId g, int64_t heads);
   ValueId head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads);  // att's shape
@@ -255,6 +260,8 @@ class Builder {
   ValueId new_value(std::string name, DType dtype, std::vector<int64_t> shape, Role role);
   ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
                std::vector<int64_t> shape);
+  // nll_loss or cross_entropy: x [rows, classes], labels and mask [rows].
+  ValueId class_loss(OpKind kind, ValueId x, ValueId labels, ValueId mask);
   ValueId emit_float(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
                      std::vector<int64_t> shape) {
     return emit(kind, std::move(inputs), std::move(attrs), float_type(), std::move(shape));

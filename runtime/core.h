@@ -79,6 +79,7 @@ struct PassStats {
   int folded = 0;  // gradient sums folded into the ops that made a term (fuse_gradient_sums)
   int paired = 0;  // sparse products of one sparse matrix run as one walk (pair_sparse_products)
   int attention = 0;  // GAT attention softmaxes fused with their logits (fuse_attention)
+  int cross_entropy = 0;  // losses fused with their log softmax (fuse_cross_entropy)
 };
 
 struct CompiledProgram {
@@ -229,6 +230,15 @@ class Core {
   Counters counters_;
   DeviceMemory memory_;
   std::map<std::string, std::shared_ptr<const Adjacency>> graphs_;
+  // Results of graph-constant ops (is_graph_constant), by graph name, op
+  // kind and float type, with the graph they were computed for: computed
+  // again when that name is bound to another graph.
+  struct GraphConstant {
+    std::shared_ptr<const Adjacency> graph;
+    Tensor value;
+  };
+  std::map<std::string, GraphConstant> graph_constants_;
+  std::byte* graph_constant(const Program& p, const Op& op);
   HostVector<std::byte> arena_;
   const CompiledProgram* last_run_ = nullptr;
   std::vector<TraceEvent> trace_;

@@ -33,6 +33,7 @@ std::string DeviceProfile::to_text() const {
 
 OpCost op_cost(const Program& p, const Op& op) {
   OpCost c;
+  if (is_graph_constant(op)) return c;  // computed once per graph binding, not per run
   for (ValueId v : op.inputs) {
     if (v != kNoValue) c.bytes += static_cast<double>(p.value(v).bytes());
   }

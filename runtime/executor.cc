@@ -79,7 +79,31 @@ Core::Bound Core::bind(const CompiledProgram& compiled) {
     }
     b.graphs.push_back(&a);
   }
+  for (const Op& op : p.ops) {
+    if (is_graph_constant(op)) b.data[static_cast<size_t>(op.outputs[0])] = graph_constant(p, op);
+  }
   return b;
+}
+
+std::byte* Core::graph_constant(const Program& p, const Op& op) {
+  const GraphInfo& g = p.graphs[static_cast<size_t>(op.attrs.graph())];
+  const std::shared_ptr<const Adjacency>& graph = graphs_.at(g.name);
+  const ValueInfo& out = p.value(op.outputs[0]);
+  GraphConstant& c = graph_constants_[fmt::format("{}/{}/{}", g.name, to_string(op.kind),
+                                                  to_string(out.dtype))];
+  if (c.graph != graph || c.value.dtype() != out.dtype || c.value.shape() != out.shape) {
+    c.value = Tensor(out.dtype, out.shape);
+    if (op.kind != OpKind::kGcnNorm) {
+      throw RunError(fmt::format("program '{}': no graph-constant rule for {}", p.name, to_string(op.kind)));
+    }
+    if (out.dtype == DType::kF64) {
+      ops::gcn_norm<double, int32_t>(*graph, {}, c.value.values<double>());
+    } else {
+      ops::gcn_norm<float, int32_t>(*graph, {}, c.value.values<float>());
+    }
+    c.graph = graph;
+  }
+  return c.value.bytes().data();
 }
 
 namespace {
@@ -446,6 +470,14 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
       return 0;
     }
+    case OpKind::kCrossEntropy: {
+      const ValueId x = op.inputs[0];
+      const ops::LossSum s = ops::cross_entropy_forward<T, int64_t>(
+          in(0), rows(x), cols(x), in.template operator()<int64_t>(1), in.template operator()<uint8_t>(2));
+      const int64_t count = loss_count(2, 3, 1);
+      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+      return 0;
+    }
     case OpKind::kMseLoss: {
       const ValueId pred = op.inputs[0];
       const ops::SquaredSum s = ops::mse_loss_forward<T>(in(0), in(1), in.template operator()<uint8_t>(2),
@@ -488,6 +520,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     }
     case OpKind::kGcnNorm:
+      if (is_graph_constant(op)) return 0;  // bound to its value, computed once (Core::bind)
       ops::gcn_norm<T, int32_t>(graph(), in.template operator()<int64_t>(0), f());
       return 0;
     case OpKind::kDivideRows:
@@ -584,6 +617,14 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
       ops::nll_loss_backward<T, int64_t>(rows(out), cols(out), in.template operator()<int64_t>(1),
                                          in.template operator()<uint8_t>(2), scale, f());
+      return 0;
+    }
+    case OpKind::kCrossEntropyGrad: {
+      const int64_t count = loss_count(2, 4, 1);
+      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
+      ops::cross_entropy_backward<T, int64_t>(in(0), rows(out), cols(out),
+                                              in.template operator()<int64_t>(1),
+                                              in.template operator()<uint8_t>(2), scale, f());
       return 0;
     }
     case OpKind::kMseLossGrad: {

@@ -32,8 +32,13 @@ MemoryPlan plan_memory(Program& p) {
   MemoryPlan plan;
   const auto n_ops = static_cast<int64_t>(p.ops.size());
   std::vector<int64_t> first(p.values.size(), -1), last(p.values.size(), -1);
+  std::vector<bool> graph_constant(p.values.size(), false);
   for (int64_t i = 0; i < n_ops; ++i) {
-    for (ValueId v : p.ops[static_cast<size_t>(i)].outputs) first[static_cast<size_t>(v)] = i;
+    const Op& op = p.ops[static_cast<size_t>(i)];
+    for (ValueId v : op.outputs) {
+      first[static_cast<size_t>(v)] = i;
+      graph_constant[static_cast<size_t>(v)] = is_graph_constant(op);
+    }
     for (ValueId v : p.ops[static_cast<size_t>(i)].inputs) {
       if (v != kNoValue) last[static_cast<size_t>(v)] = i;
     }
@@ -48,6 +53,10 @@ MemoryPlan plan_memory(Program& p) {
     }
     info.offset = -1;
     if (first[v] < 0) continue;  // no op defines it (removed by a pass)
+    if (graph_constant[v]) {     // kept by the core across runs (is_graph_constant)
+      plan.persistent_bytes += aligned(info.bytes());
+      continue;
+    }
     temps.push_back({static_cast<ValueId>(v), first[v], std::max(first[v], last[v]),
                      aligned(info.bytes())});
   }

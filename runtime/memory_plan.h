@@ -4,8 +4,9 @@
 // reader (program outputs: to the end); two temps share bytes only if their
 // lives do not overlap, so no op's output aliases one of its inputs.
 // Placement is greedy (largest first, lowest free offset), 64-byte aligned.
-// Persistent values (inputs, parameters, state) and the graphs' index arrays
-// live outside the arena and count fully toward the peak.
+// Persistent values (inputs, parameters, state, and the results of graph
+// constants: is_graph_constant) and the graphs' index arrays live outside
+// the arena and count fully toward the peak.
 #pragma once
 
 #include <cstdint>

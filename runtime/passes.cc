@@ -167,6 +167,23 @@ int fuse_attention(Program& p) {
   return fused;
 }
 
+int fuse_cross_entropy(Program& p) {
+  const UseDef ud(p);
+  int fused = 0;
+  std::vector<bool> replaced(p.ops.size(), false);
+  for (Op& op : p.ops) {
+    if (op.kind != OpKind::kNllLoss) continue;
+    const auto log_softmax = ud.single_use_producer(p, op.inputs[0], OpKind::kLogSoftmax);
+    if (!log_softmax) continue;
+    op.kind = OpKind::kCrossEntropy;
+    op.inputs[0] = p.ops[*log_softmax].inputs[0];
+    replaced[*log_softmax] = true;
+    ++fused;
+  }
+  erase_ops(p, replaced);
+  return fused;
+}
+
 int fuse_gradient_sums(Program& p) {
   const UseDef ud(p);
   std::vector<bool> folded(p.ops.size(), false);

@@ -34,6 +34,12 @@ int fuse_aggregations(Program& p);
 // the backward recomputes the logits' signs from a and b). The same bits.
 int fuse_attention(Program& p);
 
+// nll_loss(log_softmax(x)), the log softmax read nowhere else (a train
+// step's loss), becomes one cross_entropy(x) that computes the log softmax
+// of the loss's masked rows only, and whose gradient is 0 in the other
+// rows. The same bits for finite x.
+int fuse_cross_entropy(Program& p);
+
 // Gradient sums (after the backward is appended): add(P, head_dot_grad_x(
 // att, g)), the head_dot_grad_x used nowhere else, becomes one
 // head_dot_grad_x(att, g, P) that writes P + g att in the add's place (GAT's

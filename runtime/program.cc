@@ -45,6 +45,8 @@ bool has_side_effects(OpKind kind) {
          kind == OpKind::kAccumulate || kind == OpKind::kCountCorrect;
 }
 
+bool is_graph_constant(const Op& op) { return op.kind == OpKind::kGcnNorm && op.inputs.empty(); }
+
 bool is_collective(OpKind kind) {
   return kind == OpKind::kAllReduce || kind == OpKind::kHaloSum || kind == OpKind::kHaloMax ||
          kind == OpKind::kBucketStart;

@@ -65,6 +65,7 @@ struct GraphInfo {
   X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \
   X(kLogSoftmax, "log_softmax")                                                         \
   X(kNllLoss, "nll_loss")                 /* (logp, labels, mask[, count]) */           \
+  X(kCrossEntropy, "cross_entropy")       /* (x, labels, mask[, count]): nll(log_softmax) */ \
   X(kMseLoss, "mse_loss")                 /* (pred, target, mask[, count]) */           \
   X(kHeadDot, "head_dot")                 /* (x [N,H*C], att [H*C]) */                  \
   X(kHeadMean, "head_mean")               /* (x [N,H*C]) -> [N,C] */                    \
@@ -92,6 +93,7 @@ struct GraphInfo {
   X(kDropoutGrad, "dropout_grad")         /* (g, keep) */                               \
   X(kLogSoftmaxGrad, "log_softmax_grad")                                                \
   X(kNllLossGrad, "nll_loss_grad")        /* (logp, labels, mask, g[, count]) */        \
+  X(kCrossEntropyGrad, "cross_entropy_grad") /* (x, labels, mask, g[, count]) */        \
   X(kMseLossGrad, "mse_loss_grad")        /* (pred, target, mask, g[, count]) */        \
   X(kHeadDotGradX, "head_dot_grad_x")     /* (att, g[, plus]) */                        \
   X(kHeadDotGradAtt, "head_dot_grad_att") /* (x, g) */                                  \
@@ -157,6 +159,11 @@ struct Op {
   OpAttrs attrs;
   std::string scope;  // the layer that emitted it ("conv1"), for messages
 };
+
+// Ops whose result depends on a bound graph only (gcn_norm without degrees:
+// the single-core GCN normalisation). The core computes each once per graph
+// binding and keeps it outside the arena; running the op does nothing.
+bool is_graph_constant(const Op& op);
 
 struct Program {
   std::string name;

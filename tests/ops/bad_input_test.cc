@@ -167,6 +167,14 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> lp(9);
                    nll_loss_forward<float, int64_t>(lp, 3, 3, idx({0, 2, 9}), {});
                  }, "nll_loss: labels[2] = 9 is outside [0, 3)"});
+    v.push_back({"cross_entropy_label_out_of_range", [] {
+                   std::vector<float> x(9);
+                   cross_entropy_forward<float, int64_t>(x, 3, 3, idx({0, 2, 9}), {});
+                 }, "cross_entropy: labels[2] = 9 is outside [0, 3)"});
+    v.push_back({"cross_entropy_backward_grad_x_size", [] {
+                   std::vector<float> x(9), gx(8);
+                   cross_entropy_backward<float, int64_t>(x, 3, 3, idx({0, 2, 1}), {}, 1.0f, gx);
+                 }, "cross_entropy_backward: grad_x has 8 elements, expected rows*classes = 9"});
     v.push_back({"dropout_p", [] {
                    std::vector<float> x(4), out(4);
                    dropout_forward<float>({}, 1.5, 2, {}, x, out);

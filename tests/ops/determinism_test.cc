@@ -231,6 +231,10 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("nll_loss/small")).floats("log_prob", {N, F}).ints("labels", {N}, F)
           .mask("mask", N).build();
     });
+    add("cross_entropy", [=] {
+      return Synthetic(golden("cross_entropy/some_rows")).floats("x", {N, 7}).ints("labels", {N}, 7)
+          .mask("mask", N).build();
+    });
     add("mse_loss", [=] {
       return Synthetic(golden("mse_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();

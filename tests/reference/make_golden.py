@@ -322,6 +322,29 @@ def gen_segment_softmax(w, rng):
                {"score": st.grad}, fd=fd)
 
 
+def gen_cross_entropy(w, rng):
+    """nll_loss(log_softmax(x)) over the masked rows (torch's cross_entropy
+    of those rows): some, all and no rows, a width read at run time (20),
+    selected rows filling several of the kernel's blocks (1024 elements
+    each), and rows wider than a block."""
+    for name, r, c, keep in [("some_rows", 9, 4, 0.5), ("all_rows", 6, 7, 1.0),
+                             ("no_rows", 5, 3, 0.0), ("wide", 4, 20, 1.0),
+                             ("many_rows", 700, 7, 0.5), ("very_wide", 3, 1100, 1.0)]:
+        x = (3 * rng.standard_normal((r, c))).astype(np.float32)
+        labels = rng.integers(0, c, r).astype(np.int64)
+        mask = rng.random(r) < keep
+        xt = leaf(x)
+        sel = torch.from_numpy(mask)
+        if sel.any():
+            loss = torch.nn.functional.cross_entropy(xt[sel], torch.from_numpy(labels)[sel])
+        else:
+            loss = (xt * 0).sum()  # gnnrt's empty-mask rule, not torch's NaN
+        loss.backward()
+        w.case("cross_entropy", name, {"rows": r, "classes": c},
+               {"x": x, "labels": labels, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"x": xt.grad})
+
+
 def gen_attention_softmax(w, rng):
     """GAT's attention coefficients: softmax by destination of
     leaky_relu(a[src] + b[dst]), with 1, 3, 8 and 20 heads (20: the kernel's
@@ -782,7 +805,8 @@ def main():
     w = Writer(root)
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
                 gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
-                gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul, gen_attention_softmax]:
+                gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul, gen_attention_softmax,
+                gen_cross_entropy]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 

@@ -21,6 +21,7 @@
 
 #include "runtime/npy.h"
 #include "runtime/builder.h"
+#include "ops/gcn_norm.h"
 #include "ops/rng.h"
 #include "runtime/core.h"
 #include "runtime/memory_plan.h"
@@ -264,6 +265,101 @@ TEST(Passes, AttentionSoftmaxFusesWithItsLogits) {
   }
 }
 
+// A classifier's loss: nll_loss(log_softmax(x)) becomes one cross_entropy
+// (fuse_cross_entropy) that computes the masked rows' log softmax only;
+// the loss and every gradient keep the unfused (debug) program's bits,
+// with about a third of the rows masked (the others' gradient rows are 0
+// both ways). Where the log softmax is also a program output, the two ops
+// stay apart.
+TEST(Passes, CrossEntropyFusesTheLossWithItsLogSoftmax) {
+  Tensor labels(DType::kI64, {kNodes}), train(DType::kBool, {kNodes});
+  for (int64_t i = 0; i < kNodes; ++i) {
+    labels.values<int64_t>()[static_cast<size_t>(i)] = (i * 7) % kHidden;
+    train.values<uint8_t>()[static_cast<size_t>(i)] = i % 3 == 1;
+  }
+  for (const bool log_prob_read : {false, true}) {
+    SCOPED_TRACE(log_prob_read ? "log softmax also an output" : "log softmax read by the loss only");
+    const auto build = [&] {
+      Builder b("classifier");
+      const ValueId x = b.input("x", DType::kF32, {kNodes, kFeatures});
+      const ValueId w = b.parameter("w", {kHidden, kFeatures});
+      const ValueId log_prob = b.log_softmax(b.linear(x, w));
+      if (log_prob_read) {
+        b.program().value(log_prob).name = "log_prob";
+        b.output(log_prob);
+      }
+      const ValueId loss = b.nll_loss(log_prob, b.input("labels", DType::kI64, {kNodes}),
+                                      b.input("train", DType::kBool, {kNodes}));
+      b.program().value(loss).name = "loss";
+      b.output(loss);
+      OptimizerConfig sgd;
+      sgd.kind = OptimizerConfig::Kind::kSgd;
+      return std::pair{b.take(), TrainStep{loss, {w}, sgd, /*keep_grads=*/true}};
+    };
+    expect_same_bits_as_debug(
+        build, {},
+        {{"x", random_array({kNodes, kFeatures}, 2)}, {"w", random_array({kHidden, kFeatures}, 3)},
+         {"labels", labels}, {"train", train}},
+        {"loss"}, [&](const CompiledProgram& step, bool debug) {
+          const bool fused = !debug && !log_prob_read;
+          int fused_ops = 0, unfused_ops = 0;
+          for (const Op& op : step.program.ops) {
+            fused_ops += op.kind == OpKind::kCrossEntropy || op.kind == OpKind::kCrossEntropyGrad;
+            unfused_ops += op.kind == OpKind::kLogSoftmax || op.kind == OpKind::kNllLoss ||
+                           op.kind == OpKind::kLogSoftmaxGrad || op.kind == OpKind::kNllLossGrad;
+          }
+          EXPECT_EQ(fused_ops, fused ? 2 : 0);
+          EXPECT_EQ(unfused_ops, fused ? 0 : 4);
+          EXPECT_EQ(step.passes.cross_entropy, fused ? 1 : 0);
+        });
+  }
+}
+
+// gcn_norm without degrees depends on the bound graph only: the core
+// computes it once per binding and keeps it outside the arena (the memory
+// plan counts it as resident). Its value is ops::gcn_norm's, bit for bit;
+// binding another graph under the name recomputes it, and binding the
+// first again gives the first's back.
+TEST(GraphConstants, GcnNormIsComputedOncePerGraphBinding) {
+  const Graph a = random_graph(200, 21), b = random_graph(200, 22);
+  Builder builder("gcn");
+  const int32_t graph = builder.graph("g", kNodes, kNodes, 200);
+  const ValueId norm = builder.gcn_norm(graph);
+  builder.program().value(norm).name = "norm";
+  builder.output(norm);
+  const ValueId y = builder.aggregate(ops::Reduce::kSum, graph,
+                                      builder.input("x", DType::kF32, {kNodes, kHidden}), norm);
+  builder.program().value(y).name = "out";
+  builder.output(y);
+  Core core(DeviceProfile::named("trn1"), {});
+  core.memory().put("x", random_array({kNodes, kHidden}, 2));
+  const auto compiled = core.compile(builder.take(), {});
+  EXPECT_EQ(compiled->program.value(compiled->program.find("norm")).offset, -1);
+  const auto expect_norm_of = [&](const Graph& g) {
+    std::vector<float> expected(200);
+    ops::gcn_norm<float, int32_t>(*g.adj, {}, expected);
+    const Tensor got = core.read(*compiled, "norm");
+    ASSERT_EQ(got.values<float>().size(), expected.size());
+    EXPECT_EQ(std::memcmp(got.values<float>().data(), expected.data(), 200 * sizeof(float)), 0);
+  };
+  core.bind_graph("g", a.adj);
+  core.run(*compiled, {});
+  expect_norm_of(a);
+  const Tensor out_a = core.read(*compiled, "out");
+  core.run(*compiled, {});
+  expect_norm_of(a);
+  core.bind_graph("g", b.adj);
+  core.run(*compiled, {});
+  expect_norm_of(b);
+  EXPECT_NE(std::memcmp(core.read(*compiled, "out").bytes().data(), out_a.bytes().data(),
+                        out_a.bytes().size()), 0);
+  core.bind_graph("g", a.adj);
+  core.run(*compiled, {});
+  expect_norm_of(a);
+  EXPECT_EQ(std::memcmp(core.read(*compiled, "out").bytes().data(), out_a.bytes().data(),
+                        out_a.bytes().size()), 0);
+}
+
 // Two linear maps of one sparse matrix X (SAGE's on a sparse input), the
 // first read before the second is made. Compiled, the two products pair
 // into one op, and so do their weight gradients (pair_sparse_products: the
@@ -462,13 +558,22 @@ TEST(MemoryPlan, LiveValuesNeverShareBytesAndThePeakIsKnown) {
   fuse_aggregations(p);
   const MemoryPlan plan = plan_memory(p);
   std::vector<int64_t> first(p.values.size(), -1), last(p.values.size(), -1);
+  std::vector<bool> constant(p.values.size(), false);
   for (size_t i = 0; i < p.ops.size(); ++i) {
-    for (ValueId v : p.ops[i].outputs) first[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+    for (ValueId v : p.ops[i].outputs) {
+      first[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+      constant[static_cast<size_t>(v)] = is_graph_constant(p.ops[i]);
+    }
     for (ValueId v : p.ops[i].inputs) last[static_cast<size_t>(v)] = static_cast<int64_t>(i);
   }
   for (ValueId v : p.outputs) last[static_cast<size_t>(v)] = static_cast<int64_t>(p.ops.size());
-  int64_t total = 0;
+  int64_t total = 0, constants = 0;
   for (size_t a = 0; a < p.values.size(); ++a) {
+    if (constant[a]) {  // kept by the core outside the arena (the GCN layers' gcn_norm)
+      EXPECT_EQ(p.values[a].offset, -1) << p.values[a].name;
+      ++constants;
+      continue;
+    }
     if (first[a] < 0) continue;
     total += p.values[a].bytes();
     ASSERT_GE(p.values[a].offset, 0);
@@ -483,6 +588,7 @@ TEST(MemoryPlan, LiveValuesNeverShareBytesAndThePeakIsKnown) {
     }
   }
   EXPECT_LT(plan.arena_bytes, total);  // reuse happened
+  EXPECT_EQ(constants, 1);
   EXPECT_EQ(plan.graph_bytes, 8 * (kNodes + kNodes + 2) + 24 * 300);
   EXPECT_EQ(plan.peak_bytes, plan.persistent_bytes + plan.graph_bytes + plan.arena_bytes);
 }
