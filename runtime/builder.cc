@@ -483,21 +483,10 @@ ValueId Builder::segment_softmax(int32_t graph, ValueId score) {
 
 ValueId Builder::attention_softmax(int32_t graph, ValueId a, ValueId b, double slope) {
   constexpr OpKind k = OpKind::kAttentionSoftmax;
-  const GraphInfo& g = graph_info(k, graph);
   if (partitioned()) fail(k, "a partitioned program's softmax runs in pieces (Builder::softmax)");
-  expect_rank(k, a, 2, "a");
-  expect_rank(k, b, 2, "b");
-  expect_float(k, a, "a");
-  expect_float(k, b, "b");
-  if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1]) {
-    fail(k, fmt::format("a {} must be [{}, H] and b {} [{}, H] (graph '{}')",
-                        shape_string(shape(a)), g.num_src, shape_string(shape(b)), g.num_dst,
-                        g.name));
-  }
-  OpAttrs attrs = graph_attrs(k, graph);
-  attrs.set_heads(shape(a)[1]);
+  OpAttrs attrs = per_endpoint_attrs(k, graph, a, b);
   attrs.set_alpha(slope);
-  return emit_float(k, {a, b}, attrs, {g.num_edges, shape(a)[1]});
+  return emit_float(k, {a, b}, attrs, {graph_info(k, graph).num_edges, shape(a)[1]});
 }
 
 ValueId Builder::segment_max(int32_t graph, ValueId score) {
@@ -542,8 +531,7 @@ ValueId Builder::segment_softmax_apply(int32_t graph, ValueId score, ValueId m, 
   return emit_float(k, {score, m, s}, a, shape(score));
 }
 
-ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
-  constexpr OpKind k = OpKind::kSddmmAdd;
+OpAttrs Builder::per_endpoint_attrs(OpKind k, int32_t graph, ValueId a, ValueId b) {
   const GraphInfo& g = graph_info(k, graph);
   expect_rank(k, a, 2, "a");
   expect_rank(k, b, 2, "b");
@@ -556,7 +544,13 @@ ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
   }
   OpAttrs attrs = graph_attrs(k, graph);
   attrs.set_heads(shape(a)[1]);
-  return emit_float(k, {a, b}, attrs, {g.num_edges, shape(a)[1]});
+  return attrs;
+}
+
+ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
+  constexpr OpKind k = OpKind::kSddmmAdd;
+  return emit_float(k, {a, b}, per_endpoint_attrs(k, graph, a, b),
+                    {graph_info(k, graph).num_edges, shape(a)[1]});
 }
 
 ValueId Builder::sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads) {

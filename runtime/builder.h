@@ -260,6 +260,9 @@ class Builder {
   ValueId new_value(std::string name, DType dtype, std::vector<int64_t> shape, Role role);
   ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
                std::vector<int64_t> shape);
+  // sddmm_add or attention_softmax: a [N_src, H] and b [N_dst, H] of
+  // `graph` checked; the graph and H as attributes.
+  OpAttrs per_endpoint_attrs(OpKind kind, int32_t graph, ValueId a, ValueId b);
   // nll_loss or cross_entropy: x [rows, classes], labels and mask [rows].
   ValueId class_loss(OpKind kind, ValueId x, ValueId labels, ValueId mask);
   ValueId emit_float(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
