@@ -21,6 +21,7 @@
 #include "ops/csr.h"
 #include "ops/loops.h"
 #include "ops/reduce.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops::detail {
 
@@ -272,10 +273,13 @@ struct LanesOf<T, 1> {
 // product waited 4 cycles per stored value on the previous addition
 // (bench/README.md). Each row still adds its own messages in ascending
 // position, so the bits are those of one row at a time.
+//
+// With `staged` (transposed_out, one operand), row r + j's kN sums go to
+// staged + j * kN instead, for transposed_rows to store.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPair = false,
           int kRows = 1, typename T, typename I>
 [[gnu::always_inline]] inline void sum_block(const SegmentReduce<T, I>& a, int64_t r, int64_t h0,
-                                             int64_t lo, Prefetch plan) {
+                                             int64_t lo, Prefetch plan, T* staged = nullptr) {
   static_assert(kRows == 1 || kRows == 2);
   constexpr int kD = kN / kG;  // columns per head
   // Lanes: a head's columns as GCC vectors of up to 16 (kept in registers;
@@ -396,6 +400,17 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
     }
   };
   for (int j = 0; j < kRows; ++j) {
+    if (staged != nullptr) {
+      T* to = staged + j * kN;
+      if constexpr (kPadded) {
+        for (int k = 0; k < kD; ++k) to[k] = wide[j][k];
+      } else if constexpr (kVector) {
+        std::memcpy(to, acc[j], sizeof(acc[0]));
+      } else {
+        for (int k = 0; k < kN; ++k) to[k] = acc[j][k];
+      }
+      continue;
+    }
     if constexpr (kPadded) {
       // Lane by lane from the register (a copy through memory stored the
       // sums on the stack every edge).
@@ -406,6 +421,43 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
     } else {
       store(a.out, r + j, acc[j]);
       if constexpr (kPair) store(a.out2, r + j, acc2[j]);
+    }
+  }
+}
+
+// Rows [begin, end) of a transposed_out sum, eight at a time: their sums
+// staged as rows of a small block in L1, then stored as its 8 x 8
+// transposes, eight consecutive rows per column. Stored element by element,
+// each of a row's sums went to another cache line (column f of out is row f
+// of the [F, rows] result): 40 of GAT Cora's 172 us first-layer weight
+// gradient on one thread (bench/README.md). The sums and their bits are
+// sum_block's.
+template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
+void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, int64_t h0,
+                     int64_t lo, Prefetch plan) {
+  constexpr int kRowsPerBlock = 8;
+  const int64_t rows = a.csr->num_rows();
+  alignas(64) T staged[kRowsPerBlock * kN];
+  for (int64_t r0 = begin; r0 < end; r0 += kRowsPerBlock) {
+    const int64_t n = std::min<int64_t>(kRowsPerBlock, end - r0);
+    int64_t j = 0;
+    if constexpr (kN <= kBlockCols) {
+      for (; j + 2 <= n; j += 2) {
+        sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r0 + j, h0, lo, plan,
+                                                                  staged + j * kN);
+      }
+    }
+    for (; j < n; ++j) {
+      sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r0 + j, h0, lo, plan, staged + j * kN);
+    }
+    int64_t f = 0;
+    if (n == kRowsPerBlock) {
+      for (; f + 8 <= kN; f += 8) {
+        transpose_block8(staged + f, kN, a.out + (lo + f) * rows + r0, rows);
+      }
+    }
+    for (; f < kN; ++f) {
+      for (int64_t q = 0; q < n; ++q) a.out[(lo + f) * rows + r0 + q] = staged[q * kN + f];
     }
   }
 }
@@ -429,6 +481,10 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   // rows at a time (sum_block).
   const auto rows_of = [&]<int kN, int kG, bool kPrefetch>(int64_t h0, int64_t lo) {
     parallel_row_ranges(csr, kN, [&](int64_t begin, int64_t end) {
+      if (a.transposed_out && a.out2 == nullptr) {
+        transposed_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
+        return;
+      }
       int64_t r = begin;
       if constexpr (kN <= kBlockCols) {
         for (; r + 2 <= end; r += 2) {
