@@ -385,43 +385,59 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
     for (; p1 < end1; ++p1) add(1, p1);
   }
   for (; p0 < end0; ++p0) add(0, p0);
-  const auto store = [&](T* out, int64_t row, const Lanes* sums_of) {
+  // Where row r + j's sum of column lo + k goes: staged + j * kN + k when
+  // staged (transposed_rows stores them), else its place in out.
+  const auto to = [&](T* out, int j, int k) [[gnu::always_inline]] {
+    return staged != nullptr ? staged + j * kN + k : out_at(a, out, r + j, lo + k);
+  };
+  const auto store = [&](T* out, int j, const Lanes* sums_of) {
     if constexpr (kVector) {
-      if (!a.transposed_out) {
-        std::memcpy(out_at(a, out, row, lo), sums_of, sizeof(acc[0]));
+      if (staged != nullptr || !a.transposed_out) {
+        std::memcpy(to(out, j, 0), sums_of, sizeof(acc[0]));
         return;
       }
       const T* sums = reinterpret_cast<const T*>(sums_of);  // GCC vectors are arrays of T in memory
-      for (int k = 0; k < kN; ++k) *out_at(a, out, row, lo + k) = sums[k];
+      for (int k = 0; k < kN; ++k) *to(out, j, k) = sums[k];
     } else {
       // Element by element, so the sums stay scalars in registers (copying
       // the array whole kept it in memory).
-      for (int k = 0; k < kN; ++k) *out_at(a, out, row, lo + k) = sums_of[k];
+      for (int k = 0; k < kN; ++k) *to(out, j, k) = sums_of[k];
     }
   };
   for (int j = 0; j < kRows; ++j) {
-    if (staged != nullptr) {
-      T* to = staged + j * kN;
-      if constexpr (kPadded) {
-        for (int k = 0; k < kD; ++k) to[k] = wide[j][k];
-      } else if constexpr (kVector) {
-        std::memcpy(to, acc[j], sizeof(acc[0]));
-      } else {
-        for (int k = 0; k < kN; ++k) to[k] = acc[j][k];
-      }
-      continue;
-    }
     if constexpr (kPadded) {
       // Lane by lane from the register (a copy through memory stored the
       // sums on the stack every edge).
-      for (int k = 0; k < kD; ++k) *out_at(a, a.out, r + j, lo + k) = wide[j][k];
+      for (int k = 0; k < kD; ++k) *to(a.out, j, k) = wide[j][k];
       if constexpr (kPair) {
-        for (int k = 0; k < kD; ++k) *out_at(a, a.out2, r + j, lo + k) = wide2[j][k];
+        for (int k = 0; k < kD; ++k) *to(a.out2, j, k) = wide2[j][k];
       }
     } else {
-      store(a.out, r + j, acc[j]);
-      if constexpr (kPair) store(a.out2, r + j, acc2[j]);
+      store(a.out, j, acc[j]);
+      if constexpr (kPair) store(a.out2, j, acc2[j]);
     }
+  }
+}
+
+// Rows [begin, end) one block at a time: two rows in step while at least
+// two are left, when the block is one chain of additions per row (at most
+// kBlockCols columns). With `staged`, row r's sums go to
+// staged + (r - begin) * kN (sum_block).
+template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
+[[gnu::always_inline]] inline void sum_rows(const SegmentReduce<T, I>& a, int64_t begin,
+                                            int64_t end, int64_t h0, int64_t lo, Prefetch plan,
+                                            T* staged = nullptr) {
+  const auto staged_at = [&](int64_t r) {
+    return staged != nullptr ? staged + (r - begin) * kN : nullptr;
+  };
+  int64_t r = begin;
+  if constexpr (kN <= kBlockCols) {
+    for (; r + 2 <= end; r += 2) {
+      sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r, h0, lo, plan, staged_at(r));
+    }
+  }
+  for (; r < end; ++r) {
+    sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r, h0, lo, plan, staged_at(r));
   }
 }
 
@@ -429,9 +445,9 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
 // staged as rows of a small block in L1, then stored as its 8 x 8
 // transposes, eight consecutive rows per column. Stored element by element,
 // each of a row's sums went to another cache line (column f of out is row f
-// of the [F, rows] result): 40 of GAT Cora's 172 us first-layer weight
-// gradient on one thread (bench/README.md). The sums and their bits are
-// sum_block's.
+// of the [F, rows] result): Cora's X^T G at 64 columns took 147-151 us on
+// one thread against 114-116 through the block (docs/kernels.md). The sums
+// and their bits are sum_block's.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, int64_t h0,
                      int64_t lo, Prefetch plan) {
@@ -440,16 +456,7 @@ void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, i
   alignas(64) T staged[kRowsPerBlock * kN];
   for (int64_t r0 = begin; r0 < end; r0 += kRowsPerBlock) {
     const int64_t n = std::min<int64_t>(kRowsPerBlock, end - r0);
-    int64_t j = 0;
-    if constexpr (kN <= kBlockCols) {
-      for (; j + 2 <= n; j += 2) {
-        sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r0 + j, h0, lo, plan,
-                                                                  staged + j * kN);
-      }
-    }
-    for (; j < n; ++j) {
-      sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r0 + j, h0, lo, plan, staged + j * kN);
-    }
+    sum_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, r0, r0 + n, h0, lo, plan, staged);
     int64_t f = 0;
     if (n == kRowsPerBlock) {
       for (; f + 8 <= kN; f += 8) {
@@ -485,13 +492,7 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
         transposed_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
         return;
       }
-      int64_t r = begin;
-      if constexpr (kN <= kBlockCols) {
-        for (; r + 2 <= end; r += 2) {
-          sum_block<kN, kG, kWeighted, kScaled, kPrefetch, false, 2>(a, r, h0, lo, plan);
-        }
-      }
-      for (; r < end; ++r) sum_block<kN, kG, kWeighted, kScaled, kPrefetch>(a, r, h0, lo, plan);
+      sum_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
     }, {x_pull, weight_pull});
   };
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
