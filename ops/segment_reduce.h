@@ -19,6 +19,7 @@
 #include <omp.h>
 
 #include "ops/csr.h"
+#include "ops/instantiate.h"
 #include "ops/loops.h"
 #include "ops/reduce.h"
 #include "ops/vector_math.h"
@@ -254,6 +255,19 @@ template <typename T, typename I>
   return out_at(a, a.out, r, f);
 }
 
+// The widest vector register, in bytes. A GCC vector wider than the
+// target's registers is split into pieces that GCC keeps on the stack: on
+// an AVX2-only AMD EPYC (Zen 3) the 16-float vectors of a 64-column block
+// made Cora's sparse product take 2.1 ms on one thread instead of about
+// 0.13 (docs/kernels.md).
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64;
+#elif defined(__AVX__)
+inline constexpr int kVectorBytes = 32;
+#else
+inline constexpr int kVectorBytes = 16;
+#endif
+
 // kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
 // made Cora's 7-column rows 2.5x slower than scalars).
 template <typename T, int kV>
@@ -282,11 +296,13 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
                                              int64_t lo, Prefetch plan, T* staged = nullptr) {
   static_assert(kRows == 1 || kRows == 2);
   constexpr int kD = kN / kG;  // columns per head
-  // Lanes: a head's columns as GCC vectors of up to 16 (kept in registers;
-  // a plain array became lane permutations when several heads shared a
+  // Lanes: a head's columns as GCC vectors of at most one register
+  // (kVectorBytes: 16 floats with AVX-512, 8 with AVX2), kept in registers
+  // (a plain array became lane permutations when several heads shared a
   // block, and one 64-lane vector was spilled). Other widths: scalars.
   constexpr bool kVector = kD >= 2 && (kD & (kD - 1)) == 0;
-  constexpr int kV = !kVector ? 1 : (kD < 16 ? kD : 16);
+  constexpr int kMaxLanes = std::max<int>(1, kVectorBytes / static_cast<int>(sizeof(T)));
+  constexpr int kV = !kVector ? 1 : std::min(kD, kMaxLanes);
   constexpr int kPerHead = kD / kV;
   using Lanes = typename LanesOf<T, kV>::type;
   // Widths 3..15 that are not powers of two (one group: such widths are not
@@ -295,8 +311,11 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   // first kD lanes adds the same products as a scalar would). A 7-class
   // aggregation over Cora's graph walked 7 scalars an edge. The last row of
   // x, where those lanes would read past x, is read column by column.
+  // Only where that vector is one register: on AVX2 widths 9-15 padded to
+  // 16 floats took 200 us for Cora's spmm at 12 columns, as scalars 70.
   constexpr int kPad = static_cast<int>(std::bit_ceil(static_cast<unsigned>(kD)));
-  constexpr bool kPadded = !kVector && kG == 1 && kD > 2 && kD < 16;
+  constexpr bool kPadded = !kVector && kG == 1 && kD > 2 && kD < 16 &&
+                           kPad * static_cast<int>(sizeof(T)) <= kVectorBytes;
   using Padded = typename LanesOf<T, kPadded ? kPad : 1>::type;
   // Everything the loop reads, in locals (read through `a` it was reloaded
   // from the stack every edge).
@@ -469,13 +488,46 @@ void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, i
   }
 }
 
+// Every row, columns [lo, lo + kN) of heads [h0, h0 + kG) (sum_rows, or
+// transposed_rows for a transposed sum of one operand). A function of its
+// own, not a lambda of sum_rows_blocked, so each block shape is compiled
+// once and not again for each of the 16 tail widths: as a lambda it was,
+// and the four kernel files that called segment_reduce took 24 of the 34
+// CPU minutes of a Release build (docs/kernels.md). The only transposed sum
+// is sparse_matmul's weight gradient, one head and no degree scale, so the
+// staged store is compiled for those shapes only; any other transposed sum
+// would be stored element by element (sum_block), with the same bits.
+template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
+void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, Prefetch plan,
+                std::initializer_list<Pull> pulls) {
+  parallel_row_ranges(*a.csr, kN, [&](int64_t begin, int64_t end) {
+    if constexpr (kG == 1 && !kScaled) {
+      if (a.transposed_out && a.out2 == nullptr) {
+        transposed_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
+        return;
+      }
+    }
+    sum_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
+  }, pulls);
+}
+
+template <int kN, int kG, bool kWeighted, bool kScaled, typename T, typename I>
+void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, bool prefetch, Prefetch plan,
+                std::initializer_list<Pull> pulls) {
+  if (prefetch) {
+    block_rows<kN, kG, kWeighted, kScaled, true>(a, h0, lo, plan, pulls);
+  } else {
+    block_rows<kN, kG, kWeighted, kScaled, false>(a, h0, lo, plan, pulls);
+  }
+}
+
 // Every row, one block of columns at a time: per weight group (a head when
 // weighted, else the whole row), blocks of 64 and 16 columns and a last
-// block of kTail. Each block is its own loop over the rows (one loop that
-// chose among every block shape per row grew so large that GCC spilled the
-// loop's pointers and reloaded them every edge). Rows are independent, so
-// any thread may take any row.
-template <int kTail, bool kWeighted, bool kScaled, typename T, typename I>
+// block of the rest (fewer than 16). Each block is its own loop over the
+// rows (one loop that chose among every block shape per row grew so large
+// that GCC spilled the loop's pointers and reloaded them every edge). Rows
+// are independent, so any thread may take any row.
+template <bool kWeighted, bool kScaled, typename T, typename I>
 void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Csr<I>& csr = *a.csr;
   const int64_t F = a.features;
@@ -484,23 +536,8 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Prefetch plan = prefetch_plan<T>(F);
   const Pull x_pull = pull_of(a.x, a.x_rows, F);
   const Pull weight_pull = kWeighted ? pull_of(a.weight, csr.num_edges(), a.heads) : Pull{};
-  // A block of at most 16 columns is one chain of additions per row: two
-  // rows at a time (sum_block).
-  const auto rows_of = [&]<int kN, int kG, bool kPrefetch>(int64_t h0, int64_t lo) {
-    parallel_row_ranges(csr, kN, [&](int64_t begin, int64_t end) {
-      if (a.transposed_out && a.out2 == nullptr) {
-        transposed_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
-        return;
-      }
-      sum_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
-    }, {x_pull, weight_pull});
-  };
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
-    if (prefetch) {
-      rows_of.template operator()<kN, kG, true>(h0, lo);
-    } else {
-      rows_of.template operator()<kN, kG, false>(h0, lo);
-    }
+    block_rows<kN, kG, kWeighted, kScaled>(a, h0, lo, prefetch, plan, {x_pull, weight_pull});
   };
   int64_t g = 0;
   if constexpr (kWeighted) {
@@ -521,7 +558,9 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
     const int64_t hi = lo + width;
     for (; lo + kWideBlockCols <= hi; lo += kWideBlockCols) block.template operator()<kWideBlockCols, 1>(g, lo);
     for (; lo + kBlockCols <= hi; lo += kBlockCols) block.template operator()<kBlockCols, 1>(g, lo);
-    if constexpr (kTail > 0) block.template operator()<kTail, 1>(g, lo);
+    with_constant<1, kBlockCols - 1>(hi - lo, [&]<int kTail>() {
+      block.template operator()<kTail, 1>(g, lo);
+    });
   }
   if (mean) {
     const int64_t* rp = csr.rowptr().data();
@@ -540,9 +579,7 @@ bool try_sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean) {
   const int64_t width = kWeighted ? F / a.heads : F;
   const bool cached = fits_in_cache<T>(a.x_rows, F);
   if (F == 0 || width == 0 || (width > kBlockCols && !cached && !a.transposed_out)) return false;
-  with_constant<0, kBlockCols>(width % kBlockCols, [&]<int kTail>() {
-    sum_rows_blocked<kTail, kWeighted, kScaled>(a, mean, /*prefetch=*/!cached);
-  });
+  sum_rows_blocked<kWeighted, kScaled>(a, mean, /*prefetch=*/!cached);
   return true;
 }
 
@@ -846,5 +883,18 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
     }
   }, {pull_of(a, csr.num_cols(), F)});
 }
+
+// segment_reduce and edge_dot are compiled once, in segment_reduce.cc and
+// segment_reduce_double.cc, for the kernels' value and index types; the
+// kernel files that call them only link to them. Compiled in each of the
+// four that called segment_reduce, they were most of a build's time
+// (spmm.cc took 10 of a 21-minute Release build on 2 cores: docs/kernels.md).
+#define GNNRT_SEGMENT_REDUCE(prefix, T, I)                                            \
+  prefix template void segment_reduce<T, I>(Reduce, const SegmentReduce<T, I>&);      \
+  prefix template void edge_dot<T, I>(const Csr<I>&, int64_t, int64_t, const T*, const T*, \
+                                      bool, const I*, T*);
+#define GNNRT_DECLARE_SEGMENT_REDUCE(T, I) GNNRT_SEGMENT_REDUCE(extern, T, I)
+#define GNNRT_INSTANTIATE_SEGMENT_REDUCE(T, I) GNNRT_SEGMENT_REDUCE(, T, I)
+GNNRT_FOR_EACH_VALUE_INDEX(GNNRT_DECLARE_SEGMENT_REDUCE)
 
 }  // namespace gnnrt::ops::detail
