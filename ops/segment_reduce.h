@@ -258,8 +258,8 @@ template <typename T, typename I>
 // The widest vector register, in bytes. A GCC vector wider than the
 // target's registers is split into pieces that GCC keeps on the stack: on
 // an AVX2-only AMD EPYC (Zen 3) the 16-float vectors of a 64-column block
-// made Cora's sparse product take 2.1 ms on one thread instead of about
-// 0.13 (docs/kernels.md).
+// made GAT Cora's sparse product take 2135 us on one thread instead of
+// 267 (docs/kernels.md).
 #if defined(__AVX512F__)
 inline constexpr int kVectorBytes = 64;
 #elif defined(__AVX__)
@@ -282,7 +282,7 @@ struct LanesOf<T, 1> {
 // Columns [lo, lo + kN) of rows [r, r + kRows), heads [h0, h0 + kG) of kN
 // / kG columns each when weighted (kG = 1 when not); with kPair the same
 // columns of x2 into out2 as well. Two rows (kRows = 2) walk their edges in
-// step, so a block whose sum is one register (at most 16 columns) has two
+// step, so a block of at most 16 columns (one or two registers of sums) has two
 // independent chains of additions instead of one: a row of GCN's 16-column
 // product waited 4 cycles per stored value on the previous addition
 // (bench/README.md). Each row still adds its own messages in ascending
@@ -311,8 +311,9 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   // first kD lanes adds the same products as a scalar would). A 7-class
   // aggregation over Cora's graph walked 7 scalars an edge. The last row of
   // x, where those lanes would read past x, is read column by column.
-  // Only where that vector is one register: on AVX2 widths 9-15 padded to
-  // 16 floats took 200 us for Cora's spmm at 12 columns, as scalars 70.
+    // Only where that vector is one register: on AVX2, widths 9-15 padded to
+  // 16 floats took 200 us for a Cora-sized spmm at 12 columns, as scalars
+  // 70 (a standalone probe).
   constexpr int kPad = static_cast<int>(std::bit_ceil(static_cast<unsigned>(kD)));
   constexpr bool kPadded = !kVector && kG == 1 && kD > 2 && kD < 16 &&
                            kPad * static_cast<int>(sizeof(T)) <= kVectorBytes;
@@ -439,8 +440,8 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
 }
 
 // Rows [begin, end) one block at a time: two rows in step while at least
-// two are left, when the block is one chain of additions per row (at most
-// kBlockCols columns). With `staged`, row r's sums go to
+// two are left, when the block has at most kBlockCols columns (one or two
+// registers of sums per row). With `staged`, row r's sums go to
 // staged + (r - begin) * kN (sum_block).
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 [[gnu::always_inline]] inline void sum_rows(const SegmentReduce<T, I>& a, int64_t begin,
@@ -888,7 +889,8 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
 // segment_reduce_double.cc, for the kernels' value and index types; the
 // kernel files that call them only link to them. Compiled in each of the
 // four that called segment_reduce, they were most of a build's time
-// (spmm.cc took 10 of a 21-minute Release build on 2 cores: docs/kernels.md).
+// (spmm.cc took 608 of a Release build's 2040 CPU seconds on the 2-core
+// Zen 3 VM: docs/kernels.md).
 #define GNNRT_SEGMENT_REDUCE(prefix, T, I)                                            \
   prefix template void segment_reduce<T, I>(Reduce, const SegmentReduce<T, I>&);      \
   prefix template void edge_dot<T, I>(const Csr<I>&, int64_t, int64_t, const T*, const T*, \

@@ -754,7 +754,9 @@ namespace {
 
 // Aggregations whose row (or a head's share of it) is 3..15 columns and not
 // a power of two read each message as one vector of the next power of two
-// (ops/segment_reduce.h, sum_block): the lanes past the row are never
+// where that vector is one register (ops/segment_reduce.h, sum_block: every
+// float width with AVX-512, 3-7 with AVX2; the others are summed as
+// scalars, which this test checks the same way): the lanes past the row are never
 // stored, and the last row of x is read column by column. x ends where an
 // unreadable page begins, so a read past it crashes the test; every source
 // row is read (the last one too), and each output must equal the
