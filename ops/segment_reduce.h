@@ -495,14 +495,14 @@ void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, i
 // once and not again for each of the 16 tail widths: as a lambda it was,
 // and the four kernel files that called segment_reduce took 24 of the 34
 // CPU minutes of a Release build (docs/kernels.md). The only transposed sum
-// is sparse_matmul's weight gradient, one head and no degree scale, so the
+// is sparse_matmul's weight gradient, weighted, one head and no degree scale, so the
 // staged store is compiled for those shapes only; any other transposed sum
 // would be stored element by element (sum_block), with the same bits.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, Prefetch plan,
                 std::initializer_list<Pull> pulls) {
   parallel_row_ranges(*a.csr, kN, [&](int64_t begin, int64_t end) {
-    if constexpr (kG == 1 && !kScaled) {
+    if constexpr (kWeighted && kG == 1 && !kScaled) {
       if (a.transposed_out && a.out2 == nullptr) {
         transposed_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
         return;
