@@ -5,11 +5,13 @@
 
 #include <cstdint>
 
+#define GNNRT_FOR_EACH_INDEX_OF(X, T) \
+  X(T, int32_t)                       \
+  X(T, int64_t)
+
 #define GNNRT_FOR_EACH_VALUE_INDEX(X) \
-  X(float, int32_t)                   \
-  X(float, int64_t)                   \
-  X(double, int32_t)                  \
-  X(double, int64_t)
+  GNNRT_FOR_EACH_INDEX_OF(X, float)   \
+  GNNRT_FOR_EACH_INDEX_OF(X, double)
 
 #define GNNRT_FOR_EACH_VALUE(X) \
   X(float)                      \

@@ -5,7 +5,6 @@
 
 namespace gnnrt::ops::detail {
 
-GNNRT_INSTANTIATE_SEGMENT_REDUCE(float, int32_t)
-GNNRT_INSTANTIATE_SEGMENT_REDUCE(float, int64_t)
+GNNRT_FOR_EACH_INDEX_OF(GNNRT_INSTANTIATE_SEGMENT_REDUCE, float)
 
 }  // namespace gnnrt::ops::detail

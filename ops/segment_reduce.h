@@ -311,7 +311,7 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   // first kD lanes adds the same products as a scalar would). A 7-class
   // aggregation over Cora's graph walked 7 scalars an edge. The last row of
   // x, where those lanes would read past x, is read column by column.
-    // Only where that vector is one register: on AVX2, widths 9-15 padded to
+  // Only where that vector is one register: on AVX2, widths 9-15 padded to
   // 16 floats took 200 us for a Cora-sized spmm at 12 columns, as scalars
   // 70 (a standalone probe).
   constexpr int kPad = static_cast<int>(std::bit_ceil(static_cast<unsigned>(kD)));
@@ -492,12 +492,11 @@ void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, i
 // Every row, columns [lo, lo + kN) of heads [h0, h0 + kG) (sum_rows, or
 // transposed_rows for a transposed sum of one operand). A function of its
 // own, not a lambda of sum_rows_blocked, so each block shape is compiled
-// once and not again for each of the 16 tail widths: as a lambda it was,
-// and the four kernel files that called segment_reduce took 24 of the 34
-// CPU minutes of a Release build (docs/kernels.md). The only transposed sum
-// is sparse_matmul's weight gradient, weighted, one head and no degree scale, so the
-// staged store is compiled for those shapes only; any other transposed sum
-// would be stored element by element (sum_block), with the same bits.
+// once and not again for each of the 16 tail widths (docs/kernels.md). The
+// only transposed sum is sparse_matmul's weight gradient (weighted, one
+// head, no degree scale), so the staged store is compiled for those shapes
+// only; any other transposed sum would be stored element by element
+// (sum_block), with the same bits.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, Prefetch plan,
                 std::initializer_list<Pull> pulls) {
@@ -510,16 +509,6 @@ void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, Prefetch p
     }
     sum_rows<kN, kG, kWeighted, kScaled, kPrefetch>(a, begin, end, h0, lo, plan);
   }, pulls);
-}
-
-template <int kN, int kG, bool kWeighted, bool kScaled, typename T, typename I>
-void block_rows(const SegmentReduce<T, I>& a, int64_t h0, int64_t lo, bool prefetch, Prefetch plan,
-                std::initializer_list<Pull> pulls) {
-  if (prefetch) {
-    block_rows<kN, kG, kWeighted, kScaled, true>(a, h0, lo, plan, pulls);
-  } else {
-    block_rows<kN, kG, kWeighted, kScaled, false>(a, h0, lo, plan, pulls);
-  }
 }
 
 // Every row, one block of columns at a time: per weight group (a head when
@@ -538,7 +527,11 @@ void sum_rows_blocked(const SegmentReduce<T, I>& a, bool mean, bool prefetch) {
   const Pull x_pull = pull_of(a.x, a.x_rows, F);
   const Pull weight_pull = kWeighted ? pull_of(a.weight, csr.num_edges(), a.heads) : Pull{};
   const auto block = [&]<int kN, int kG>(int64_t h0, int64_t lo) {
-    block_rows<kN, kG, kWeighted, kScaled>(a, h0, lo, prefetch, plan, {x_pull, weight_pull});
+    if (prefetch) {
+      block_rows<kN, kG, kWeighted, kScaled, true>(a, h0, lo, plan, {x_pull, weight_pull});
+    } else {
+      block_rows<kN, kG, kWeighted, kScaled, false>(a, h0, lo, plan, {x_pull, weight_pull});
+    }
   };
   int64_t g = 0;
   if constexpr (kWeighted) {

@@ -4,7 +4,6 @@
 
 namespace gnnrt::ops::detail {
 
-GNNRT_INSTANTIATE_SEGMENT_REDUCE(double, int32_t)
-GNNRT_INSTANTIATE_SEGMENT_REDUCE(double, int64_t)
+GNNRT_FOR_EACH_INDEX_OF(GNNRT_INSTANTIATE_SEGMENT_REDUCE, double)
 
 }  // namespace gnnrt::ops::detail
