@@ -14,6 +14,7 @@
 #include "ops/loops.h"
 #include "ops/rng.h"
 #include "ops/threefry.h"
+#include "ops/vector_math.h"
 
 namespace gnnrt::ops {
 namespace {
@@ -116,11 +117,7 @@ uint64_t expect_rows_fit(std::string_view op, int64_t cols, std::span<const int6
 // AVX2's 16, four chains' 16 words spilled to the stack and two run twice
 // as fast ([2708, 64] forward, one thread, Zen 3: 2.2 -> 1.1 ns an element;
 // three 1.5, one 1.3). The chain count does not change the bits.
-#ifdef __AVX512F__
-constexpr int kChains = 4;
-#else
-constexpr int kChains = 2;
-#endif
+constexpr int kChains = detail::kVectorRegisters >= 32 ? 4 : 2;
 
 // Draws d0 + l + 16 j of lane l, j < N: their four words in x[.][j].
 template <int N>

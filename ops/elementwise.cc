@@ -191,26 +191,33 @@ void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t r
   T* __restrict out = grad_att.data();
   const auto run = [&]<int kC>() {
     if constexpr (kC > 0 && (kC & (kC - 1)) == 0) {
-      // Groups of heads, 32 columns at most, as GCC vectors of one head's
-      // channels: each row adds g[n, h] * x[n, h, :] to its head's vector.
+      // Groups of heads, 32 columns at most, as GCC vectors of a head's
+      // channels (kParts vectors a head where its channels are wider than a
+      // register, detail::kVectorBytes): each row adds g[n, h] * x[n, h, :]
+      // to its head's vectors.
       constexpr int kG = kC >= 32 ? 1 : 32 / kC;
-      using Lanes [[gnu::vector_size(kC * sizeof(T))]] = T;
+      constexpr int kLaneCount =
+          std::min<int>(kC, std::max<int>(1, detail::kVectorBytes / static_cast<int>(sizeof(T))));
+      constexpr int kParts = kC / kLaneCount;
+      using Lanes [[gnu::vector_size(kLaneCount * sizeof(T))]] = T;
       const int64_t groups = (heads + kG - 1) / kG;
 #pragma omp parallel for schedule(static) if (rows * width > kParallelElements)
       for (int64_t grp = 0; grp < groups; ++grp) {
         const int64_t h0 = grp * kG;
         const int64_t nh = std::min<int64_t>(kG, heads - h0);
-        Lanes acc[kG] = {};
+        Lanes acc[kG * kParts] = {};
         for (int64_t n = 0; n < rows; ++n) {
           const T* gr = gp + n * heads + h0;
           const T* xr = xp + n * width + h0 * kC;
           for (int64_t k = 0; k < nh; ++k) {
-            Lanes xv;
-            std::memcpy(&xv, xr + k * kC, sizeof(Lanes));
-            acc[k] += gr[k] * xv;
+            for (int part = 0; part < kParts; ++part) {
+              Lanes xv;
+              std::memcpy(&xv, xr + k * kC + part * kLaneCount, sizeof(Lanes));
+              acc[k * kParts + part] += gr[k] * xv;
+            }
           }
         }
-        std::memcpy(out + h0 * kC, acc, static_cast<std::size_t>(nh) * sizeof(Lanes));
+        std::memcpy(out + h0 * kC, acc, static_cast<std::size_t>(nh * kParts) * sizeof(Lanes));
       }
     } else {
       const int64_t C = channels;

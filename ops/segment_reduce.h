@@ -255,18 +255,6 @@ template <typename T, typename I>
   return out_at(a, a.out, r, f);
 }
 
-// The widest vector register, in bytes. A GCC vector wider than the
-// target's registers is split into pieces that GCC keeps on the stack: on
-// an AVX2-only AMD EPYC (Zen 3) the 16-float vectors of a 64-column block
-// made GAT Cora's sparse product take 2135 us on one thread instead of
-// 267 (docs/kernels.md).
-#if defined(__AVX512F__)
-inline constexpr int kVectorBytes = 64;
-#elif defined(__AVX__)
-inline constexpr int kVectorBytes = 32;
-#else
-inline constexpr int kVectorBytes = 16;
-#endif
 
 // kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
 // made Cora's 7-column rows 2.5x slower than scalars).

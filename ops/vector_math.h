@@ -36,6 +36,24 @@
 
 namespace gnnrt::ops::detail {
 
+// The widest vector register, in bytes, and how many the target has. A GCC
+// vector wider than a register is split into pieces that GCC keeps on the
+// stack: on an AVX2-only AMD EPYC (Zen 3) the 16-float vectors of a
+// 64-column block made GAT Cora's sparse product take 2135 us on one thread
+// instead of 267; and a loop whose live values outnumber the registers
+// spills them (four Threefry chains' 16 words on AVX2: dropout masks at
+// twice the time; docs/kernels.md).
+#if defined(__AVX512F__)
+inline constexpr int kVectorBytes = 64;
+inline constexpr int kVectorRegisters = 32;
+#elif defined(__AVX__)
+inline constexpr int kVectorBytes = 32;
+inline constexpr int kVectorRegisters = 16;
+#else
+inline constexpr int kVectorBytes = 16;
+inline constexpr int kVectorRegisters = 16;
+#endif
+
 inline constexpr float kExpMin = -87.3365479f;  // below: exp is 0
 
 // ln 2 in two parts: kLn2Hi has 9 significant bits, so n * kLn2Hi is exact
