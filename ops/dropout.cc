@@ -265,7 +265,7 @@ template <typename T, typename K, bool kKeep>
     narrow(i0, kStep);
   }
 #pragma omp simd
-  for (int64_t i = i0; i < n; ++i) {  // the last < 64, a draw per lane
+  for (int64_t i = i0; i < n; ++i) {  // the last < kStep, a draw per lane
     const bool kept = element_word(ks, c3, k[i]) >= mask.threshold;
     o[i] = mask.apply(kept, x[i]);
     if constexpr (kKeep) kept_lanes[i - i0] = kept;
@@ -349,7 +349,7 @@ template <typename T, typename I, typename K, bool kInOrder, bool kGlobal>
   int64_t q = q0;
   for (; q + kChains * kBlockDraws <= q1; q += kChains * kBlockDraws) run.template operator()<kChains>(q);
 #pragma omp simd
-  for (int64_t t = q; t < q1; ++t) {  // the last < 64 values, a draw per lane
+  for (int64_t t = q; t < q1; ++t) {  // the last < kChains * 16 values, a draw per lane
     const int64_t e = kInOrder ? t : static_cast<int64_t>(entry[t]);
     const I r = row_of[e];
     const K row = kGlobal ? static_cast<K>(global_rows[r]) : static_cast<K>(r);

@@ -255,7 +255,6 @@ template <typename T, typename I>
   return out_at(a, a.out, r, f);
 }
 
-
 // kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
 // made Cora's 7-column rows 2.5x slower than scalars).
 template <typename T, int kV>

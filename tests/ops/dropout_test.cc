@@ -1,7 +1,7 @@
 // Dropout's mask is a function of (seed, step, op, global row, column) only:
 // any split of the rows gives the mask of the whole, the backward reuses it,
-// and the keep rate is 1 - p. Every kernel path (blocks of 64 drawn four at a
-// time or one, partial blocks, rows at global ids, a draw per element or per
+// and the keep rate is 1 - p. Every kernel path (blocks of 64 drawn kChains at
+// a time or one, partial blocks, rows at global ids, a draw per element or per
 // stored value, 32- and 64-bit flat indices) keeps exactly the elements
 // dropout_keeps, which draws with Random123's own Threefry, says. (Exact
 // masks are also checked against the reference's NumPy Threefry in the
@@ -132,7 +132,7 @@ TEST(Dropout, EveryLayoutKeepsWhatTheLibrarysDrawsKeep) {
 
 // Sparse values against dropout_keeps: entries in row order and shuffled,
 // rows at their own ids and at global ids beyond 2^32 flat indices, more
-// and fewer than 64 values (the four-draw lanes and the tail).
+// and fewer than 64 values (the lanes' kChains draws and the tail).
 TEST(SparseDropout, StoredValuesKeepWhatTheDenseMaskKeeps) {
   const DropoutKey key{.seed = 77, .step = 12, .op = 6};
   const double p = 0.35;
