@@ -196,8 +196,7 @@ void head_dot_backward_att(std::span<const T> x, std::span<const T> g, int64_t r
       // register, detail::kVectorBytes): each row adds g[n, h] * x[n, h, :]
       // to its head's vectors.
       constexpr int kG = kC >= 32 ? 1 : 32 / kC;
-      constexpr int kLaneCount =
-          std::min<int>(kC, std::max<int>(1, detail::kVectorBytes / static_cast<int>(sizeof(T))));
+      constexpr int kLaneCount = std::min(kC, detail::kRegisterLanes<T>);
       constexpr int kParts = kC / kLaneCount;
       using Lanes [[gnu::vector_size(kLaneCount * sizeof(T))]] = T;
       const int64_t groups = (heads + kG - 1) / kG;

@@ -288,8 +288,7 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   // (a plain array became lane permutations when several heads shared a
   // block, and one 64-lane vector was spilled). Other widths: scalars.
   constexpr bool kVector = kD >= 2 && (kD & (kD - 1)) == 0;
-  constexpr int kMaxLanes = std::max<int>(1, kVectorBytes / static_cast<int>(sizeof(T)));
-  constexpr int kV = !kVector ? 1 : std::min(kD, kMaxLanes);
+  constexpr int kV = !kVector ? 1 : std::min(kD, kRegisterLanes<T>);
   constexpr int kPerHead = kD / kV;
   using Lanes = typename LanesOf<T, kV>::type;
   // Widths 3..15 that are not powers of two (one group: such widths are not

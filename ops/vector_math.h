@@ -54,6 +54,11 @@ inline constexpr int kVectorBytes = 16;
 inline constexpr int kVectorRegisters = 16;
 #endif
 
+// Elements of T in one vector register: the most lanes a kernel's GCC
+// vectors should have.
+template <typename T>
+inline constexpr int kRegisterLanes = std::max<int>(1, kVectorBytes / static_cast<int>(sizeof(T)));
+
 inline constexpr float kExpMin = -87.3365479f;  // below: exp is 0
 
 // ln 2 in two parts: kLn2Hi has 9 significant bits, so n * kLn2Hi is exact
