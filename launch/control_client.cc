@@ -131,8 +131,13 @@ struct ControlClient::State {
     });
   }
   void beat() {
+    // A beat whose timer fired just before the destructor's cancel was
+    // queued ahead of the close: it must not arm the timer again, or
+    // io.run() never runs out of work and the destructor's join waits
+    // until the launcher kills the rank.
+    if (closing) return;
     if (Clock::now() - last_ping > std::chrono::duration<double>(lost_after)) {
-      if (!closing) end_orphan(fmt::format("no word from it for {:.0f} s", lost_after));
+      end_orphan(fmt::format("no word from it for {:.0f} s", lost_after));
     }
     proto::RankMessage m;
     m.set_heartbeat(true);
