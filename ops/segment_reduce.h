@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 #include <omp.h>
 
@@ -127,45 +128,57 @@ inline void pull_shared(std::initializer_list<Pull> pulls) {
   for (const Pull& p : pulls) pull(p);
 }
 
-// Calls fn(r) for every row r of csr: all on the calling thread when the
-// work (edges + rows) * width is small, else a range of consecutive rows per
-// OpenMP thread, each about an equal share of edges + rows, after each
-// thread has pulled `pulls` (above). The ranges depend only on the row
-// pointers and the thread count, so the ops of a step over the same rows
-// give each thread the same rows, whose values stay in its cache (the
-// dynamic schedule before moved them between cores, at about 85 ns a cache
-// line on the 2-core VM: Cora's spmm at 64 columns took 61 us on two
-// threads with it, 37 us without).
+// The rows [begin, end) of thread t of `threads` over csr: consecutive
+// rows, each thread about an equal share of edges + rows. The ranges depend
+// only on the row pointers and the thread count, so the ops of a step over
+// the same rows give each thread the same rows, whose values stay in its
+// cache (the dynamic schedule before moved them between cores, at about 85
+// ns a cache line on the 2-core VM: Cora's spmm at 64 columns took 61 us on
+// two threads with it, 37 us without).
+template <typename I>
+std::pair<int64_t, int64_t> thread_rows(const Csr<I>& csr, int64_t threads, int64_t t) {
+  const int64_t rows = csr.num_rows();
+  const int64_t edges = csr.num_edges();
+  const int64_t* rowptr = csr.rowptr().data();
+  // The first row r whose cost before it, rowptr[r] + r, reaches share i.
+  const auto first_row = [&](int64_t i) {
+    if (i == threads) return rows;
+    const int64_t target = (edges + rows) * i / threads;
+    int64_t lo = 0, hi = rows;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (rowptr[mid] + mid < target) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return lo;
+  };
+  return {first_row(t), first_row(t + 1)};
+}
+
+// The calling OpenMP thread's rows of csr (thread_rows).
+template <typename I>
+std::pair<int64_t, int64_t> my_rows(const Csr<I>& csr) {
+  return thread_rows(csr, omp_get_num_threads(), omp_get_thread_num());
+}
+
+// Calls fn(begin, end) for the rows of csr: all on the calling thread when
+// the work (edges + rows) * width is small, else each OpenMP thread its
+// my_rows range, after it has pulled `pulls` (above).
 template <typename I, typename RangeFn>
 void parallel_row_ranges(const Csr<I>& csr, int64_t width, RangeFn&& fn,
                          std::initializer_list<Pull> pulls = {}) {
-  const int64_t rows = csr.num_rows();
-  const int64_t edges = csr.num_edges();
-  if ((edges + rows) * width <= kParallelWork) {
-    fn(int64_t{0}, rows);
+  if ((csr.num_edges() + csr.num_rows()) * width <= kParallelWork) {
+    fn(int64_t{0}, csr.num_rows());
     return;
   }
-  const int64_t* rowptr = csr.rowptr().data();
 #pragma omp parallel
   {
     pull_shared(pulls);
-    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    // The first row r whose cost before it, rowptr[r] + r, reaches share i.
-    const auto first_row = [&](int64_t i) {
-      if (i == threads) return rows;
-      const int64_t target = (edges + rows) * i / threads;
-      int64_t lo = 0, hi = rows;
-      while (lo < hi) {
-        const int64_t mid = (lo + hi) / 2;
-        if (rowptr[mid] + mid < target) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      return lo;
-    };
-    fn(first_row(t), first_row(t + 1));
+    const auto [begin, end] = my_rows(csr);
+    fn(begin, end);
   }
 }
 

@@ -115,18 +115,24 @@ struct Passes {
   static constexpr int64_t kParallelScores = int64_t{1} << 13;
 
   bool parallel() const { return (seg.num_edges() + seg.num_rows()) * heads > kParallelScores; }
+  // Each thread the same rows in every pass and call (detail::my_rows),
+  // so its maxima and sums stay in its own cache; a dynamic schedule moved
+  // them between the cores.
   template <typename RowFn>
   void rows(RowFn fn) const {
-    const int64_t N = seg.num_rows();
-#pragma omp for schedule(dynamic, detail::kRowChunk)
-    for (int64_t v = 0; v < N; ++v) fn(v);
+    const auto [begin, end] = detail::my_rows(seg);
+    for (int64_t v = begin; v < end; ++v) fn(v);
+#pragma omp barrier
   }
+  // The edge ids [rowptr[begin], rowptr[end]) of the thread's rows: any
+  // split of the ids is correct, and where edges are numbered in
+  // destination order (the trainer's self-loop graph) these are the very
+  // scores its row passes wrote.
   template <typename EdgeFn>
   void edges(EdgeFn fn) const {
-    constexpr int64_t kChunk = 1024;
-    const int64_t E = seg.num_edges();
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < (E + kChunk - 1) / kChunk; ++c) fn(c * kChunk, std::min(E, (c + 1) * kChunk));
+    const auto [begin, end] = detail::my_rows(seg);
+    fn(seg.rowptr()[static_cast<size_t>(begin)], seg.rowptr()[static_cast<size_t>(end)]);
+#pragma omp barrier
   }
 };
 
