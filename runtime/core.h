@@ -196,15 +196,16 @@ class Core {
   // How a program's ops' threads are chosen: one warm-up run; then
   // 2 kThreadSamples runs alternating every op on one thread and every op on
   // all, after which each op keeps the count with the lower median (the
-  // mix; when it keeps no op on all threads, every op on all threads takes
-  // its place); then kBlockPairs times a block of kBlockRuns runs of every
-  // op on one thread and then as many of the mix (the first of each block
-  // not counted), and the whole program keeps whichever had the lower
-  // median run time over its blocks. kTuningRuns runs in all.
+  // mix); then kBlockRounds times a block of kBlockRuns runs of every op on
+  // one thread, then as many of the mix, then as many of every op on all
+  // threads (the first of each block not counted), and the whole program
+  // keeps whichever of the three had the lowest median run time over its
+  // blocks. kTuningRuns runs in all.
   static constexpr int kThreadSamples = 7;
   static constexpr int kBlockRuns = 4;
-  static constexpr int kBlockPairs = 3;
-  static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + 2 * kBlockPairs * kBlockRuns;
+  static constexpr int kBlockRounds = 3;
+  static constexpr int kBlockKinds = 3;  // one thread, the mix, all threads
+  static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + kBlockKinds * kBlockRounds * kBlockRuns;
   void set_trace(bool on) { options_.trace = on; }
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;
@@ -248,7 +249,7 @@ class Core {
     int runs = 0;     // runs so far, the warm-up included
     std::vector<std::vector<double>> op_seconds[2];  // [0]: one thread, [1]: all; per op
     std::vector<int> mix;                            // each op's faster count
-    std::vector<double> run_seconds[2];              // [0]: one thread, [1]: the mix
+    std::vector<double> run_seconds[3];              // [0]: one thread, [1]: the mix, [2]: all
     std::vector<int> op_threads;                     // set once tuned
   };
   std::map<std::string, ThreadPlan> thread_plans_;

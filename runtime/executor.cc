@@ -224,19 +224,22 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // all, kThreadSamples each, and each op takes the count whose median was
 // lower (the mix). An op's neighbours in the mix differ from both kinds of
 // run, and libgomp's idle worker spins between parallel ops, slowing the
-// ops kept on one thread: so a block of runs with every op on one thread
-// and a block of runs of the mix, kBlockRuns each, alternate kBlockPairs
-// times, and the lower median over all their runs decides. Blocks, not
-// alternation, and the first run of each dropped: after a run with parallel
-// ops the worker still spins through much of the next run, so one-thread
-// runs that alternated with the mix ran slow (Cora's GCN step kept a mix at
+// ops kept on one thread: so blocks of runs with every op on one thread, of
+// the mix and of every op on all threads, kBlockRuns each, rotate
+// kBlockRounds times, and the lowest median over a kind's runs decides.
+// Every op on all threads is a candidate of its own because the mix can be
+// slower than both: where one thread's op reads what two threads' ops
+// wrote, the lines cross between the cores at each change (GAT Cora on the
+// Zen 5 VM: mixes of 19-27 of 49 ops ran 1.2-1.4 ms, every op on two
+// threads 0.70-0.72, one thread 1.12-1.15). Blocks, not alternation, and
+// the first run of each dropped: after a run with parallel ops the worker
+// still spins through much of the next run, so one-thread runs that
+// alternated with the mix ran slow (Cora's GCN step kept a mix at
 // 0.50-0.54 ms that ran 0.42-0.45 ms on one thread). The VM's noise (the
 // other vCPU taken away for some milliseconds) is why there are 7 samples
-// per op, several pairs of blocks, and why a mix with no op on all threads
-// is checked against every op on all threads instead of kept unmeasured:
-// with 3 samples and one pair, about one GAT Cora process in 15 kept every
-// op on one thread (2.09 ms against 1.7-2.0 for the others' mixes); with 3
-// pairs, one in 8 still did (2.14 ms), through an untimed all-one-thread mix.
+// per op and several rounds of blocks: with 3 samples and one pair of
+// blocks, about one GAT Cora process in 15 kept every op on one thread
+// (2.09 ms against 1.7-2.0 for the others' mixes).
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -253,23 +256,25 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
     }
   }
   // What this run measures, and on how many threads op i runs.
-  enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun };
+  // kOneRun, kMixRun and kAllRun in this order: run_seconds' index.
+  enum class Sample { kNone, kOneOp, kAllOp, kOneRun, kMixRun, kAllRun };
   Sample sample = Sample::kNone;
   constexpr int kFirstBlock = 2 * kThreadSamples + 1;  // the first run of the first block
-  static_assert(kFirstBlock + 2 * kBlockPairs * kBlockRuns == kTuningRuns);
-  // Whole-run blocks alternate: one thread, the mix, one thread, ...
+  static_assert(kFirstBlock + kBlockKinds * kBlockRounds * kBlockRuns == kTuningRuns);
+  // Whole-run blocks rotate: one thread, the mix, all threads, one thread, ...
   const auto block_of = [](int run) { return (run - kFirstBlock) / kBlockRuns; };
   if (plan && plan->op_threads.empty() && plan->runs > 0) {
-    sample = plan->runs < kFirstBlock              ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
-             : block_of(plan->runs) % 2 == 0 ? Sample::kOneRun
-                                              : Sample::kMixRun;
+    sample = plan->runs < kFirstBlock
+                 ? (plan->runs % 2 == 1 ? Sample::kOneOp : Sample::kAllOp)
+                 : static_cast<Sample>(static_cast<int>(Sample::kOneRun) + block_of(plan->runs) % kBlockKinds);
   }
   const auto threads_of = [&](size_t i) {
     switch (sample) {
       case Sample::kOneOp:
       case Sample::kOneRun: return 1;
       case Sample::kMixRun: return plan->mix[i];
-      case Sample::kAllOp: return threads.all();
+      case Sample::kAllOp:
+      case Sample::kAllRun: return threads.all();
       case Sample::kNone: break;
     }
     return plan && !plan->op_threads.empty() ? plan->op_threads[i] : threads.all();
@@ -338,8 +343,8 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   }
   if (!plan || !plan->op_threads.empty()) return;
   const bool block_start = (plan->runs - kFirstBlock) % kBlockRuns == 0;  // dropped: see above
-  if ((sample == Sample::kOneRun || sample == Sample::kMixRun) && !block_start) {
-    plan->run_seconds[sample == Sample::kMixRun].push_back(run_seconds);
+  if (plan->runs >= kFirstBlock && !block_start) {
+    plan->run_seconds[static_cast<int>(sample) - static_cast<int>(Sample::kOneRun)].push_back(run_seconds);
   }
   ++plan->runs;
   if (plan->runs == kFirstBlock) {
@@ -349,12 +354,15 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
       plan->mix[i] = one ? 1 : plan->threads;
     }
     for (auto& s : plan->op_seconds) s = {};
-    if (std::count(plan->mix.begin(), plan->mix.end(), 1) == std::ssize(plan->mix)) {
-      plan->mix.assign(p.ops.size(), plan->threads);  // checked against all threads instead
-    }
   } else if (plan->runs == kTuningRuns) {
-    const bool one = median(plan->run_seconds[0]) <= median(plan->run_seconds[1]);
-    plan->op_threads = one ? std::vector<int>(p.ops.size(), 1) : plan->mix;
+    // The lowest median; on a tie the fewer threads.
+    const std::vector<int> kinds[] = {std::vector<int>(p.ops.size(), 1), plan->mix,
+                                      std::vector<int>(p.ops.size(), plan->threads)};
+    int best = 0;
+    for (int k = 1; k < kBlockKinds; ++k) {
+      if (median(plan->run_seconds[k]) < median(plan->run_seconds[best])) best = k;
+    }
+    plan->op_threads = kinds[best];
   }
 }
 
