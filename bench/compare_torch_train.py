@@ -41,20 +41,24 @@ torch on each configuration (--dropout on|off, --features from
 --gnnrt-features: auto | dense | sparse) and prints a comparison table
 first: the torch / gnnrt ratios (above 1: gnnrt is faster / smaller) and,
 where train_bench reports them, the features' form it ran (dense or
-sparse) and its roofline floor for the train step,
+sparse) and its roofline floor for the train step, as issue 15 defines it,
   floor_ms = must_move_bytes / triad + step_flops / sgemm
 from the bytes the step must move (features, graph indices, parameters,
 gradients and Adam moments, labels, each forward value written and read
-once), the compiled step's flops (gnnrt's cost model) and the triad
-bandwidth and SGEMM rate measured at that thread count, with train_ms /
-floor_ms ("gnnrt train / floor"); the cost-model floor puts the cost
-model's bytes (every op's operands and results) in place of what must move. Fields an older train_bench
-does not print show as "-".
+once), the compiled step's flops (gnnrt's cost model), the triad
+bandwidth measured at that thread count and the SGEMM rate of one core,
+with train_ms / floor_ms ("gnnrt train / floor"). On two threads the
+all-cores floor prices the flops at the SGEMM rate of both threads
+("train / all-cores floor", stricter; the tables' floor before
+2026-12-01). The cost-model floor puts the cost model's bytes (every op's
+operands and results) in place of what must move. Fields an older
+train_bench does not print show as "-".
 
 Rounds (--rounds R, default 1): each configuration runs R times in a row,
 torch then gnnrt, each in a fresh process, and its row holds the medians of
 the rounds (train_ms, infer_ms, floor_ms, triad_gbs, sgemm_gflops, and
-floor_multiple as the median of each round's train_ms / floor_ms, so a
+floor_multiple as the median of each round's train_ms / floor_ms, the
+same for the all-cores floor, so a
 round's time meets the floor measured in its own minute); peak RSS is the
 largest. The rounds' own figures are kept under "rounds". This VM's triad
 moves by 1.5x from minute to minute, and a single round's floor with it.
@@ -74,8 +78,9 @@ Prints Markdown tables and writes the rows as a JSON list to --json
 dropout ("on"/"off"), dropout_p, train_ms, infer_ms, peak_rss_mb,
 import_rss_mb, reps_train, reps_infer, blas_kernels, flush_denormals}; gnnrt rows are
 train_bench's object (with dropout, features, step_bytes, step_flops,
-triad_gbs, sgemm_gflops, blas_kernels, core_round_trip_ns, floor_ms,
-floor_multiple where it prints them) plus model and model_key.
+triad_gbs, sgemm_gflops, sgemm_all_gflops, blas_kernels,
+core_round_trip_ns, floor_ms, floor_multiple, all_cores_floor_ms,
+all_cores_floor_multiple where it prints them) plus model and model_key.
 blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
 load the same libopenblas here); the floor's SGEMM rate depends on it, and
 Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on some AVX-512
@@ -224,15 +229,16 @@ def combine(rounds):
     if len(rounds) == 1:
         return rounds[0]
     row = dict(rounds[0])
-    for key in ("train_ms", "infer_ms", "floor_ms", "cost_model_floor_ms", "triad_gbs",
-                "sgemm_gflops", "core_round_trip_ns"):
+    for key in ("train_ms", "infer_ms", "floor_ms", "all_cores_floor_ms", "cost_model_floor_ms",
+                "triad_gbs", "sgemm_gflops", "sgemm_all_gflops", "core_round_trip_ns"):
         if all(r.get(key) is not None for r in rounds):
             row[key] = statistics.median(r[key] for r in rounds)
-    if all("floor_ms" in r for r in rounds):
-        row["floor_multiple"] = statistics.median(r["train_ms"] / r["floor_ms"] for r in rounds)
+    for floor in ("floor", "all_cores_floor"):
+        if all(f"{floor}_ms" in r for r in rounds):
+            row[f"{floor}_multiple"] = statistics.median(r["train_ms"] / r[f"{floor}_ms"] for r in rounds)
     row["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rounds)
-    row["rounds"] = [{k: r[k] for k in ("train_ms", "infer_ms", "floor_ms", "triad_gbs",
-                                        "core_round_trip_ns") if k in r} for r in rounds]
+    row["rounds"] = [{k: r[k] for k in ("train_ms", "infer_ms", "floor_ms", "all_cores_floor_ms",
+                                        "triad_gbs", "core_round_trip_ns") if k in r} for r in rounds]
     return row
 
 
@@ -249,10 +255,10 @@ def print_comparison(rows):
         key = (r["model_key"], r["dataset"], r["threads"], r.get("dropout", "on"))
         by_key.setdefault(key, {})[r["system"]] = r
     print("| model | dataset | threads | dropout | torch train ms | gnnrt train ms | "
-          "train speed-up | gnnrt features | floor ms | gnnrt train / floor | cost-model floor ms | "
-          "torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | gnnrt RSS MB | "
-          "core round trip ns |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "train speed-up | gnnrt features | floor ms | gnnrt train / floor | train / all-cores floor | "
+          "cost-model floor ms | torch infer ms | gnnrt infer ms | infer speed-up | torch RSS MB | "
+          "gnnrt RSS MB | core round trip ns |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (key, dataset, threads, dropout), pair in by_key.items():
         if "torch" not in pair or "gnnrt" not in pair:
             continue
@@ -262,8 +268,9 @@ def print_comparison(rows):
         if multiple is None and floor_ms:
             multiple = g["train_ms"] / floor_ms
         print(f"| {key} | {dataset} | {threads} | {dropout} | {t['train_ms']:.1f} | "
-              f"{g['train_ms']:.1f} | {t['train_ms'] / g['train_ms']:.2f}x | "
-              f"{g.get('features', '-')} | {fmt(floor_ms, '.2f')} | {fmt(multiple, '.1f', 'x')} | "
+              f"{g['train_ms']:.2f} | {t['train_ms'] / g['train_ms']:.2f}x | "
+              f"{g.get('features', '-')} | {fmt(floor_ms, '.2f')} | {fmt(multiple, '.2f', 'x')} | "
+              f"{fmt(g.get('all_cores_floor_multiple'), '.2f', 'x')} | "
               f"{fmt(g.get('cost_model_floor_ms'), '.2f')} | "
               f"{t['infer_ms']:.1f} | {g['infer_ms']:.1f} | {t['infer_ms'] / g['infer_ms']:.2f}x | "
               f"{t['peak_rss_mb']:.0f} | {g['peak_rss_mb']:.0f} | "
