@@ -126,7 +126,9 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool tr
       k >= 2 * depth_step && m * n <= kMaxSplitOutput) {
     const int64_t blocks = (k + depth_step - 1) / depth_step;
     std::vector<T> partial(blocks * m * n);
-#pragma omp parallel for schedule(dynamic, 1)
+    // Consecutive depth blocks per thread (static): a thread reads the rows
+    // of a and b that its row blocks of the ops before wrote.
+#pragma omp parallel for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t k0 = blk * depth_step;
       const int64_t depth = std::min(depth_step, k - k0);
