@@ -29,7 +29,6 @@ namespace gnnrt::ops::detail {
 
 // Rows smaller than this much work run on the calling thread.
 inline constexpr int64_t kParallelWork = 1 << 15;
-inline constexpr int kRowChunk = 32;
 
 // Message rows are read in an order the hardware prefetcher cannot guess
 // (x[source[p]]), so each loop asks for rows ahead of time, in two steps: the
