@@ -268,9 +268,9 @@ std::string sparse_features_unsupported(const proto::Model& model) {
     if (l.type() == "gcn" || l.type() == "gat" || l.type() == "linear" || l.type() == "gin") return "";
     if (l.type() == "sage") {
       const ops::Reduce r = ops::parse_reduce(l.aggr());
-      if (r == ops::Reduce::kSum || r == ops::Reduce::kMean) return "";
+      if (r == ops::Reduce::kMean) return "";
       return fmt::format("layer {} is sage with aggr '{}', which does not commute with its linear "
-                         "map (mean and sum do)", i, l.aggr());
+                         "map (mean does)", i, l.aggr());
     }
     return fmt::format("layer {} is '{}', not a layer that starts with a linear map (gcn, gat, "
                        "linear, gin, sage mean)", i, l.type());
