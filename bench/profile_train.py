@@ -15,7 +15,7 @@ floor counts differently:
                their gradients, edge_scale
   elementwise  bias, activations, dropout, losses and their gradients
   optimizer    adam / sgd updates
-  executor     the step's wall time minus its ops' summed medians
+  executor     the median step's wall time minus its ops' summed times
 
 Prints a markdown table and writes JSON (one object per configuration:
 wall_us, ops_us, classes {name: us}, top [[kind, scope, us], ...]).
@@ -45,8 +45,11 @@ CLASSES = {
     "optimizer": {"adam_update", "sgd_update"},
 }
 ORDER = ["first layer", "blas", "aggregate", "attention", "elementwise", "optimizer", "executor"]
-OP_LINE = re.compile(r"^\s*([\d.]+) us\s+[\d.]+%\s+(\d+) (\S+)\s+(\S+)\s+(\d+)t")
+# train_bench's lines: "  45.2 us  3.9%   12 spmm  conv1  2t [2708,64]"; an
+# op may have no scope ("accumulate") and no shape.
+OP_LINE = re.compile(r"^\s*([\d.]+) us\s+[\d.]+%\s+(\d+) (\S+)\s+(\S*)\s+(\d+)t")
 STEP_LINE = re.compile(r"median step: wall ([\d.]+) us, its ops ([\d.]+) us")
+OPS_LINE = re.compile(r"train step: (\d+) ops")
 
 
 def op_class(kind):
@@ -60,7 +63,7 @@ def profile(gnnrt, data_dir, model, threads, dropout, steps, min_seconds):
     cmd = [gnnrt, "--dataset-dir", data_dir, "--model", model, "--threads", str(threads),
            "--dropout", dropout, "--min-seconds", str(min_seconds), "--profile", str(steps)]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    wall = ops = None
+    wall = ops = count = None
     classes = dict.fromkeys(ORDER, 0.0)
     top = []
     for line in p.stderr.splitlines():
@@ -68,13 +71,18 @@ def profile(gnnrt, data_dir, model, threads, dropout, steps, min_seconds):
         if m:
             wall, ops = float(m.group(1)), float(m.group(2))
             continue
+        m = OPS_LINE.search(line)
+        if m:
+            count = int(m.group(1))
+            continue
         m = OP_LINE.match(line)
         if m:
             us, kind, scope = float(m.group(1)), m.group(3), m.group(4)
             classes[op_class(kind)] += us
             top.append([kind, scope, us])
-    if wall is None:
-        sys.exit(f"no profile in the output of {' '.join(cmd)}:\n{p.stderr}")
+    if wall is None or count != len(top):
+        sys.exit(f"read {len(top)} ops of {count} from the profile in the output of "
+                 f"{' '.join(cmd)}:\n{p.stderr}")
     # The classes sum the per-op medians, the step's "its ops" is the median
     # of per-step sums; the executor share is the wall time beyond the latter.
     classes["executor"] = max(wall - ops, 0.0)
