@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The allreduce targets of the collectives issue, from one
 `gnnrt bench collectives --json` file: per size, native MPI_Allreduce, the
 best own algorithm, auto, and the three ratios (auto against the better of

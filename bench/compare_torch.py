@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """gnnrt's kernels against torch 1.13's CPU paths, on the same machine in the
 same run, with a STREAM triad for the memory-bandwidth yardstick.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Full-graph GNN training and inference in PyTorch 1.13 on the CPU: the
 yardstick for gnnrt's trainer on the same machine.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """How fast `gnnrt launch` notices each kind of failure and trains again.
 Each kind is injected ROUNDS times (--inject-fault) into a 4-rank job on
 this host; detection = the failure's `detected` time in events.jsonl minus

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Draws `gnnrt bench collectives --json` results: for each operation, latency
 (avg over ranks) and bus bandwidth against message size, one line per
 algorithm, as one PNG per operation.

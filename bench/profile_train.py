@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Where a train step's time goes, per configuration.
 
 Runs build/bench/train_bench --profile N for each model, data set, thread

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Multi-core training scaling: one model trained on 1, 2, 4 and 8 simulated
 NeuronCores (MPI ranks), sparse halo exchange against dense (an all-reduce
 of the whole N x F matrix, PyG's distributed full-graph method), on the

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A plain TCP stream and an 8-byte ping-pong between two hosts: the link's
 own capacity, next to which bench/multihost.sh puts MPI's figures.
   tcp_probe.py serve PORT                 (on one host)

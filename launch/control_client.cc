@@ -60,7 +60,7 @@ std::string host_name() {
 Fault Fault::parse(const std::string& text) {
   const auto bad = [&] {
     return std::invalid_argument(fmt::format(
-        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang, silent or noregister", text));
+        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang, silent, noregister or flip", text));
   };
   const size_t a = text.find(':');
   const size_t b = a == std::string::npos ? a : text.find(':', a + 1);
@@ -72,6 +72,7 @@ Fault Fault::parse(const std::string& text) {
   else if (kind == "hang") f.kind = Kind::kHang;
   else if (kind == "silent") f.kind = Kind::kSilent;
   else if (kind == "noregister") f.kind = Kind::kNoRegister;
+  else if (kind == "flip") f.kind = Kind::kFlip;
   else throw bad();
   try {
     size_t used = 0;
@@ -82,7 +83,7 @@ Fault Fault::parse(const std::string& text) {
   } catch (const std::logic_error&) {
     throw bad();
   }
-  if (f.rank < 0 || f.epoch < 1) throw bad();
+  if (f.rank < 0 || f.epoch < (f.kind == Kind::kFlip ? 0 : 1)) throw bad();
   return f;
 }
 
@@ -264,7 +265,7 @@ bool ControlClient::stop_requested() const { return state_->stop.load(); }
 
 void ControlClient::inject_fault(int64_t epoch) {
   const auto& f = state_->fault;
-  if (!f || f->rank != state_->rank || f->epoch != epoch) return;
+  if (!f || f->rank != state_->rank || f->epoch != epoch || f->kind == Fault::Kind::kFlip) return;
   spdlog::warn("fault injection: {} after epoch {}",
                f->kind == Fault::Kind::kKill   ? "SIGKILL"
                : f->kind == Fault::Kind::kExit ? "exit status 3"
@@ -285,6 +286,7 @@ void ControlClient::inject_fault(int64_t epoch) {
       std::raise(SIGSTOP);
       break;
     case Fault::Kind::kNoRegister:
+    case Fault::Kind::kFlip:
       break;
   }
 }

@@ -11,7 +11,11 @@
 // EPOCH, rank RANK crashes (kill: SIGKILL itself; exit: exit status 3),
 // hangs (hang: the training thread sleeps, heartbeats go on) or goes silent
 // (silent: SIGSTOP itself, so neither heartbeats nor progress come);
-// KIND noregister makes rank RANK never connect (EPOCH ignored).
+// KIND noregister makes rank RANK never connect (EPOCH ignored); flip makes
+// it flip a bit of its parameters after epoch EPOCH's step (0: of its
+// initial parameters), a silent corruption the ranks' parameter checksums
+// must catch (model::TrainOptions::corrupt_after_epoch; also without the
+// launcher, under plain mpirun).
 #pragma once
 
 #include <atomic>
@@ -27,7 +31,7 @@ class Progress;
 }
 
 struct Fault {
-  enum class Kind { kKill, kExit, kHang, kSilent, kNoRegister };
+  enum class Kind { kKill, kExit, kHang, kSilent, kNoRegister, kFlip };
   Kind kind = Kind::kKill;
   int rank = 0;
   int64_t epoch = 0;

@@ -4,7 +4,6 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include <random>
 #include <thread>
 
+#include "launch/console.h"
 #include "launch/control_server.h"
 #include "model/job.h"
 
@@ -671,7 +671,7 @@ int Launcher::run() {
   {
     // The launcher's own log: every line in logs/launcher.log, errors on the terminal.
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir_ / "logs" / "launcher.log").string());
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto console = console_sink(2);
     // The terminal gets the launcher's own lines (std::cerr) and the
     // progress line; only a critical log line goes there too.
     console->set_level(spdlog::level::critical);
@@ -708,6 +708,14 @@ int Launcher::run() {
   setenv("GNNRT_LAUNCH_TOKEN", token_.c_str(), 1);
   setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
   setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
+  // The ranks' colour: a rank cannot tell (its output is Open MPI's
+  // pseudo-terminal), so the launcher says. A train job's ranks write to
+  // logs/mpirun.log; a bench's to the launcher's own stderr.
+  setenv("GNNRT_COLOR", color() == ColorWhen::kAlways ? "always"
+                        : color() == ColorWhen::kNever || c_.is_train ? "never"
+                        : colored(2)                  ? "always"
+                                                      : "never",
+         1);
   asio::signal_set signals(io_, SIGINT, SIGTERM);
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
     if (ec) return;

@@ -10,7 +10,6 @@
 // Exit status 0 on success, 1 on a failed check, 2 on bad usage or input
 // (one clear line on stderr).
 #include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +28,7 @@
 #include "launch/bench_collectives.h"
 #include "launch/bench_common.h"
 #include "launch/bench_halo.h"
+#include "launch/console.h"
 #include "launch/control_client.h"
 #include "launch/launcher.h"
 #include "launch/exit_status.h"
@@ -79,7 +79,7 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
   gethostname(host, sizeof host - 1);
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
       fmt::format("{}/rank-{}.log", log_dir, comm.rank()));
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto console = gnnrt::launch::console_sink(2);
   console->set_level(spdlog::level::err);
   auto logger = std::make_shared<spdlog::logger>("rank", spdlog::sinks_init_list{file, console});
   logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {} host {}] [%^%l%$] %v", comm.rank(), host));
@@ -283,10 +283,14 @@ int run_launch_command(gnnrt::launch::LaunchCommand& c, const std::string& hosts
 }  // namespace
 
 int main(int argc, char** argv) {
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [%^%l%$] %v");
   CLI::App app{"gnnrt: graph neural network training on simulated NeuronCores"};
   app.require_subcommand(1);
   app.set_version_flag("--version", GNNRT_VERSION);
+  std::string color_when;
+  app.add_option("--color", color_when,
+                 "Colour the log lines: auto (only on the user's terminal, never in a rank under "
+                 "mpirun), always or never (default $GNNRT_COLOR, else auto)")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
 
   auto* info = app.add_subcommand("info", "Show the build, OpenMP and OpenBLAS configuration");
   bool info_json = false;
@@ -396,6 +400,14 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    // The console's colour first, before anything logs.
+    if (color_when.empty()) {
+      const char* env = std::getenv("GNNRT_COLOR");
+      color_when = env != nullptr && *env != '\0' ? env : "auto";
+    }
+    gnnrt::launch::set_color(gnnrt::launch::parse_color(color_when));
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("", gnnrt::launch::console_sink(1)));
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [%^%l%$] %v");
     if (*launch) return run_launch_command(launch_command, launch_hosts);
     if (*bench) {
       // The control connection outlives MPI_Finalize (declared first, ended

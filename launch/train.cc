@@ -66,6 +66,12 @@ int run_train(TrainCommand& c) {
     };
     c.options.stop_requested = [control] { return control->stop_requested(); };
   }
+  if (const char* f = std::getenv("GNNRT_FAULT"); f != nullptr && *f != '\0') {
+    // A bit flip (tests of the parameter checksums) is the trainer's to do.
+    const Fault fault = Fault::parse(f);
+    const int rank = c.options.communicator ? c.options.communicator->rank() : 0;
+    if (fault.kind == Fault::Kind::kFlip && fault.rank == rank) c.options.corrupt_after_epoch = fault.epoch;
+  }
   c.options.cache_dir = c.cache_dir;
   c.options.metrics_path = c.metrics;
   c.options.logits_out = c.logits_out;

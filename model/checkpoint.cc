@@ -1,11 +1,15 @@
 #include "model/checkpoint.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "runtime/atomic_file.h"
 
@@ -17,6 +21,35 @@ namespace {
 // file from a corrupt one; the checksum catches the rest.
 constexpr char kMagic[8] = {'g', 'n', 'n', 'r', 't', 'c', 'k', '2'};
 constexpr size_t kHeader = 24;
+constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kSuffix = ".ckpt";
+constexpr const char* kLegacy = "latest.ckpt";  // one file, before the newest K were kept
+
+// The epoch of a file named ckpt-<digits>.ckpt; -1 for any other name.
+int64_t epoch_of(const std::string& name) {
+  const size_t p = std::char_traits<char>::length(kPrefix), s = std::char_traits<char>::length(kSuffix);
+  if (name.size() <= p + s || name.compare(0, p, kPrefix) != 0 || name.compare(name.size() - s, s, kSuffix) != 0) {
+    return -1;
+  }
+  const std::string digits = name.substr(p, name.size() - p - s);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+// The folder's checkpoints, newest first (the legacy file last).
+std::vector<std::filesystem::path> checkpoints_of(const std::filesystem::path& dir) {
+  std::vector<std::pair<int64_t, std::filesystem::path>> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t epoch = name == kLegacy ? -1 : epoch_of(name);
+    if (epoch >= 0 || name == kLegacy) found.emplace_back(epoch, entry.path());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::filesystem::path> paths;
+  for (auto& [epoch, path] : found) paths.push_back(std::move(path));
+  return paths;
+}
 
 uint64_t read_u64(const char* p) {
   uint64_t v = 0;
@@ -26,7 +59,8 @@ uint64_t read_u64(const char* p) {
 
 }  // namespace
 
-void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointState& state) {
+void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointState& state,
+                     double spread_seconds) {
   std::string payload;
   if (!state.SerializeToString(&payload)) {
     throw CheckpointError(fmt::format("checkpoint {}: cannot serialise", path.string()));
@@ -38,7 +72,7 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
   std::memcpy(bytes.data() + 16, &sum, 8);
   bytes += payload;
   try {
-    write_file_atomically(path, bytes);
+    write_file_atomically(path, bytes, spread_seconds);
   } catch (const std::exception& e) {
     throw CheckpointError(fmt::format("checkpoint {}", e.what()));
   }
@@ -74,6 +108,59 @@ proto::CheckpointState load_checkpoint(const std::filesystem::path& path) {
     throw CheckpointError(where + ": the state does not parse (written by another version?)");
   }
   return state;
+}
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t epoch) {
+  return dir / fmt::format("{}{:08}{}", kPrefix, epoch, kSuffix);
+}
+
+void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state, int keep) {
+  double spread = 0;
+  if (const char* slow = std::getenv("GNNRT_TEST_SLOW_CHECKPOINT"); slow != nullptr && *slow != '\0') {
+    spread = std::atof(slow);
+  }
+  save_checkpoint(checkpoint_path(dir, state.epoch()), state, spread);
+  // The newest `keep` stay; older ones, and the temporary files of writers
+  // killed mid-write (rank 0 is the folder's only writer), go.
+  const auto paths = checkpoints_of(dir);
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < paths.size(); ++i) {
+    std::filesystem::remove(paths[i], ec);
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(std::string(kSuffix) + ".tmp.") != std::string::npos) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir) {
+  const auto paths = checkpoints_of(dir);
+  if (paths.empty()) return std::nullopt;
+  LoadedCheckpoint loaded;
+  std::vector<std::filesystem::path> bad;
+  for (const auto& path : paths) {
+    try {
+      loaded.state = load_checkpoint(path);
+    } catch (const CheckpointError& e) {
+      bad.push_back(path);
+      loaded.skipped.push_back(e.what());
+      continue;
+    }
+    loaded.path = path;
+    // The newer files that did not load are set aside (so that the newest
+    // K kept are ones that load), each with a warning naming both files.
+    for (size_t i = 0; i < bad.size(); ++i) {
+      std::error_code ec;
+      std::filesystem::rename(bad[i], bad[i].string() + ".corrupt", ec);
+      loaded.skipped[i] += ec ? "" : fmt::format(" (set aside as {}.corrupt)", bad[i].filename().string());
+      spdlog::warn("{}; resuming from the previous checkpoint, {}", loaded.skipped[i], path.string());
+    }
+    return loaded;
+  }
+  // None loads: an error, and every file left as it is.
+  std::string all;
+  for (const auto& why : loaded.skipped) all += (all.empty() ? "" : "; ") + why;
+  throw CheckpointError(fmt::format("no checkpoint in {} loads: {}", dir.string(), all));
 }
 
 }  // namespace gnnrt::model

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <xxhash.h>
 
 #include "ops/rng.h"
 #include "runtime/npy.h"
@@ -814,6 +815,29 @@ void normalize_features(Dataset& d) {
     const float scale = 1.0f / std::max(sum, 1.0f);
     for (size_t c = 0; c < f; ++c) x[c] *= scale;
   }
+}
+
+uint64_t dataset_fingerprint(const Dataset& d) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  const auto add = [&](const auto& v) {
+    const uint64_t n = v.size();
+    XXH64_update(state, &n, sizeof n);
+    XXH64_update(state, v.data(), v.size() * sizeof(v[0]));
+  };
+  const int64_t sizes[] = {d.num_nodes, d.num_features, d.num_classes, d.x_sparse ? 1 : 0};
+  XXH64_update(state, sizes, sizeof sizes);
+  add(d.x);
+  if (d.x_sparse) {
+    add(d.x_sparse->rowptr);
+    add(d.x_sparse->col);
+    add(d.x_sparse->values);
+  }
+  for (const auto* v : {&d.y, &d.src, &d.dst}) add(*v);
+  for (const auto* m : {&d.train_mask, &d.val_mask, &d.test_mask}) add(*m);
+  const uint64_t sum = XXH64_digest(state);
+  XXH64_freeState(state);
+  return sum;
 }
 
 }  // namespace gnnrt::model

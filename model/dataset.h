@@ -131,6 +131,10 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 // so those features turn dense first.
 void normalize_features(Dataset& d);
 
+// An xxHash64 of everything the dataset holds (sizes, features in either
+// form, labels, edges, masks): its identity, compared across ranks.
+uint64_t dataset_fingerprint(const Dataset& d);
+
 // "synthetic[:...]" | "npy:DIR" | "csv:DIR" | DIR (NumPy if DIR/x.npy exists,
 // else CSV if DIR/edges.csv exists).
 Dataset load_dataset(std::string_view spec);

@@ -1,9 +1,14 @@
 #include "model/distributed.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <google/protobuf/text_format.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
+#include <sstream>
 
 #include "model/checkpoint.h"
 #include "model/dataset.h"
@@ -123,8 +128,124 @@ void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::stri
                                 fmt::join(ranks, ", "), static_cast<uint64_t>(fp)));
   }
   throw std::invalid_argument(fmt::format(
-      "rank {}: the ranks would run different {} (another job or other shard shapes on some ranks): "
-      "{}", comm.rank(), what, fmt::join(parts, "; ")));
+      "rank {}: the ranks would run different {}: {}", comm.rank(), what, fmt::join(parts, "; ")));
+}
+
+namespace {
+
+void flatten(const google::protobuf::Message& m, const std::string& prefix, std::vector<std::string>& out) {
+  using google::protobuf::FieldDescriptor;
+  const auto* d = m.GetDescriptor();
+  const auto* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    const std::string name = prefix + f->name();
+    const auto value = [&](int index) {
+      std::string text;
+      google::protobuf::TextFormat::PrintFieldValueToString(m, f, index, &text);
+      return text;
+    };
+    if (f->is_repeated()) {
+      const int n = r->FieldSize(m, f);
+      out.push_back(fmt::format("{}.size={}", name, n));
+      for (int k = 0; k < n; ++k) {
+        if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          flatten(r->GetRepeatedMessage(m, f, k), fmt::format("{}[{}].", name, k), out);
+        } else {
+          out.push_back(fmt::format("{}[{}]={}", name, k, value(k)));
+        }
+      }
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      flatten(r->GetMessage(m, f), name + ".", out);  // unset: its defaults
+    } else {
+      out.push_back(name + "=" + value(-1));
+    }
+  }
+}
+
+// Every rank's string, on every rank (lengths, then the bytes as int32 words).
+std::vector<std::string> allgather_strings(collectives::Communicator& comm, const std::string& mine) {
+  const int p = comm.size();
+  const int64_t length = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lengths(static_cast<size_t>(p));
+  comm.allgather<int64_t>(std::span<const int64_t>(&length, 1), lengths);
+  std::vector<int32_t> words((mine.size() + 3) / 4, 0);
+  std::memcpy(words.data(), mine.data(), mine.size());
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (int64_t l : lengths) {
+    counts.push_back(static_cast<size_t>((l + 3) / 4));
+    total += counts.back();
+  }
+  std::vector<int32_t> all(total);
+  comm.allgather_v_async<int32_t>(words, all, counts).wait();
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (int q = 0; q < p; ++q) {
+    out.emplace_back(reinterpret_cast<const char*>(all.data() + at), static_cast<size_t>(lengths[static_cast<size_t>(q)]));
+    at += counts[static_cast<size_t>(q)];
+  }
+  return out;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
+}  // namespace
+
+std::vector<std::string> job_fields(const proto::Job& job) {
+  std::vector<std::string> out;
+  flatten(job, "", out);
+  return out;
+}
+
+void check_same_job(collectives::Communicator& comm, const proto::Job& job, const std::vector<std::string>& extra) {
+  std::vector<std::string> lines = job_fields(job);
+  lines.insert(lines.end(), extra.begin(), extra.end());
+  std::string text;
+  for (const auto& l : lines) text += l + '\n';
+  const auto mine = static_cast<int64_t>(XXH64(text.data(), text.size(), 0));
+  std::vector<int64_t> all(static_cast<size_t>(comm.size()));
+  comm.allgather<int64_t>(std::span<const int64_t>(&mine, 1), all);
+  if (std::all_of(all.begin(), all.end(), [&](int64_t h) { return h == all[0]; })) return;
+  // Some rank differs: every rank learns every rank's fields, and names
+  // each field that differs with the ranks holding each value.
+  const std::vector<std::string> texts = allgather_strings(comm, text);
+  std::map<std::string, std::map<std::string, std::vector<int>>> values;  // field -> value -> ranks
+  std::vector<std::string> order;
+  for (int q = 0; q < comm.size(); ++q) {
+    std::istringstream in(texts[static_cast<size_t>(q)]);
+    for (std::string line; std::getline(in, line);) {
+      const size_t eq = line.find('=');
+      const std::string field = line.substr(0, eq);
+      if (!values.count(field)) order.push_back(field);
+      values[field][eq == std::string::npos ? "" : line.substr(eq + 1)].push_back(q);
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& field : order) {
+    const auto& by_value = values[field];
+    size_t held = 0;
+    for (const auto& [v, ranks] : by_value) held += ranks.size();
+    if (by_value.size() == 1 && held == static_cast<size_t>(comm.size())) continue;
+    std::vector<std::string> each;
+    std::vector<int> with;
+    for (const auto& [v, ranks] : by_value) {
+      each.push_back(fmt::format("{} on {}", v, ranks_text(ranks)));
+      with.insert(with.end(), ranks.begin(), ranks.end());
+    }
+    if (held < static_cast<size_t>(comm.size())) {
+      std::vector<int> without;
+      for (int q = 0; q < comm.size(); ++q) {
+        if (std::find(with.begin(), with.end(), q) == with.end()) without.push_back(q);
+      }
+      each.push_back(fmt::format("absent on {}", ranks_text(without)));
+    }
+    parts.push_back(fmt::format("{} is {}", field, fmt::join(each, ", ")));
+  }
+  throw std::invalid_argument(fmt::format("rank {}: the ranks were started with different jobs: {}", comm.rank(),
+                                          fmt::join(parts, "; ")));
 }
 
 uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params) {

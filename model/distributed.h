@@ -72,6 +72,19 @@ void bind_halo(runtime::Core& core, const Shard& shard, const collectives::Commu
 // make every rank throw, naming them (another job, other shard shapes).
 void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::string_view what);
 
+// Collective: every rank's resolved job (every field, defaults included)
+// must be rank 0's, plus `extra` lines ("name=value", e.g. the dataset's
+// identity). Otherwise every rank throws std::invalid_argument naming each
+// field that differs and which ranks hold which value ("seed is 4 on rank
+// 0, 5 on rank 1"): ranks started with different --set values stop before
+// anything runs.
+void check_same_job(collectives::Communicator& comm, const proto::Job& job,
+                    const std::vector<std::string>& extra = {});
+
+// The job as "path=value" lines, one per leaf field (defaults included,
+// repeated fields indexed: model.layer[1].out=16), in declaration order.
+std::vector<std::string> job_fields(const proto::Job& job);
+
 // An xxHash64 of the parameters' bytes, in order.
 uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params);
 

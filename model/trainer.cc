@@ -36,7 +36,6 @@ namespace {
 using runtime::Core;
 using gnnrt::Tensor;
 
-constexpr const char* kCheckpointFile = "latest.ckpt";
 constexpr const char* kBestPrefix = "best/";
 
 double ms_since(std::chrono::steady_clock::time_point start) {
@@ -156,6 +155,7 @@ class Trainer {
   void write_outputs();
   void write_logits();
   void check_parameters(int64_t step);
+  void corrupt_parameters();
   EpochMetrics epoch(int64_t index);
 
   const proto::Job& job_;
@@ -208,12 +208,14 @@ void Trainer::load_shard() {
     throw std::invalid_argument("a job with shards needs a communicator (run gnnrt train, under mpirun)");
   }
   const auto& part = job_.partition();
+  uint64_t data_identity = 0;
   step(part.shards().empty() ? "partitioning the dataset" : "reading the shards", [&] {
     if (!part.shards().empty()) {
       shard_ = read_shard(part.shards(), rank_, ranks_, job_);
       if (rank_ == 0) spdlog::info("read shards of {} ranks from {}", ranks_, part.shards());
     } else {
       Dataset data = load_dataset(job_.dataset().path());
+      data_identity = dataset_fingerprint(data);
       prepare_features(data, job_);
       const EdgePartition partition =
           partition_edges(data.num_nodes, data.src, data.dst, partition_options(job_, ranks_));
@@ -229,6 +231,10 @@ void Trainer::load_shard() {
     }
     require_training_nodes(shard_.train_count, "the shards' dataset", job_.dataset().path());
   });
+  // Every rank partitioned its own copy: the same bytes, or an error naming
+  // the ranks (a dataset.path that reads differently on another host).
+  // Shards carry their partition run's id, checked by read_shard.
+  if (part.shards().empty()) check_same(*comm_, data_identity, "datasets (the same dataset.path read other bytes)");
   result_.local_nodes = shard_.num_local();
   result_.local_edges = static_cast<int64_t>(shard_.graph.src.size());
   spdlog::info("shard: {} local vertices ({} masters, {} shared), {} edges", shard_.num_local(),
@@ -257,7 +263,7 @@ void Trainer::compile() {
                       build_inference(job_.model(), canonical).program.to_text() +
                       core_.profile().to_text() + optimizer_config(job_.optimizer()).to_text() +
                       fmt::format("debug={} bucket_bytes={}", options_.debug, train_options.bucket_bytes);
-    check_same(*comm_, XXH64(text.data(), text.size(), 0), "programs");
+    check_same(*comm_, XXH64(text.data(), text.size(), 0), "programs (other shard shapes on some ranks)");
   }
   step("compiling", [&] {
     train_step_ = core_.compile(train_net_.program, train_options);
@@ -284,11 +290,17 @@ void Trainer::compile() {
   result_.train_passes = train_step_->passes;
 }
 
-// Fresh parameters (initialize_parameters: the same on every rank), or
-// --params-in's, shapes checked (read by rank 0, sent to every rank).
+// Fresh parameters (initialize_parameters), or --params-in's, shapes
+// checked (read by rank 0). Either way rank 0's go to every rank, as
+// PyTorch DDP broadcasts rank 0's module state at construction: the ranks
+// start from the same bits whatever they drew or read.
 void Trainer::init_parameters() {
   if (options_.params_in.empty()) {
     initialize_parameters(core_, train_net_.params, job_.seed());
+    if (options_.corrupt_after_epoch == 0) corrupt_parameters();
+    if (comm_ && comm_->size() > 1) {
+      for (const ParamDecl& p : train_net_.params) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+    }
     return;
   }
   step("reading --params-in", [&] {
@@ -309,24 +321,41 @@ void Trainer::init_parameters() {
       core_.memory().put(p.name, Tensor::from<float>(values, p.shape));
     }
   });
-  if (!comm_ || comm_->size() == 1) return;
-  for (const ParamDecl& p : train_net_.params) {
-    if (!writer()) core_.memory().put(p.name, Tensor(DType::kF32, p.shape));
-    comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+  if (!writer()) {
+    for (const ParamDecl& p : train_net_.params) core_.memory().put(p.name, Tensor(DType::kF32, p.shape));
   }
+  if (options_.corrupt_after_epoch == 0) corrupt_parameters();
+  if (!comm_ || comm_->size() == 1) return;
+  for (const ParamDecl& p : train_net_.params) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+}
+
+void Trainer::corrupt_parameters() {
+  if (train_net_.params.empty()) return;
+  const std::string& name = train_net_.params.front().name;
+  auto v = core_.memory().at(name).values<float>();
+  if (v.empty()) return;
+  uint32_t bits;
+  std::memcpy(&bits, v.data(), 4);
+  bits ^= 1;
+  std::memcpy(v.data(), &bits, 4);
+  spdlog::warn("fault injection: flipped the lowest bit of {}[0] on rank {}", name, rank_);
 }
 
 bool Trainer::resume() {
   if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
-  const auto path = std::filesystem::path(job_.checkpoint().dir()) / kCheckpointFile;
-  // Rank 0 reads the checkpoint and sends its bytes: the ranks need not
-  // share a file system, and every rank resumes from the same state.
+  // Rank 0 reads the newest checkpoint that loads and sends its bytes (its
+  // path first, then a NUL): the ranks need not share a file system, and
+  // every rank resumes from the same state.
   std::string bytes;
   bool found = false;
   step("reading the checkpoint", [&] {
     if (!writer()) return;
-    found = std::filesystem::exists(path);
-    if (found) load_checkpoint(path).SerializeToString(&bytes);
+    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
+    found = loaded.has_value();
+    if (found) {
+      bytes = loaded->path.string() + '\0';
+      bytes += loaded->state.SerializeAsString();
+    }
   });
   if (comm_ && comm_->size() > 1) {
     std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
@@ -339,6 +368,9 @@ bool Trainer::resume() {
     if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
   }
   if (!found) return false;
+  const size_t nul = bytes.find('\0');
+  const std::filesystem::path path = bytes.substr(0, nul);
+  bytes.erase(0, nul + 1);
   step("resuming from the checkpoint", [&] {
     proto::CheckpointState state;
     if (!state.ParseFromString(bytes)) throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path.string()));
@@ -421,7 +453,7 @@ void Trainer::save(int64_t epoch) const {
     for (int64_t d : t.shape()) pt->add_shape(d);
     pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
   }
-  save_checkpoint(std::filesystem::path(job_.checkpoint().dir()) / kCheckpointFile, state);
+  save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep());
 }
 
 void Trainer::keep_best() {
@@ -437,10 +469,13 @@ void Trainer::restore_best() {
 }
 
 // Every rank's parameters must stay the same bits (the same all-reduced
-// gradients, the same updates): compared every checksum_every steps.
+// gradients, the same updates): compared every checksum_every steps, and
+// at the first step of a run and the last, so that a job shorter than
+// checksum_every is checked too.
 void Trainer::check_parameters(int64_t step) {
   const int every = job_.partition().checksum_every();
-  if (!comm_ || comm_->size() == 1 || every == 0 || step % every != 0) return;
+  if (!comm_ || comm_->size() == 1 || every == 0) return;
+  if (step % every != 0 && step != start_epoch_ + 1 && step != job_.schedule().epochs()) return;
   const uint64_t sum = parameter_checksum(core_, train_net_.params);
   try {
     check_same(*comm_, sum, "parameters");
@@ -461,6 +496,7 @@ EpochMetrics Trainer::epoch(int64_t index) {
   auto start = std::chrono::steady_clock::now();
   core_.run(*train_step_, context);
   m.train_ms = ms_since(start);
+  if (options_.corrupt_after_epoch == m.epoch) corrupt_parameters();
   start = std::chrono::steady_clock::now();
   core_.run(*infer_, context);
   m.infer_ms = ms_since(start);
@@ -577,6 +613,9 @@ TrainResult Trainer::run() {
   for (const auto* path : {&options_.metrics_path, &options_.logits_out, &options_.trace_path}) {
     if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
   }
+  // Ranks started with different jobs (another --set on some) stop here,
+  // before anything is read, with the fields and ranks named.
+  if (comm_ && comm_->size() > 1) check_same_job(*comm_, job_);
   load_data();
   compile();
   if (!resume()) init_parameters();

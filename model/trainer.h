@@ -62,6 +62,11 @@ struct TrainOptions {
   // if any rank says yes, every rank writes the checkpoint after that epoch
   // and stops (TrainResult::stopped).
   std::function<bool()> stop_requested;
+  // Fault injection (GNNRT_FAULT=flip:RANK:EPOCH, docs/launcher.md): this
+  // rank flips the lowest bit of its first parameter's first value after
+  // epoch `corrupt_after_epoch`'s step, or, with 0, as soon as its initial
+  // parameters are set (before rank 0's are broadcast). -1: never.
+  int64_t corrupt_after_epoch = -1;
 };
 
 struct EpochMetrics {

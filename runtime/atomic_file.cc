@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 namespace gnnrt {
 namespace {
@@ -17,31 +20,39 @@ namespace {
 
 }  // namespace
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, double spread_seconds) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   std::filesystem::create_directories(dir);
   const std::filesystem::path tmp = path.string() + fmt::format(".tmp.{}", getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, "cannot create", errno);
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail(tmp, "cannot write", err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
+  // Any failure from here on: the partial temporary file goes too.
+  const auto give_up = [&](const char* what, int err) {
     ::close(fd);
-    fail(tmp, "cannot fsync", err);
+    ::unlink(tmp.c_str());
+    fail(tmp, what, err);
+  };
+  const size_t piece = spread_seconds > 0 ? std::max<size_t>(1, (bytes.size() + 15) / 16) : bytes.size();
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, std::min(piece, bytes.size() - done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) give_up("cannot write", errno);
+    done += static_cast<size_t>(n);
+    if (spread_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(spread_seconds / 16));
   }
-  if (::close(fd) != 0) fail(tmp, "cannot close", errno);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "cannot rename into place", errno);
+  if (::fsync(fd) != 0) give_up("cannot fsync", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(tmp, "cannot close", err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail(path, "cannot rename into place", err);
+  }
   // The rename itself must survive a crash: sync the directory entry.
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }

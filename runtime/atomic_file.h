@@ -2,8 +2,9 @@
 // `path` (named with the process id), which is fsynced, renamed over `path`,
 // and the directory entry fsynced. A reader sees the old file or the new one,
 // never a torn one, and a process killed at any moment loses nothing that was
-// there before. Throws std::runtime_error naming the file and the system
-// error. Creates missing parent directories.
+// there before. On any failure (a full disk, say) the temporary file is
+// removed and std::runtime_error names the file and the system error; the
+// old file is untouched. Creates missing parent directories.
 #pragma once
 
 #include <filesystem>
@@ -11,6 +12,9 @@
 
 namespace gnnrt {
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+// `spread_seconds` > 0 writes in 16 pieces over about that long (tests: a
+// process killed in the middle of a write).
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
+                           double spread_seconds = 0);
 
 }  // namespace gnnrt

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """`gnnrt partition` and `gnnrt train --shards` end to end, and every way the
 shards or the ranks can be wrong: each must end in an error on every rank
 (one `gnnrt: error:` line per rank, exit status 2), before any step, within
@@ -191,10 +191,28 @@ expect_refused(2, "holds another dataset", "--shards", str(shards), "--set",
 expect_refused(2, "written for another model", "--shards", str(shards), "--set", "model.layer[1].out=32")
 expect_refused(2, "missing: the shards folder does not exist", "--shards", str(WORK / "nowhere"))
 
-# Ranks that run different jobs (MPMD): caught by the program fingerprint.
-expect_refused(2, "the ranks would run different programs",
+# Ranks started with different jobs (MPMD): the start-up fingerprint of the
+# whole resolved job names each field and the ranks holding each value.
+expect_refused(2, "model.layer[1].out is 16 on rank 0, 17 on rank 1",
                mpmd=[["--partition", "metis", "--set", "model.layer[1].out=16"],
                      ["--partition", "metis", "--set", "model.layer[1].out=17"]])
+expect_refused(2, "seed is 4 on rank 0, 5 on rank 1",
+               mpmd=[["--partition", "metis", "--set", "seed=4"], ["--partition", "metis", "--set", "seed=5"]])
+expect_refused(3, "optimizer.lr is 0.01 on ranks 0, 2, 0.02 on rank 1",
+               mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "optimizer.lr=0.02"],
+                     ["--partition", "metis"]])
+# Fields a user rarely thinks of: the schedule, feature normalisation, and a
+# repeated field's length (a layer more on one rank).
+expect_refused(2, 'schedule.lr_schedule is "constant" on rank 0, "cosine" on rank 1',
+               mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "schedule.lr_schedule=cosine"]])
+expect_refused(2, "dataset.normalize_features is false on rank 0, true on rank 1",
+               mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "dataset.normalize_features=true"]])
+expect_refused(2, "model.layer.size is 5 on rank 0, 6 on rank 1",
+               mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "model.layer[5].type=relu"]])
+# Options outside the job that change the programs (a device of another
+# size on one rank): the program fingerprint.
+expect_refused(2, "the ranks would run different programs",
+               mpmd=[["--partition", "metis"], ["--partition", "metis", "--hbm-bytes", "1000000000"]])
 
 # A job meant for another rank count (partition.parts).
 expect_refused(2, "the job is for 3 ranks (partition.parts) but runs on 2", "--partition", "metis",
@@ -256,6 +274,71 @@ if np is not None:
              and re.search(r"\((dropout0|conv1)\)", line)]
     check(len(named) == 1, "--debug on 2 ranks: not one error naming the rank, the op and the layer:\n" + out[-3000:])
     check(__import__("time").monotonic() - started < 60, "--debug with Inf took a minute or more")
+
+# The same job text, but the dataset's path reads other bytes on one rank
+# (as on another host): each rank runs in its own folder holding its own
+# "data" (one label differs). The datasets' identity stops both.
+if np is not None:
+    for host, label in (("hostA", 0), ("hostB", 1)):
+        d = WORK / host / "data"
+        d.mkdir(parents=True, exist_ok=True)
+        n = 40
+        ring = np.arange(n)
+        np.save(d / "x.npy", np.linspace(0, 1, n * 4, dtype=np.float32).reshape(n, 4))
+        y = (ring % 3).astype(np.int64)
+        y[0] = label
+        np.save(d / "y.npy", y)
+        np.save(d / "edge_index.npy", np.stack([ring, np.roll(ring, 1)]).astype(np.int64))
+        np.save(d / "train_mask.npy", ring < 20)
+        np.save(d / "val_mask.npy", (ring >= 20) & (ring < 30))
+        np.save(d / "test_mask.npy", ring >= 30)
+    code, out = run([*MPIRUN, "-np", "1", "-wdir", str(WORK / "hostA"), GNNRT, "train", "--no-cache", "--dataset",
+                     "npy:data", "--partition", "random", ":", "-np", "1", "-wdir", str(WORK / "hostB"), GNNRT,
+                     "train", "--no-cache", "--dataset", "npy:data", "--partition", "random"])
+    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+    check(code == 2 and len(errors) == 2 and all("the ranks would run different datasets" in e for e in errors)
+          and re.search(r"epoch +1/", out) is None,
+          f"one path, other bytes on rank 1: exit {code}\n" + "\n".join(errors or [out[-2000:]]))
+
+# A silent corruption on one rank (GNNRT_FAULT=flip: a bit of a parameter)
+# is caught by the parameter checksums at the first step and at the last,
+# although checksum_every (50) is longer than the job.
+for at, epochs, caught in ((1, 5, 1), (2, 2, 2), (3, 5, 5)):
+    code, out = run([*MPIRUN, "-np", "2", "-x", f"GNNRT_FAULT=flip:1:{at}", GNNRT, "train", *COMMON,
+                     "--set", f"schedule.epochs={epochs}", "--partition", "metis"])
+    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+    check(code == 1 and len(errors) == 2 and all(f"after step {caught}, the ranks' parameters diverged" in e
+                                                 for e in errors),
+          f"flip after step {at} of {epochs}: exit {code}, expected an error at step {caught}\n" +
+          "\n".join(errors or [out[-2000:]]))
+# Flipped before the first step, in the drawn parameters: rank 0's are
+# broadcast, so the job trains to the very bits of an undisturbed run.
+if np is not None:
+    outs = {}
+    for name, env in (("clean", []), ("flipped", ["-x", "GNNRT_FAULT=flip:1:0"])):
+        code, out = run([*MPIRUN, "-np", "2", *env, GNNRT, "train", *COMMON, "--partition", "metis",
+                         "--params-out", str(WORK / f"params_{name}")])
+        check(code == 0, f"{name} initial parameters: exit {code}\n{out[-2000:]}")
+        outs[name] = {p.name: np.load(p) for p in sorted((WORK / f"params_{name}").glob("*.npy"))}
+    check(outs["clean"] and outs["clean"].keys() == outs["flipped"].keys() and
+          all(np.array_equal(outs["clean"][k], outs["flipped"][k]) for k in outs["clean"]),
+          "a rank whose drawn parameters differ trained to other parameters: rank 0's were not broadcast")
+
+# Colour: under mpirun each rank's output is a pseudo-terminal of Open MPI's,
+# whatever the user's is; log lines redirected to a file (here a pipe) carry
+# no colour codes unless asked for.
+bad = ["--set", "dataset.path=npy:/nonexistent"]
+code, out = train(2, *bad)
+check(code == 2 and "[error]" in out and "\x1b[" not in out,
+      f"under mpirun, piped: exit {code}, colour codes: {chr(27) + '[' in out}\n{out[-1500:]!r}")
+code, out = run([*MPIRUN, "-np", "2", GNNRT, "--color", "always", "train", *COMMON, *bad])
+check(code == 2 and "\x1b[" in out, f"--color always under mpirun: no colour codes\n{out[-1500:]!r}")
+code, out = run([*MPIRUN, "-np", "2", "-x", "GNNRT_COLOR=always", GNNRT, "train", *COMMON, *bad])
+check(code == 2 and "\x1b[" in out, f"GNNRT_COLOR=always under mpirun: no colour codes\n{out[-1500:]!r}")
+# On a terminal of the user's own (one process, no mpirun): coloured.
+p = subprocess.run(["script", "-qec", " ".join([GNNRT, "train", *COMMON[:-2], *bad]), "/dev/null"],
+                   capture_output=True, timeout=120)
+check(b"\x1b[" in p.stdout, f"on a terminal: no colour codes\n{p.stdout[-1500:]!r}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

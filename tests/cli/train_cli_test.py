@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """`gnnrt train` end to end through its flags, checked by what it writes, not
 by what it prints: the exit status (0 success, 1 failure, 2 bad usage or
 input), metrics that parse as JSON lines with the documented fields and

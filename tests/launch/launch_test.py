@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """`gnnrt launch` on one host: a job's run directory (metrics.jsonl, per-rank
 logs, events.jsonl, job.pbtxt), a rank killed with SIGKILL and restarted
 (final parameters bitwise equal to an uninterrupted run), a hung rank caught

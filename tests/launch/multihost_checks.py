@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The checks of multihost_test.sh, run with two simulated hosts up (h1 at
 198.18.0.1 runs the launcher, h2 at 198.18.0.2). Usage: multihost_checks.py GNNRT"""
 import json

@@ -20,4 +20,4 @@ fi
 trap netns_down EXIT INT TERM
 netns_up 2
 export GNNRT_NETNS_AGENT=$here/netns_agent.sh
-"${2:-python3}" "$here/multihost_checks.py" "$1"
+"${2:-/usr/bin/python3}" "$here/multihost_checks.py" "$1"

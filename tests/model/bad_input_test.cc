@@ -153,7 +153,8 @@ class Checkpoints : public ::testing::Test {
     ASSERT_TRUE(fs::exists(path()));
   }
   void TearDown() override { fs::remove_all(dir_); }
-  fs::path path() const { return dir_ / "latest.ckpt"; }
+  // The one checkpoint (every = 0: written after the last epoch).
+  fs::path path() const { return checkpoint_path(dir_, 2); }
   std::string bytes() const {
     std::ifstream in(path(), std::ios::binary);
     return {std::istreambuf_iterator<char>(in), {}};

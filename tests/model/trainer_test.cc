@@ -6,8 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "model/checkpoint.h"
 #include "model/job.h"
@@ -89,7 +94,7 @@ TEST_F(Trainer, MetricsAreReadOncePerEpoch) {
 // The final checkpoint's tensors (parameters, Adam moments, best parameters).
 std::map<std::string, std::string> checkpoint_tensors(const fs::path& dir) {
   std::map<std::string, std::string> tensors;
-  const proto::CheckpointState state = load_checkpoint(dir / "latest.ckpt");
+  const proto::CheckpointState state = load_checkpoint(checkpoint_path(dir, 6));
   for (const auto& t : state.tensors()) tensors[t.name()] = t.data();
   return tensors;
 }
@@ -117,11 +122,91 @@ TEST_F(Trainer, ResumeIsExact) {
   }
 }
 
+std::vector<std::string> file_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What the default logger writes while this lives.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~CapturedLog() { spdlog::default_logger()->sinks().pop_back(); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  spdlog::sink_ptr sink_;
+};
+
+TEST_F(Trainer, KeepsTheNewestCheckpoints) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + dir_.string() + "/k");
+  apply_override(job, "checkpoint.every=1");
+  train(job, options_);
+  EXPECT_EQ(file_names(dir_ / "k"), (std::vector<std::string>{"ckpt-00000005.ckpt", "ckpt-00000006.ckpt"}));
+  apply_override(job, "checkpoint.keep=4");
+  apply_override(job, "schedule.epochs=9");
+  train(job, options_);
+  EXPECT_EQ(file_names(dir_ / "k"), (std::vector<std::string>{"ckpt-00000006.ckpt", "ckpt-00000007.ckpt",
+                                                             "ckpt-00000008.ckpt", "ckpt-00000009.ckpt"}));
+  apply_override(job, "checkpoint.keep=0");
+  EXPECT_THAT([&] { train(job, options_); }, testing::ThrowsMessage<JobError>(HasSubstr("checkpoint.keep must be >= 1")));
+}
+
+// A truncated newest checkpoint (a disk that lost its tail) and a corrupt
+// one: the run resumes from the previous one, says so naming both, sets the
+// bad one aside, removes a killed writer's temporary file, and still ends
+// with the uninterrupted run's state, bit for bit.
+TEST_F(Trainer, ACorruptNewestCheckpointFallsBackToThePrevious) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + (dir_ / "straight").string());
+  train(job, options_);
+  const auto straight = checkpoint_tensors(dir_ / "straight");
+  for (const bool truncate : {true, false}) {
+    const fs::path dir = dir_ / (truncate ? "truncated" : "flipped");
+    apply_override(job, "checkpoint.dir=" + dir.string());
+    apply_override(job, "checkpoint.every=1");
+    apply_override(job, "checkpoint.keep=3");
+    apply_override(job, "schedule.epochs=4");
+    train(job, options_);
+    const fs::path newest = checkpoint_path(dir, 4);
+    std::string bytes;
+    {
+      std::ifstream in(newest, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    if (truncate) {
+      bytes.resize(bytes.size() / 2);
+    } else {
+      bytes[bytes.size() - 9] ^= 0x04;
+    }
+    std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
+    std::ofstream(dir / "ckpt-00000005.ckpt.tmp.999999") << "a killed writer's partial file";
+    apply_override(job, "schedule.epochs=6");
+    CapturedLog log;
+    const TrainResult rest = train(job, options_);
+    EXPECT_EQ(rest.start_epoch, 3);
+    EXPECT_THAT(log.text(), testing::AllOf(HasSubstr(newest.string()), HasSubstr(checkpoint_path(dir, 3).string()),
+                                           HasSubstr(truncate ? "truncated" : "checksum mismatch"),
+                                           HasSubstr("resuming from the previous checkpoint")));
+    EXPECT_EQ(file_names(dir), (std::vector<std::string>{"ckpt-00000004.ckpt", "ckpt-00000004.ckpt.corrupt",
+                                                        "ckpt-00000005.ckpt", "ckpt-00000006.ckpt"}));
+    const auto resumed = checkpoint_tensors(dir);
+    ASSERT_EQ(resumed.size(), straight.size());
+    for (const auto& [name, b] : straight) EXPECT_TRUE(resumed.at(name) == b) << name << " differs";
+  }
+}
+
 TEST_F(Trainer, CorruptCheckpointIsRefusedWithTheFileNamed) {
   proto::Job job = small_job();
   apply_override(job, "checkpoint.dir=" + dir_.string());
   train(job, options_);
-  const fs::path path = dir_ / "latest.ckpt";
+  const fs::path path = checkpoint_path(dir_, 6);
   std::string bytes;
   {
     std::ifstream in(path, std::ios::binary);

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the golden data of gnnrt's kernel tests from an independent
 implementation: PyTorch 1.13 (Debian's python3-torch) and NumPy.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the golden data of gnnrt's training tests from the independent
 reference in gnn_reference.py (PyTorch 1.13, PyG 2.3 semantics).
 
