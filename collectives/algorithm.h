@@ -61,6 +61,14 @@ struct Call {
   std::vector<std::size_t> recv_counts, recv_displs;
   int root = 0;
   std::size_t chunk_bytes = 256 * 1024;  // ring pipelining granularity
+  // A hash of what every rank's call must agree on (detail::signature of its
+  // CallFingerprint): carried in the messages' tags, so that a rank whose
+  // call differs (another count, element type, reduce op or root) never
+  // matches the others' messages.
+  uint64_t signature = 0;
+  // Native calls without call checks: a communicator to verify the
+  // signature on, concurrently with MPI's call (MPI_COMM_NULL: none).
+  MPI_Comm verify = MPI_COMM_NULL;
 
   // The size the tuner and the benchmark key on (nccl-tests' convention):
   // the whole vector for allreduce, broadcast, reduce_scatter (input) and

@@ -87,6 +87,18 @@ void decide(CommunicatorImpl& impl, const CallFingerprint& fp, std::exception_pt
 
 }  // namespace
 
+uint64_t signature(const CallFingerprint& fp) {
+  const int64_t fields[] = {fp.op, fp.type, fp.reduce, fp.count, fp.root, fp.counts};
+  return XXH3_64bits(fields, sizeof fields);
+}
+
+std::string different_calls(int rank, const std::string& call, int other) {
+  return fmt::format("rank {}: {}: {} called another collective at this point (another count, element type, "
+                     "reduce op or root): the ranks disagree; rerun with --debug (or "
+                     "GNNRT_COLLECTIVE_CHECK=1) to see each rank's call",
+                     rank, call, other >= 0 ? fmt::format("rank {}", other) : std::string("some rank"));
+}
+
 int64_t hash_counts(std::span<const std::size_t> counts) {
   return static_cast<int64_t>(XXH3_64bits(counts.data(), counts.size_bytes()) >> 1);
 }

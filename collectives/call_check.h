@@ -29,6 +29,15 @@ struct CallFingerprint {
   int64_t counts = 0;  // a hash of per-rank counts (the v variants), else 0
 };
 
+// A hash of the whole fingerprint (what every rank's call must agree on).
+uint64_t signature(const CallFingerprint& fp);
+
+// The error when ranks made different calls at the same point, found
+// without the call checks (a message of another call, or a verified
+// signature that differs). Names the call and the rank seen to differ, if
+// known (-1: not known).
+std::string different_calls(int rank, const std::string& call, int other);
+
 // xxHash of a counts vector, for CallFingerprint::counts.
 int64_t hash_counts(std::span<const std::size_t> counts);
 

@@ -60,8 +60,10 @@ CommunicatorImpl::~CommunicatorImpl() {
   if (user != MPI_COMM_NULL) MPI_Comm_free(&user);
 }
 
-int CommunicatorImpl::next_tag() {
-  return static_cast<int>(sequence_++ % static_cast<std::uint64_t>(tag_ub_));
+int CommunicatorImpl::next_tag(uint64_t signature) {
+  if (tag_ub_ < 0x7fffffff) return static_cast<int>(sequence_++ % static_cast<std::uint64_t>(tag_ub_));
+  const auto sequence = sequence_++ & ((1u << kSequenceBits) - 1);
+  return static_cast<int>(sequence | ((signature & 0x7fff) << kSequenceBits));
 }
 
 void CommunicatorImpl::progress_all() {
@@ -173,6 +175,13 @@ Work Communicator::start(Call call, Algorithm requested) {
   // same algorithm: it is chosen by rank count alone (key 0 bytes).
   const std::size_t key = call.op == Collective::alltoallv ? 0 : call.bytes();
   const Algorithm algorithm = resolve(call.op, key, requested);
+  // Without the call checks, a native call's signature is verified beside
+  // it (MPI's own messages cannot carry it): ranks that called with
+  // another count never return MPI's answer (a short message or a silent
+  // partial broadcast), they get an error.
+  if (algorithm == Algorithm::native && !impl_->options.check_calls && call.op != Collective::barrier) {
+    call.verify = impl_->check;
+  }
   if (impl_->blocking) {
     if (algorithm == Algorithm::native) {
       detail::native_blocking(call, impl_->internal, impl_->rank, impl_->options.timeout_seconds);
@@ -182,7 +191,7 @@ Work Communicator::start(Call call, Algorithm requested) {
     return Work();
   }
   auto state = std::make_unique<detail::WorkState>(impl_, std::string(), impl_->internal,
-                                                   impl_->next_tag());
+                                                   impl_->next_tag(call.signature));
   state->algorithm = algorithm;
   state->call = std::move(call);
   state->launch(detail::run(algorithm, state->transfers, state->call, state->scratch));
@@ -275,12 +284,14 @@ std::size_t total(std::span<const std::size_t> counts) {
 template <typename T>
 Work Communicator::allreduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op,
                                    Algorithm algorithm) {
-  guard(fingerprint<T>(Collective::allreduce, send.size(), op), [&] {
+  const auto fp = fingerprint<T>(Collective::allreduce, send.size(), op);
+  guard(fp, [&] {
     check_reduce(op, element_type_v<T>);
     check_size(*this, "allreduce", "recv", recv.size(), send.size());
     resolve(Collective::allreduce, send.size_bytes(), algorithm);
   });
   Call call = make_call(Collective::allreduce, send, recv);
+  call.signature = detail::signature(fp);
   call.reduce = op;
   call.count = send.size();
   return start(std::move(call), algorithm);
@@ -297,13 +308,15 @@ template <typename T>
 Work Communicator::reduce_scatter_v_async(std::span<const T> send, std::span<T> recv,
                                           std::span<const std::size_t> counts, ReduceOp op,
                                           Algorithm algorithm) {
-  guard(fingerprint<T>(Collective::reduce_scatter, send.size(), op, -1, counts), [&] {
+  const auto fp = fingerprint<T>(Collective::reduce_scatter, send.size(), op, -1, counts);
+  guard(fp, [&] {
     check_reduce(op, element_type_v<T>);
     check_counts(*this, "reduce_scatter", counts.size());
     check_size(*this, "reduce_scatter", "send", send.size(), total(counts));
     check_size(*this, "reduce_scatter", "recv", recv.size(), counts[rank()]);
   });
   Call call = make_call(Collective::reduce_scatter, send, recv);
+  call.signature = detail::signature(fp);
   call.reduce = op;
   set_blocks(call.counts, call.displs, counts);
   return start(std::move(call), algorithm);
@@ -318,21 +331,24 @@ Work Communicator::allgather_async(std::span<const T> send, std::span<T> recv, A
 template <typename T>
 Work Communicator::allgather_v_async(std::span<const T> send, std::span<T> recv,
                                      std::span<const std::size_t> counts, Algorithm algorithm) {
-  guard(fingerprint<T>(Collective::allgather, recv.size(), ReduceOp::sum, -1, counts), [&] {
+  const auto fp = fingerprint<T>(Collective::allgather, recv.size(), ReduceOp::sum, -1, counts);
+  guard(fp, [&] {
     check_counts(*this, "allgather", counts.size());
     check_size(*this, "allgather", "send", send.size(), counts[rank()]);
     check_size(*this, "allgather", "recv", recv.size(), total(counts));
   });
   Call call = make_call(Collective::allgather, send, recv);
+  call.signature = detail::signature(fp);
   set_blocks(call.counts, call.displs, counts);
   return start(std::move(call), algorithm);
 }
 
 template <typename T>
 Work Communicator::broadcast_async(std::span<T> data, int root, Algorithm algorithm) {
-  guard(fingerprint<T>(Collective::broadcast, data.size(), ReduceOp::sum, root),
-        [&] { check_peer(*this, "broadcast", root); });
+  const auto fp = fingerprint<T>(Collective::broadcast, data.size(), ReduceOp::sum, root);
+  guard(fp, [&] { check_peer(*this, "broadcast", root); });
   Call call = make_call(Collective::broadcast, std::span<const T>(data), data);
+  call.signature = detail::signature(fp);
   call.count = data.size();
   call.root = root;
   return start(std::move(call), algorithm);
@@ -368,6 +384,7 @@ Work Communicator::alltoallv_async(std::span<const T> send, std::span<const std:
     detail::agree_on_problem(*impl_, fp, problem);
   }
   Call call = make_call(Collective::alltoallv, send, recv);
+  call.signature = detail::signature(fp);
   set_blocks(call.counts, call.displs, send_counts);
   set_blocks(call.recv_counts, call.recv_displs, recv_counts);
   return start(std::move(call), algorithm);

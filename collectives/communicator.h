@@ -9,8 +9,11 @@
 // those for ReduceOp::maxloc. Zero-length buffers are fine. Sizes are
 // checked against each other on the calling rank (CollectiveError naming the
 // operation, the argument and the rank); ranks that disagree about a call get
-// an error on every rank with check_calls (CommunicatorOptions), and MPI's
-// truncation error or the deadline without, never a silent wrong answer.
+// an error on every rank with check_calls (CommunicatorOptions), and without
+// it an error on the ranks that see it or the deadline, never a silent wrong
+// answer: the messages' tags carry the call's signature, receives check
+// their sizes, and native calls verify the signature beside MPI's call
+// (docs/collectives.md, "Ranks that disagree").
 //
 // The algorithm: the per-call argument if not `automatic`, else the
 // communicator's forced algorithm (if it implements the operation), else the

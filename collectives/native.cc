@@ -4,7 +4,18 @@
 // as its non-blocking "libnbc" for small messages) under a BlockingDeadline;
 // a non-blocking one posts MPI_Iallreduce, ... and is awaited like any other
 // request.
+//
+// Without the call checks, each call (but a barrier) verifies beside MPI's
+// own that every rank made the same one (Call::verify): a non-blocking
+// MPI_Iallreduce of its signature and its negation under MPI_MAX, posted
+// first, or for alltoallv an MPI_Ialltoall of the send counts against the
+// receive counts. MPI's messages carry no count, so without it a rank
+// that called with more elements than the others could return a partial
+// answer (a broadcast does, silently). Ranks that differ get an error; no
+// rank returns MPI's answer first.
 #include <mpi.h>
+
+#include <fmt/format.h>
 
 #include <climits>
 #include <cstring>
@@ -12,6 +23,7 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/blocking_deadline.h"
+#include "collectives/call_check.h"
 #include "collectives/error.h"
 
 namespace gnnrt::collectives::detail {
@@ -123,15 +135,60 @@ std::size_t staged_result_bytes(const Call& call, int rank) {
   return aliased ? mine : 0;
 }
 
+// The verification of a native call's signature (Call::verify), posted
+// before MPI's call and checked after both completed.
+struct Verification {
+  std::vector<int64_t> mine, theirs;
+
+  bool wanted(const Call& call) const { return call.verify != MPI_COMM_NULL; }
+  void post(const Call& call, MPI_Request* request) {
+    if (call.op == Collective::alltoallv) {
+      mine.assign(call.counts.begin(), call.counts.end());
+      theirs.assign(mine.size(), -1);
+      check_mpi(MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, call.verify, request),
+                "MPI_Ialltoall (counts)");
+      return;
+    }
+    const auto s = static_cast<int64_t>(call.signature >> 2);
+    mine = {s, -s};
+    theirs.assign(2, 0);
+    check_mpi(MPI_Iallreduce(mine.data(), theirs.data(), 2, MPI_INT64_T, MPI_MAX, call.verify, request),
+              "MPI_Iallreduce (signature)");
+  }
+  // Throws on every rank whose call differs from another's.
+  void check(const Call& call, int rank) const {
+    const std::string what = fmt::format("{}(native, {} bytes of {})", name(call.op), call.bytes(), name(call.type));
+    if (call.op == Collective::alltoallv) {
+      for (std::size_t q = 0; q < theirs.size(); ++q) {
+        if (static_cast<std::size_t>(theirs[q]) != call.recv_counts[q]) {
+          throw CollectiveError(fmt::format("rank {}: {}: rank {} sent {} elements to this rank, which expected {} "
+                                            "(recv_counts[{}]): the ranks disagree",
+                                            rank, what, q, theirs[q], call.recv_counts[q], q));
+        }
+      }
+      return;
+    }
+    if (theirs[0] != mine[0] || theirs[1] != mine[1]) throw CollectiveError(different_calls(rank, what, -1));
+  }
+};
+
 }  // namespace
 
 Task native(Transfers& t, const Call& call, Scratch& scratch) {
   std::vector<int> ints[4];  // live until the request completes
   const std::size_t staged = staged_result_bytes(call, t.rank());
   std::byte* result = staged > 0 ? scratch.get(staged) : call.recv;
+  Verification verification;
+  int verifying = -1;
+  if (verification.wanted(call)) {
+    MPI_Request check = MPI_REQUEST_NULL;
+    verification.post(call, &check);
+    verifying = t.adopt(check, -1);
+  }
   MPI_Request request = MPI_REQUEST_NULL;
   issue(call, t.comm(), t.rank(), &request, ints, result);
-  co_await t.wait(t.adopt(request, -1));
+  co_await t.wait(t.adopt(request, -1), verifying);
+  if (verifying >= 0) verification.check(call, t.rank());
   copy_bytes(call.recv, result, staged);
 }
 
@@ -139,10 +196,24 @@ void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_s
   std::vector<int> ints[4];
   std::vector<std::byte> staging(staged_result_bytes(call, rank));
   std::byte* result = staging.empty() ? call.recv : staging.data();
-  {
+  Verification verification;
+  MPI_Request check = MPI_REQUEST_NULL;
+  if (verification.wanted(call)) verification.post(call, &check);
+  try {
     BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
     issue(call, comm, rank, nullptr, ints, result);
+    if (check != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&check, MPI_STATUS_IGNORE), "MPI_Wait (signature)");
+  } catch (...) {
+    // MPI's call failed (a truncated message: another count) with the
+    // verification in flight: MPI may still write its buffers, which stay
+    // allocated for good (after a collective error the job ends).
+    if (check != MPI_REQUEST_NULL) {
+      MPI_Request_free(&check);
+      static_cast<void>(new Verification(std::move(verification)));
+    }
+    throw;
   }
+  if (verification.wanted(call)) verification.check(call, rank);
   copy_bytes(call.recv, result, staging.size());
 }
 

@@ -29,12 +29,13 @@ void Transfers::reset(int tag) {
   requests_.clear();
   peers_.clear();
   receives_.clear();
+  bytes_.clear();
   live_slot_.clear();
   free_.clear();
   suspended_ = {};
 }
 
-int Transfers::add(MPI_Request request, int peer, bool receive) {
+int Transfers::add(MPI_Request request, int peer, bool receive, std::size_t bytes) {
   int slot;
   if (!free_.empty()) {
     slot = free_.back();
@@ -42,12 +43,14 @@ int Transfers::add(MPI_Request request, int peer, bool receive) {
     requests_[slot] = request;
     peers_[slot] = peer;
     receives_[slot] = receive;
+    bytes_[slot] = bytes;
     live_slot_[slot] = 1;
   } else {
     slot = static_cast<int>(requests_.size());
     requests_.push_back(request);
     peers_.push_back(peer);
     receives_.push_back(receive);
+    bytes_.push_back(bytes);
     live_slot_.push_back(1);
   }
   ++live_;
@@ -65,7 +68,7 @@ int Transfers::irecv(int peer, void* data, std::size_t bytes) {
   MPI_Request request;
   const int rc = MPI_Irecv(data, message_bytes(bytes), MPI_BYTE, peer, tag_, comm_, &request);
   if (rc != MPI_SUCCESS) check_mpi(rc, "MPI_Irecv from rank " + std::to_string(peer));
-  return add(request, peer, true);
+  return add(request, peer, true, bytes);
 }
 
 int Transfers::adopt(MPI_Request request, int peer) { return add(request, peer, true); }
@@ -104,6 +107,19 @@ bool Transfers::poll() {
   // (The message is built only on failure: poll() is the hot loop.)
   if (rc != MPI_SUCCESS) check_mpi(rc, "MPI_Testall (" + pending_description() + ")");
   if (!done) return false;
+  // A message shorter than its receive: the sender's call was another one
+  // (truncation, a longer one, is MPI's error above).
+  for (std::size_t i = 0; i < awaited_.size(); ++i) {
+    const int slot = awaited_[i];
+    if (!receives_[slot] || peers_[slot] < 0) continue;
+    int got = 0;
+    MPI_Get_count(&statuses_[i], MPI_BYTE, &got);
+    if (static_cast<std::size_t>(got) != bytes_[slot]) {
+      throw CollectiveError("received " + std::to_string(got) + " bytes from rank " + std::to_string(peers_[slot]) +
+                            ", expected " + std::to_string(bytes_[slot]) +
+                            ": the ranks called this collective with different counts");
+    }
+  }
   for (int slot : awaited_) {
     free_.push_back(slot);
     live_slot_[slot] = 0;
@@ -111,6 +127,18 @@ bool Transfers::poll() {
   }
   awaited_.clear();
   return true;
+}
+
+int Transfers::foreign_sender() const {
+  constexpr int kSequence = (1 << 16) - 1;  // CommunicatorImpl::kSequenceBits
+  for (int slot : awaited_) {
+    if (requests_[slot] == MPI_REQUEST_NULL || !receives_[slot] || peers_[slot] < 0) continue;
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(peers_[slot], MPI_ANY_TAG, comm_, &flag, &status) != MPI_SUCCESS || !flag) continue;
+    if (status.MPI_TAG != tag_ && (status.MPI_TAG & kSequence) == (tag_ & kSequence)) return peers_[slot];
+  }
+  return -1;
 }
 
 std::string Transfers::pending_description() const {

@@ -59,15 +59,22 @@ class Transfers {
   std::string pending_description() const;
   // Cancels what can be cancelled (used when a coroutine failed).
   void abandon();
+  // Whether a peer this call waits for has sent a message of another call
+  // made at the same point (the same sequence number under another
+  // signature: the tag of CommunicatorImpl::next_tag): that peer's rank,
+  // or -1. Probes the peers of the awaited receives; for the wait loops,
+  // not the hot path.
+  int foreign_sender() const;
 
  private:
-  int add(MPI_Request request, int peer, bool receive);
+  int add(MPI_Request request, int peer, bool receive, std::size_t bytes = 0);
 
   MPI_Comm comm_;
   int tag_, rank_, size_;
   std::vector<MPI_Request> requests_;
   std::vector<int> peers_;
   std::vector<char> receives_;
+  std::vector<std::size_t> bytes_;  // a receive's posted size
   std::vector<char> live_slot_;
   std::vector<int> free_;
   std::vector<int> awaited_;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "collectives/call_check.h"
+#include "collectives/error.h"
 #include "collectives/work_state.h"
 
 namespace gnnrt::collectives {
@@ -56,6 +58,16 @@ bool advance(Transfers& transfers, Task& task) {
   return true;
 }
 
+void WorkState::fail(std::exception_ptr e) {
+  error = std::move(e);
+  transfers.abandon();
+  finished = true;
+  if (registered) {
+    std::erase(owner->in_flight, this);
+    registered = false;
+  }
+}
+
 bool WorkState::progress() {
   if (finished) return true;
   try {
@@ -78,6 +90,10 @@ bool WorkState::progress() {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A wait this long looks for a peer's message of another call (a peer that
+// called with another count): an error at once rather than at the deadline.
+constexpr auto kProbeAfter = std::chrono::milliseconds(2);
 
 Clock::duration deadline_of(const CommunicatorImpl& impl) {
   return std::chrono::duration_cast<Clock::duration>(
@@ -106,7 +122,7 @@ void deadline_passed(const CommunicatorImpl& impl, const std::string& what,
 
 void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm) {
   Transfers& transfers = *impl.blocking_transfers;
-  transfers.reset(impl.next_tag());
+  transfers.reset(impl.next_tag(call.signature));
   PooledScratch& scratch = impl.blocking_scratch;
   const auto started = Clock::now();
   const auto limit = deadline_of(impl);
@@ -117,8 +133,16 @@ void run_blocking(CommunicatorImpl& impl, const Call& call, Algorithm algorithm)
     while (!advance(transfers, task)) {
       // Operations started before this one advance too (see Work::wait).
       if (!impl.in_flight.empty()) impl.progress_all();
-      if ((++polls & 63) == 0 && Clock::now() - started > limit) {
-        deadline_passed(impl, describe_call(call, algorithm), started, transfers.pending_description());
+      if ((++polls & 63) == 0) {
+        const auto waited = Clock::now() - started;
+        if (waited > limit) {
+          deadline_passed(impl, describe_call(call, algorithm), started, transfers.pending_description());
+        }
+        if (waited > kProbeAfter) {
+          if (const int other = transfers.foreign_sender(); other >= 0) {
+            throw CollectiveError(different_calls(impl.rank, describe_call(call, algorithm), other));
+          }
+        }
       }
     }
   } catch (...) {
@@ -176,9 +200,18 @@ void Work::wait() {
   unsigned polls = 0;
   while (!test()) {
     // The clock costs ~20 ns; read it every 64 polls.
-    if ((++polls & 63) == 0 && detail::Clock::now() - state_->started > limit) {
+    if ((++polls & 63) != 0) continue;
+    const auto waited = detail::Clock::now() - state_->started;
+    if (waited > limit) {
       detail::deadline_passed(*state_->owner, state_->describe(), state_->started,
                               state_->transfers.pending_description());
+    }
+    if (waited > detail::kProbeAfter && state_->description.empty()) {  // a collective, not point to point
+      if (const int other = state_->transfers.foreign_sender(); other >= 0) {
+        state_->fail(std::make_exception_ptr(
+            CollectiveError(detail::different_calls(state_->owner->rank, state_->describe(), other))));
+        std::rethrow_exception(state_->error);
+      }
     }
   }
 }

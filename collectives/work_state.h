@@ -67,7 +67,10 @@ class CommunicatorImpl {
   std::optional<Transfers> blocking_transfers;
   PooledScratch blocking_scratch{pool};
 
-  int next_tag();
+  // The tag of the next call: its sequence number and, where MPI's tags have
+  // 31 bits, 15 bits of its signature (Call::signature) above 16 of sequence.
+  int next_tag(uint64_t signature = 0);
+  static constexpr int kSequenceBits = 16;
   void progress_all();
 
  private:
@@ -84,6 +87,8 @@ struct WorkState {
   bool progress();
   // Starts `task` (already bound to transfers/scratch/call) and registers.
   void launch(Task task);
+  // Ends it with `e` (found outside its task): finished, unregistered.
+  void fail(std::exception_ptr e);
 
   std::shared_ptr<CommunicatorImpl> owner;
   // What it is, for errors and logs: given as text (halo exchange, point to
