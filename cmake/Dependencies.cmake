@@ -26,6 +26,10 @@ set_target_properties(gnnrt::metis PROPERTIES
 # xxHash
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 add_library(gnnrt::xxhash ALIAS PkgConfig::XXHASH)
+# libsodium: the launcher's per-rank tokens (HMAC-SHA-256 of the job's
+# secret) and their constant-time comparison; no home-made cryptography.
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
+add_library(gnnrt::sodium ALIAS PkgConfig::SODIUM)
 
 # Random123: header-only
 find_path(RANDOM123_INCLUDE_DIR Random123/philox.h REQUIRED)

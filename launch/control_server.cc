@@ -93,8 +93,9 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
         server_.drop(id_, "first message is not a hello", false);
         return false;
       }
-      if (m.hello().token() != server_.token_) {
-        server_.drop(id_, "wrong token", false);
+      if (!server_.check_(m.hello())) {
+        server_.drop(id_, fmt::format("wrong token for rank {} of attempt {}", m.hello().rank(), m.hello().attempt()),
+                     false);
         return false;
       }
       if (server_.connections() - server_.pending() >= server_.limits_.max_registered) {
@@ -143,9 +144,9 @@ class ControlServer::Session : public std::enable_shared_from_this<Session> {
   bool registered_ = false, closed_ = false;
 };
 
-ControlServer::ControlServer(asio::io_context& io, const asio::ip::address& address, std::string token,
+ControlServer::ControlServer(asio::io_context& io, const asio::ip::address& address, TokenCheck check,
                              ControlLimits limits, Handler& handler)
-    : io_(io), acceptor_(io, tcp::endpoint(address, 0)), token_(std::move(token)), limits_(limits),
+    : io_(io), acceptor_(io, tcp::endpoint(address, 0)), check_(std::move(check)), limits_(limits),
       handler_(handler), retry_(io) {
   // Not inherited by mpirun and the ranks it starts.
   ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);

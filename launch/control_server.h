@@ -1,6 +1,6 @@
 // The launcher's side of the control protocol (docs/launcher.md): a
 // Boost.Asio TCP server on one address and a free port. Each connection must
-// send a Hello with the job's token within the hello timeout; then its
+// send a Hello with its rank's token within the hello timeout; then its
 // messages go to the Handler. A connection with the wrong token, an
 // oversized, truncated or malformed frame, too many connections, or a
 // client that says nothing for the idle timeout is dropped and logged; the
@@ -44,7 +44,11 @@ class ControlServer {
     virtual void on_closed(SessionId id, const std::string& reason) = 0;
   };
 
-  ControlServer(boost::asio::io_context& io, const boost::asio::ip::address& address, std::string token,
+  // Whether a hello's token is the one of the rank and attempt it claims
+  // (JobSecret::accepts). Called on the io thread.
+  using TokenCheck = std::function<bool(const proto::Hello&)>;
+
+  ControlServer(boost::asio::io_context& io, const boost::asio::ip::address& address, TokenCheck check,
                 ControlLimits limits, Handler& handler);
   ~ControlServer();
   boost::asio::ip::tcp::endpoint endpoint() const;
@@ -66,7 +70,7 @@ class ControlServer {
 
   boost::asio::io_context& io_;
   boost::asio::ip::tcp::acceptor acceptor_;
-  std::string token_;
+  TokenCheck check_;
   ControlLimits limits_;
   Handler& handler_;
   std::map<SessionId, std::shared_ptr<Session>> sessions_;

@@ -5,8 +5,12 @@
 #include <netinet/in.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
 
@@ -28,6 +32,8 @@
 
 #include "launch/console.h"
 #include "launch/control_server.h"
+#include "launch/tokens.h"
+#include "model/checkpoint.h"
 #include "model/job.h"
 
 namespace gnnrt::launch {
@@ -65,28 +71,56 @@ bool exited_within(bp::child& child, double seconds) {
   return !child.running();
 }
 
-// A per-job secret the ranks present when they register.
-std::string random_token() {
-  std::random_device device;
-  std::string token;
-  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
-  return token;
-}
 
-// With --hosts: the first IPv4 address of an interface that is up and not
-// loopback (the one other hosts can reach).
-std::string host_address() {
+// This host's IPv4 addresses (every interface's, loopback included).
+std::vector<asio::ip::address> local_addresses() {
+  std::vector<asio::ip::address> found;
   ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "127.0.0.1";
-  std::string found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    const auto ip = asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr));
-    if (!ip.is_loopback()) found = ip.to_string();
+    found.push_back(asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr)));
   }
   freeifaddrs(list);
-  return found.empty() ? "127.0.0.1" : found;
+  return found;
 }
+
+}  // namespace
+
+// With --hosts: the address of this host's interface that routes to the
+// first host that is not this one (the kernel's choice for a UDP socket
+// connected there; nothing is sent), so that the remote ranks reach the
+// control server on the network they share with this host, whatever other
+// interfaces it has. Loopback when every host is this one.
+std::string control_address_for(const std::vector<HostSlots>& hosts) {
+  asio::io_context io;
+  asio::ip::udp::resolver resolver(io);
+  const auto mine = local_addresses();
+  for (const auto& h : hosts) {
+    boost::system::error_code ec;
+    const auto found = resolver.resolve(asio::ip::udp::v4(), h.host, "9", ec);
+    if (ec || found.empty()) {
+      throw std::invalid_argument(fmt::format("launch: cannot resolve host '{}' ({}) to choose the control server's "
+                                              "address; name one with --control-address",
+                                              h.host, ec ? ec.message() : "no IPv4 address"));
+    }
+    const auto peer = found.begin()->endpoint();
+    const auto address = peer.address();
+    if (address.is_loopback() || std::find(mine.begin(), mine.end(), address) != mine.end()) continue;
+    asio::ip::udp::socket probe(io);
+    probe.open(asio::ip::udp::v4(), ec);
+    if (!ec) probe.connect(peer, ec);
+    if (ec) {
+      throw std::invalid_argument(fmt::format("launch: no route from this host to '{}' ({}): {}; name the control "
+                                              "server's address with --control-address",
+                                              h.host, address.to_string(), ec.message()));
+    }
+    return probe.local_endpoint().address().to_string();
+  }
+  return "127.0.0.1";
+}
+
+namespace {
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,@%+") ==
@@ -281,17 +315,33 @@ class Launcher {
   int run();
 
  private:
-  std::vector<std::string> mpirun_argv(int ranks, const std::vector<HostSlots>& hosts, int attempt) const;
+  // mpirun and its options, and the command each rank runs (gnnrt and its
+  // arguments). By hand: options, -np N, command; the launcher runs
+  // options, --app FILE, with one line per rank giving it its own token.
+  struct MpirunCommand {
+    std::vector<std::string> options, command;
+    std::vector<std::string> by_hand(int ranks) const;
+  };
+  MpirunCommand mpirun_command(int ranks, const std::vector<HostSlots>& hosts, int attempt) const;
+  // Writes RUN/launch/appfile-<attempt> (mode 0600): rank r's line passes
+  // its token, the command itself travels in GNNRT_LAUNCH_ARGV (an appfile
+  // cannot quote an argument).
+  fs::path write_appfile(int ranks, int attempt, const std::vector<std::string>& command) const;
   // Runs one attempt; returns true when the job finished (or stopped on request).
   bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
   void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
   void kill_job_processes() const;
   bool host_answers(const HostSlots& h) const;
   void show_progress(bool final);
+  // The checkpoint folder the ranks write (the job's, or RUN/checkpoints).
+  fs::path effective_checkpoint_dir() const {
+    return c_.job.checkpoint().dir().empty() ? run_dir_ / "checkpoints" : fs::path(c_.job.checkpoint().dir());
+  }
 
   LaunchCommand& c_;
   fs::path run_dir_;
-  std::string token_, address_;
+  std::optional<JobSecret> secret_;
+  std::string job_id_, address_;
   asio::io_context io_;
   Supervisor supervisor_;
   std::unique_ptr<ControlServer> server_;
@@ -308,10 +358,42 @@ class Launcher {
   std::string first_failure_verdict_;
 };
 
-std::vector<std::string> Launcher::mpirun_argv(int ranks, const std::vector<HostSlots>& hosts, int attempt) const {
-  std::vector<std::string> a{"mpirun"};
-  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+std::vector<std::string> Launcher::MpirunCommand::by_hand(int ranks) const {
+  std::vector<std::string> a = options;
   a.insert(a.end(), {"-np", std::to_string(ranks)});
+  a.insert(a.end(), command.begin(), command.end());
+  return a;
+}
+
+fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<std::string>& command) const {
+  const std::string exe = command.front();
+  if (exe.find_first_of(" \t\n'\"\\") != std::string::npos) {
+    throw std::runtime_error(fmt::format("launch: the path of gnnrt ({}) has a space or quote, which an Open MPI "
+                                         "appfile cannot hold; run it from another folder",
+                                         exe));
+  }
+  const fs::path dir = run_dir_ / "launch";
+  fs::create_directories(dir);
+  const fs::path path = dir / fmt::format("appfile-{}", attempt);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(errno)));
+  std::string text;
+  for (int r = 0; r < ranks; ++r) {
+    text += fmt::format("-np 1 -x GNNRT_LAUNCH_TOKEN={} {}\n", secret_->token(r, attempt), exe);
+  }
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!written) throw std::runtime_error("launch: cannot write " + path.string());
+  // The ranks' command, argument for argument.
+  setenv("GNNRT_LAUNCH_ARGV", nlohmann::json(std::vector<std::string>(command.begin() + 1, command.end())).dump().c_str(), 1);
+  return path;
+}
+
+Launcher::MpirunCommand Launcher::mpirun_command(int ranks, const std::vector<HostSlots>& hosts, int attempt) const {
+  MpirunCommand m;
+  std::vector<std::string>& a = m.options;
+  a.push_back("mpirun");
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool oversubscribed = false;
   if (!hosts.empty()) {
@@ -343,32 +425,35 @@ std::vector<std::string> Launcher::mpirun_argv(int ranks, const std::vector<Host
   // launcher's environment (collective deadline and tuning, OpenMP
   // settings): -x passes them to remote ranks too, which over ssh would
   // not inherit them.
-  std::vector<std::string> names{"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_TOKEN", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
-                                 "GNNRT_LAUNCH_LOST_TIMEOUT"};
+  // GNNRT_LAUNCH_TOKEN is not among them: each rank's own comes with its
+  // line of the appfile.
+  std::vector<std::string> names{"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_JOB", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
+                                 "GNNRT_LAUNCH_LOST_TIMEOUT", "GNNRT_LAUNCH_ARGV"};
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string v(*e);
     const std::string name = v.substr(0, v.find('='));
     if ((name.rfind("GNNRT_", 0) == 0 || name.rfind("OMP_", 0) == 0) && name != "GNNRT_FAULT" &&
-        std::find(names.begin(), names.end(), name) == names.end()) {
+        name != "GNNRT_LAUNCH_TOKEN" && std::find(names.begin(), names.end(), name) == names.end()) {
       names.push_back(name);
     }
   }
   if (attempt == 0 && !c_.fault.empty()) names.push_back("GNNRT_FAULT");
   for (const auto& name : names) a.insert(a.end(), {"-x", name});
-  for (const auto& m : c_.mpirun_args) a.push_back(m);
-  a.push_back(fs::read_symlink("/proc/self/exe").string());
-  for (const auto& arg : c_.command) a.push_back(arg);
+  for (const auto& o : c_.mpirun_args) a.push_back(o);
+  std::vector<std::string>& cmd = m.command;
+  cmd.push_back(fs::read_symlink("/proc/self/exe").string());
+  for (const auto& arg : c_.command) cmd.push_back(arg);
   if (c_.is_train) {
-    a.insert(a.end(), {"--metrics", (run_dir_ / "metrics.jsonl").string()});
+    cmd.insert(cmd.end(), {"--metrics", (run_dir_ / "metrics.jsonl").string()});
     if (c_.job.checkpoint().dir().empty()) {
-      a.insert(a.end(), {"--set", "checkpoint.dir=" + (run_dir_ / "checkpoints").string()});
+      cmd.insert(cmd.end(), {"--set", "checkpoint.dir=" + (run_dir_ / "checkpoints").string()});
     }
-    if (c_.job.checkpoint().every() == 0) a.insert(a.end(), {"--set", "checkpoint.every=1"});
+    if (c_.job.checkpoint().every() == 0) cmd.insert(cmd.end(), {"--set", "checkpoint.every=1"});
     if (c_.job.partition().parts() != 0 && c_.job.partition().parts() != ranks) {
-      a.insert(a.end(), {"--set", fmt::format("partition.parts={}", ranks)});
+      cmd.insert(cmd.end(), {"--set", fmt::format("partition.parts={}", ranks)});
     }
   }
-  return a;
+  return m;
 }
 
 void Launcher::show_progress(bool final) {
@@ -445,7 +530,7 @@ void Launcher::stop_job(bp::child& mpirun, bp::group& group, bool rank_ended) {
 }
 
 void Launcher::kill_job_processes() const {
-  const std::string marker = "GNNRT_LAUNCH_TOKEN=" + token_;
+  const std::string marker = "GNNRT_LAUNCH_JOB=" + job_id_;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
@@ -473,9 +558,16 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   } else {
     unsetenv("GNNRT_FAULT");
   }
-  const auto argv = mpirun_argv(ranks, hosts, index);
-  const std::string line = join_command(argv);
+  const MpirunCommand command = mpirun_command(ranks, hosts, index);
+  const fs::path appfile = write_appfile(ranks, index, command.command);
+  std::vector<std::string> argv = command.options;
+  argv.insert(argv.end(), {"--app", appfile.string()});
+  // The command as one would type it (without the launcher's tokens), and
+  // what runs: the same options with an appfile of one line per rank.
+  const std::string line = join_command(command.by_hand(ranks));
   spdlog::info("attempt {}: {}", index, line);
+  spdlog::info("attempt {}: runs {} (each rank's token in its line of the appfile; its arguments in "
+               "GNNRT_LAUNCH_ARGV)", index, join_command(argv));
   if (index == 0) std::cerr << "gnnrt launch: " << line << "\n";
   events_->write({{"event", index == 0 ? "start" : "restart"}, {"attempt", index}, {"ranks", ranks},
                   {"command", line}});
@@ -620,6 +712,8 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   // Stopping twice is harmless (mpirun has been waited for); a finished
   // job's mpirun has exited, or is stopped here after the finish deadline.
   stop_job(mpirun, group, failure && (failure->kind == "killed" || failure->kind == "exit"));
+  std::error_code gone;
+  fs::remove(appfile, gone);  // its tokens are of no use once the attempt is over
   if (c_.is_train) show_progress(true);
   if (finished) {
     bool stopped = false;
@@ -647,6 +741,20 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     record["host"] = failure->host;
     record["pid"] = failure->pid;
   }
+  // Where a restart will resume: the newest checkpoint that loads, read
+  // after every process of the attempt is gone.
+  if (c_.is_train) {
+    const fs::path dir = effective_checkpoint_dir();
+    try {
+      if (const auto newest = model::load_newest_checkpoint(dir)) {
+        record["checkpoint"] = {{"file", newest->path.string()}, {"epoch", newest->state.epoch()}};
+      } else {
+        record["checkpoint"] = {{"file", nullptr}, {"epoch", 0}};
+      }
+    } catch (const std::exception& e) {
+      record["checkpoint"] = {{"error", e.what()}};
+    }
+  }
   if (!verdict.empty()) record["mpirun"] = verdict;
   events_->write(record);
   std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure->reason
@@ -664,7 +772,7 @@ int Launcher::run() {
   tty_ = isatty(1) != 0;
   run_dir_ = fs::absolute(c_.run_dir);
   if (c_.dry_run) {
-    std::cout << join_command(mpirun_argv(c_.ranks, c_.hosts, 0)) << "\n";
+    std::cout << join_command(mpirun_command(c_.ranks, c_.hosts, 0).by_hand(c_.ranks)) << "\n";
     return 0;
   }
   fs::create_directories(run_dir_ / "logs");
@@ -691,21 +799,37 @@ int Launcher::run() {
   if (bp::search_path("mpirun").empty()) {
     throw std::runtime_error("launch: mpirun is not on PATH (Debian: apt-get install openmpi-bin)");
   }
-  token_ = random_token();
-  address_ = !c_.control_address.empty() ? c_.control_address : c_.hosts.empty() ? "127.0.0.1" : host_address();
+  secret_ = JobSecret::draw();
+  job_id_ = random_job_id();
+  address_ = !c_.control_address.empty() ? c_.control_address
+             : c_.hosts.empty()            ? "127.0.0.1"
+                                           : control_address_for(c_.hosts);
   ControlLimits limits;
   limits.max_registered = 4 * c_.ranks + 16;
   // Silence is the supervisor's to judge (it names the rank); the server's
   // idle limit only ends connections nobody watches any more.
   limits.idle_seconds = c_.heartbeat_timeout + 10;
-  server_ = std::make_unique<ControlServer>(io_, asio::ip::make_address(address_), token_, limits, supervisor_);
+  // A hello must carry the token of the rank and attempt it claims (the
+  // supervisor then refuses other attempts and ranks registered twice).
+  const JobSecret& secret = *secret_;
+  try {
+    server_ = std::make_unique<ControlServer>(
+        io_, asio::ip::make_address(address_),
+        [&secret](const proto::Hello& h) { return secret.accepts(h.token(), h.rank(), h.attempt()); }, limits,
+        supervisor_);
+  } catch (const boost::system::system_error& e) {
+    throw std::invalid_argument(fmt::format("launch: the control server cannot listen on {}{}: {}", address_,
+                                            c_.control_address.empty() ? "" : " (--control-address)",
+                                            e.code().message()));
+  }
   const auto endpoint = server_->endpoint();
   {
     nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()}};
     std::ofstream(run_dir_ / "control.json") << where.dump() << '\n';
   }
   setenv("GNNRT_LAUNCH_ADDR", fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()).c_str(), 1);
-  setenv("GNNRT_LAUNCH_TOKEN", token_.c_str(), 1);
+  setenv("GNNRT_LAUNCH_JOB", job_id_.c_str(), 1);
+  unsetenv("GNNRT_LAUNCH_TOKEN");  // a launcher started by a launcher's rank holds none of its own
   setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
   setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
   // The ranks' colour: a rank cannot tell (its output is Open MPI's
@@ -778,6 +902,10 @@ int Launcher::run() {
       break;
     }
     ++restarts_;
+    if (c_.restart_delay > 0) {
+      spdlog::info("restart {} in {:.1f} s (--restart-delay)", restarts_, c_.restart_delay);
+      std::this_thread::sleep_for(std::chrono::duration<double>(c_.restart_delay));
+    }
     // With --min-ranks: go on with the hosts that still answer.
     if (!hosts.empty() && c_.min_ranks < c_.ranks) {
       std::vector<HostSlots> alive;

@@ -38,6 +38,7 @@ struct LaunchCommand {
   double progress_timeout = 1800;      // s without a finished epoch (train): the job is stuck
   double start_timeout = 300;          // s for every rank to register
   double grace = 5;                    // s between SIGTERM and SIGKILL
+  double restart_delay = 0;            // s to wait before each restart
   std::vector<std::string> mpirun_args;  // --mpirun-arg, appended to mpirun's options
   std::string control_address;         // --control-address (default: loopback, or this host's with --hosts)
   std::string fault;                   // hidden --inject-fault KIND:RANK:EPOCH (first attempt only)
@@ -52,6 +53,12 @@ struct LaunchCommand {
 
 // "h1:2,h2:2" -> hosts; throws std::invalid_argument naming the bad part.
 std::vector<HostSlots> parse_hosts(const std::string& text);
+
+// With --hosts and no --control-address: the address of this host's
+// interface that routes to the first host that is not this one (loopback
+// when all are this one). Throws std::invalid_argument naming a host that
+// does not resolve or cannot be reached.
+std::string control_address_for(const std::vector<HostSlots>& hosts);
 
 // Runs the job to its end; returns the exit status (0 done, 1 failed after
 // the restarts, 2 bad usage, 128 + signal when stopped by SIGINT/SIGTERM).

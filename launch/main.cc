@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "collectives/environment.h"
@@ -216,6 +218,10 @@ CLI::App* add_launch_command(CLI::App& app, gnnrt::launch::LaunchCommand& c, std
   cmd->add_option("--grace", c.grace, "Seconds between SIGTERM and SIGKILL when stopping the job")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--restart-delay", c.restart_delay,
+                  "Seconds to wait before each restart (a host or a disk may need a moment)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--mpirun-arg", c.mpirun_args,
                   "Pass this argument to mpirun (repeatable; write --mpirun-arg=--mca for a leading dash)");
   cmd->add_option("--control-address", c.control_address,
@@ -283,6 +289,24 @@ int run_launch_command(gnnrt::launch::LaunchCommand& c, const std::string& hosts
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A rank started by `gnnrt launch` gets its arguments in GNNRT_LAUNCH_ARGV
+  // (JSON): the launcher's appfile, which gives each rank its own token,
+  // cannot quote an argument.
+  std::vector<std::string> launched;
+  std::vector<char*> launched_argv;
+  if (const char* packed = std::getenv("GNNRT_LAUNCH_ARGV"); argc == 1 && packed != nullptr && *packed != '\0') {
+    try {
+      launched = nlohmann::json::parse(packed).get<std::vector<std::string>>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gnnrt: error: GNNRT_LAUNCH_ARGV is not a JSON list of strings: %s\n", e.what());
+      return 2;
+    }
+    launched_argv.push_back(argv[0]);
+    for (auto& a : launched) launched_argv.push_back(a.data());
+    launched_argv.push_back(nullptr);
+    argc = static_cast<int>(launched_argv.size()) - 1;
+    argv = launched_argv.data();
+  }
   CLI::App app{"gnnrt: graph neural network training on simulated NeuronCores"};
   app.require_subcommand(1);
   app.set_version_flag("--version", GNNRT_VERSION);

@@ -17,6 +17,7 @@ packages=(
   nlohmann-json3-dev
   librandom123-dev
   libxxhash-dev
+  libsodium-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   python3 python3-numpy python3-matplotlib
