@@ -613,7 +613,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     if (c_.is_train) show_progress(false);
     std::lock_guard lock(supervisor_.mutex);
     auto& s = supervisor_;
-    if (index > 0 && s.has_latest && !resumed) {
+    if (s.has_latest && !resumed && (index > 0 || s.start_epoch > 0)) {
       resumed = true;  // training again: the first epoch of a restart
       events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.start_epoch + 1},
                       {"resumed_after", s.start_epoch}, {"at", s.first_progress}});
