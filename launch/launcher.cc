@@ -326,7 +326,10 @@ class Launcher {
   // Writes RUN/launch/appfile-<attempt> (mode 0600): rank r's line passes
   // its token, the command itself travels in GNNRT_LAUNCH_ARGV (an appfile
   // cannot quote an argument).
-  fs::path write_appfile(int ranks, int attempt, const std::vector<std::string>& command) const;
+  // With hosts, each line also names its rank's host: ranks fill the hosts'
+  // slots in order, as mpirun maps one app context.
+  fs::path write_appfile(int ranks, int attempt, const std::vector<HostSlots>& hosts,
+                         const std::vector<std::string>& command) const;
   // Runs one attempt; returns true when the job finished (or stopped on request).
   bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
   void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
@@ -365,7 +368,8 @@ std::vector<std::string> Launcher::MpirunCommand::by_hand(int ranks) const {
   return a;
 }
 
-fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<std::string>& command) const {
+fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<HostSlots>& hosts,
+                                 const std::vector<std::string>& command) const {
   const std::string exe = command.front();
   if (exe.find_first_of(" \t\n'\"\\") != std::string::npos) {
     throw std::runtime_error(fmt::format("launch: the path of gnnrt ({}) has a space or quote, which an Open MPI "
@@ -378,8 +382,19 @@ fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<std::
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(errno)));
   std::string text;
+  size_t host = 0;
+  int used = 0;
   for (int r = 0; r < ranks; ++r) {
-    text += fmt::format("-np 1 -x GNNRT_LAUNCH_TOKEN={} {}\n", secret_->token(r, attempt), exe);
+    std::string where;
+    if (!hosts.empty()) {
+      while (host + 1 < hosts.size() && used >= hosts[host].slots) {
+        ++host;
+        used = 0;
+      }
+      ++used;
+      where = fmt::format("-host {} ", hosts[host].host);
+    }
+    text += fmt::format("-np 1 {}-x GNNRT_LAUNCH_TOKEN={} {}\n", where, secret_->token(r, attempt), exe);
   }
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ::close(fd);
@@ -559,7 +574,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     unsetenv("GNNRT_FAULT");
   }
   const MpirunCommand command = mpirun_command(ranks, hosts, index);
-  const fs::path appfile = write_appfile(ranks, index, command.command);
+  const fs::path appfile = write_appfile(ranks, index, hosts, command.command);
   std::vector<std::string> argv = command.options;
   argv.insert(argv.end(), {"--app", appfile.string()});
   // The command as one would type it (without the launcher's tokens), and

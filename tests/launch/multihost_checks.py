@@ -47,6 +47,12 @@ def no_leftovers(name, run_dir, wait=20):
 shutil.rmtree(WORK, ignore_errors=True)
 WORK.mkdir(parents=True)
 
+def same_keys(a, b, what):
+    """Both runs wrote parameters, and the same names: comparing two empty
+    folders proves nothing."""
+    return check(a and b and set(a) == set(b), f"{what}: parameter names {sorted(a)} and {sorted(b)}")
+
+
 # ---- 2 hosts, 4 ranks: the single-host result ----
 epochs = ["--set", "schedule.epochs=12"]
 one = subprocess.run([GNNRT, *TRAIN, *epochs, "--params-out", str(WORK / "one")], capture_output=True, text=True)
@@ -56,10 +62,16 @@ p = subprocess.run(on_host(1, [GNNRT, "launch", "-n", "4", "--hosts", HOSTS, *MP
                                *TRAIN, *epochs, "--params-out", str(WORK / "two_hosts_params")]),
                    capture_output=True, text=True, timeout=300)
 check(p.returncode == 0, f"two hosts: exit {p.returncode}\n{(p.stdout + p.stderr)[-4000:]}")
-if p.returncode == 0:
-    a, b = params(WORK / "one"), params(WORK / "two_hosts_params")
+# The control server listens where h2 can reach it (the route to h2), not
+# on h1's first interface (the decoy 198.19.0.1).
+where = json.loads((run / "control.json").read_text()) if (run / "control.json").exists() else {}
+check(where.get("address") == "198.18.0.1", f"two hosts: the control server listened on {where.get('address')}, "
+                                            "not on 198.18.0.1 (the interface that routes to h2)")
+a = params(WORK / "one") if (WORK / "one").exists() else {}
+b = params(WORK / "two_hosts_params") if (WORK / "two_hosts_params").exists() else {}
+if same_keys(a, b, "two hosts"):
     worst = max(float(np.max(np.abs(a[k] - b[k]) / (np.abs(a[k]) + 1e-6))) for k in a)
-    check(set(a) == set(b) and all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a),
+    check(all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a),
           f"two hosts: parameters differ from one rank (worst relative {worst:.2e})")
     print(f"two hosts vs one rank: worst relative difference {worst:.2e}")
     for k, host in ((0, "h1"), (1, "h1"), (2, "h2"), (3, "h2")):
@@ -70,6 +82,7 @@ no_leftovers("two hosts", run)
 # ---- bench collectives across the hosts (TCP) ----
 run = WORK / "bench"
 p = subprocess.run(on_host(1, [GNNRT, "launch", "-n", "2", "--hosts", "198.18.0.1:1,198.18.0.2:1", *MPI,
+                               "--control-address", "198.18.0.1",
                                "--run-dir", str(run), "--", "bench", "collectives", "--op", "allreduce",
                                "--algorithm", "native", "--min-bytes", "8", "--max-bytes", "16777216",
                                "--seconds", "0.2", "--json", str(WORK / "bench.json")]),
@@ -82,7 +95,15 @@ if (WORK / "bench.json").exists():
         if r.get("bytes") in (8, 16777216):
             figures[f"tcp_allreduce_{r['bytes']}B"] = {"avg_us": r["avg_us"], "busbw_GBps": r["busbw"]}
     print("across namespaces:", json.dumps(figures))
+where = json.loads((run / "control.json").read_text()) if (run / "control.json").exists() else {}
+check(where.get("address") == "198.18.0.1", f"bench: --control-address 198.18.0.1, but it listened on {where}")
 no_leftovers("bench", run)
+# An address this host does not have: one clear line, exit 2.
+p = subprocess.run(on_host(1, [GNNRT, "launch", "-n", "2", "--hosts", "198.18.0.1:1,198.18.0.2:1", *MPI,
+                               "--control-address", "198.18.0.77", "--run-dir", str(WORK / "bad_address"), "--",
+                               "bench", "collectives", "--max-bytes", "8"]), capture_output=True, text=True, timeout=60)
+check(p.returncode == 2 and "cannot listen on 198.18.0.77 (--control-address)" in p.stderr,
+      f"bad --control-address: exit {p.returncode}\n{p.stderr[-1000:]}")
 
 # ---- h2's link cut mid-run: detected, restarted on h1 alone (--min-ranks 2) ----
 run = WORK / "cut"
@@ -117,8 +138,10 @@ if fail and training:
     t1 = iso(training["at"])
     figures["cut_training_again_s"] = round(t1 - t, 3)
 ref = subprocess.run([GNNRT, *TRAIN, *long, "--params-out", str(WORK / "cut_ref")], capture_output=True, text=True)
-if launcher.returncode == 0 and ref.returncode == 0:
-    a, b = params(WORK / "cut_ref"), params(WORK / "cut_params")
+check(ref.returncode == 0, f"cut: the reference run failed (exit {ref.returncode}): {ref.stderr[-2000:]}")
+a = params(WORK / "cut_ref") if (WORK / "cut_ref").exists() else {}
+b = params(WORK / "cut_params") if (WORK / "cut_params").exists() else {}
+if same_keys(a, b, "cut"):
     check(all(np.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a),
           "cut: the result after the restart on fewer ranks differs from an uninterrupted run beyond rtol 1e-5")
 # Nothing of the job may be left on either side while h2 is still cut off
@@ -136,9 +159,10 @@ check(p.returncode == 0, f"remote kill: exit {p.returncode}\n{(p.stdout + p.stde
 ev = events(run)
 fail = next((e for e in ev if e["event"] == "failure"), {})
 check(fail.get("rank") == 3 and fail.get("host") == "h2", f"remote kill: failure record {fail}")
-if p.returncode == 0:
-    a, b = params(WORK / "two_hosts_params"), params(WORK / "remote_kill_params")
-    check(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a),
+a = params(WORK / "two_hosts_params") if (WORK / "two_hosts_params").exists() else {}
+b = params(WORK / "remote_kill_params") if (WORK / "remote_kill_params").exists() else {}
+if same_keys(a, b, "remote kill"):
+    check(all(np.array_equal(a[k], b[k]) for k in a),
           "remote kill: parameters after the restart differ from the uninterrupted 2-host run")
 no_leftovers("remote kill", run)
 

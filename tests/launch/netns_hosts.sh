@@ -7,7 +7,8 @@
 #                                          caller's EXIT trap must call netns_down
 #   netns_run I CMD...                     runs CMD on host hI
 #   netns_link I up|down                   connects or cuts host hI (I >= 2)
-# h1 holds the bridge of the segment (198.18.0.0/24); hK is 198.18.0.K.
+# h1 holds the bridge of the segment (198.18.0.0/24); hK is 198.18.0.K; h1
+# also has a decoy interface on 198.19.0.1/24 that nothing routes to.
 set -euo pipefail
 
 NETNS_TAG=${NETNS_TAG:-g$$}
@@ -36,6 +37,14 @@ netns_up() {
     ip netns add "${NETNS_TAG}h$i"
     ip -n "${NETNS_TAG}h$i" link set lo up
   done
+  # A decoy first: h1's first non-loopback interface is one end of a veth
+  # pair with both ends in h1, on 198.19.0.1/24, which no other host can
+  # reach (an address picked by interface order instead of by route would
+  # be this one).
+  ip -n "${NETNS_TAG}h1" link add "${NETNS_TAG}dx" type veth peer name "${NETNS_TAG}dy"
+  ip -n "${NETNS_TAG}h1" addr add 198.19.0.1/24 dev "${NETNS_TAG}dx"
+  ip -n "${NETNS_TAG}h1" link set "${NETNS_TAG}dx" up
+  ip -n "${NETNS_TAG}h1" link set "${NETNS_TAG}dy" up
   # One segment: a bridge in h1 (198.18.0.1), and a veth pair from each
   # other host hK (198.18.0.K) to it.
   ip -n "${NETNS_TAG}h1" link add "${NETNS_TAG}br" type bridge
