@@ -840,4 +840,11 @@ uint64_t dataset_fingerprint(const Dataset& d) {
   return sum;
 }
 
+std::vector<int32_t> node_ids_32(const std::vector<int64_t>& ids, int64_t num_nodes, std::string_view what) {
+  if (num_nodes > std::numeric_limits<int32_t>::max()) {
+    throw std::invalid_argument(fmt::format("{}: {} nodes exceed the 2^31 a core indexes", what, num_nodes));
+  }
+  return {ids.begin(), ids.end()};
+}
+
 }  // namespace gnnrt::model

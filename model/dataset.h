@@ -131,6 +131,10 @@ Dataset make_synthetic(const SyntheticSpec& spec);
 // so those features turn dense first.
 void normalize_features(Dataset& d);
 
+// Node ids as a core's 32-bit indices; throws std::invalid_argument naming
+// `what` when the graph's `num_nodes` do not fit (2^31 or more).
+std::vector<int32_t> node_ids_32(const std::vector<int64_t>& ids, int64_t num_nodes, std::string_view what);
+
 // An xxHash64 of everything the dataset holds (sizes, features in either
 // form, labels, edges, masks): its identity, compared across ranks.
 uint64_t dataset_fingerprint(const Dataset& d);

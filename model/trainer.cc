@@ -42,12 +42,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::vector<int32_t> to_int32(const std::vector<int64_t>& v, int64_t bound, const char* what) {
-  if (bound > std::numeric_limits<int32_t>::max()) {
-    throw std::invalid_argument(fmt::format("{}: {} nodes exceed the 2^31 a core indexes", what, bound));
-  }
-  return {v.begin(), v.end()};
-}
 
 // The dataset's edges without self loops and one self loop per node (PyG's
 // remove_self_loops + add_self_loops, as GCNConv and GATConv do), numbered
@@ -742,7 +736,7 @@ void bind_sparse_features(Core& core, const SparseFeatures& x, int64_t rows, int
 NetworkShape bind_dataset(Core& core, const Dataset& data, const proto::Model& model) {
   const int64_t n = data.num_nodes;
   core.bind_graph(kGraph, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(
-                              to_int32(data.src, n, "graph"), to_int32(data.dst, n, "graph"), n, n)));
+                              node_ids_32(data.src, n, "graph"), node_ids_32(data.dst, n, "graph"), n, n)));
   auto self_loops = with_self_loops(data);
   NetworkShape shape{n, data.num_features, data.num_classes, data.num_edges(), self_loops->num_edges()};
   core.bind_graph(kGraphSelfLoops, std::move(self_loops));

@@ -8,6 +8,13 @@
 namespace gnnrt::ops {
 
 template <typename I>
+void check_edge_count(int64_t num_edges, std::string_view op) {
+  if (num_edges > std::numeric_limits<I>::max()) {
+    throw OpError(op, std::to_string(num_edges) + " edges do not fit the index type");
+  }
+}
+
+template <typename I>
 Csr<I> Csr<I>::build(std::span<const I> row_index, int64_t num_rows,
                      std::span<const I> col_index, int64_t num_cols, std::string_view op,
                      std::string_view row_arg, std::string_view col_arg) {
@@ -15,9 +22,7 @@ Csr<I> Csr<I>::build(std::span<const I> row_index, int64_t num_rows,
   expect_non_negative(op, "number of columns", num_cols);
   expect_indices_in_range(op, row_arg, row_index, num_rows);
   const int64_t num_edges = static_cast<int64_t>(row_index.size());
-  if (num_edges > std::numeric_limits<I>::max()) {
-    throw OpError(op, std::to_string(num_edges) + " edges do not fit the index type");
-  }
+  check_edge_count<I>(num_edges, op);
   if (!col_index.empty()) {
     expect_size(op, col_arg, col_index.size(), num_edges, "len(" + std::string(row_arg) + ")");
     expect_indices_in_range(op, col_arg, col_index, num_cols);
@@ -51,6 +56,8 @@ Adjacency<I> Adjacency<I>::build(std::span<const I> src, std::span<const I> dst,
           Csr<I>::build(src, num_src_nodes, dst, num_dst_nodes, "adjacency", "src", "dst")};
 }
 
+template void check_edge_count<int32_t>(int64_t, std::string_view);
+template void check_edge_count<int64_t>(int64_t, std::string_view);
 template class Csr<int32_t>;
 template class Csr<int64_t>;
 template struct Adjacency<int32_t>;

@@ -50,6 +50,11 @@ class Csr {
   bool edges_in_row_order_ = true;
 };
 
+// The guard of build(): `num_edges` edges must have ids of type I; throws
+// OpError naming `op` when they do not (2^31 edges for int32 indices).
+template <typename I>
+void check_edge_count(int64_t num_edges, std::string_view op);
+
 // Both groupings of a directed edge list (src -> dst): by_dst drives
 // aggregation into destinations (col = source), by_src drives the backward
 // pass into sources (col = destination).

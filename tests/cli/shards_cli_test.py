@@ -275,6 +275,57 @@ if np is not None:
     check(len(named) == 1, "--debug on 2 ranks: not one error naming the rank, the op and the layer:\n" + out[-3000:])
     check(__import__("time").monotonic() - started < 60, "--debug with Inf took a minute or more")
 
+# Degenerate inputs train or fail clearly, on one rank and on several.
+if np is not None:
+    def small_dataset(d, n=30, edges=None, poison=None):
+        d.mkdir(parents=True, exist_ok=True)
+        r = np.arange(n)
+        x = np.linspace(-1, 1, n * 4, dtype=np.float32).reshape(n, 4)
+        if poison is not None:
+            x[poison[0], poison[1]] = poison[2]
+        np.save(d / "x.npy", x)
+        np.save(d / "y.npy", (r % 3).astype(np.int64))
+        np.save(d / "edge_index.npy", np.zeros((2, 0), np.int64) if edges is None else edges)
+        np.save(d / "train_mask.npy", r < 15)
+        np.save(d / "val_mask.npy", (r >= 15) & (r < 22))
+        np.save(d / "test_mask.npy", r >= 22)
+        return d
+
+    # A graph with no edges at all: every rank holds vertices and no edge.
+    empty = small_dataset(WORK / "no_edges")
+    got = {}
+    for ranks in (1, 3):
+        out_dir = WORK / f"no_edges_params_{ranks}"
+        code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", "--no-cache", "--dataset", str(empty),
+                         "--partition", "metis", "--set", "schedule.epochs=5", "--params-out", str(out_dir)])
+        check(code == 0, f"no edges on {ranks} rank(s): exit {code}\n{out[-2000:]}")
+        got[ranks] = {p.name: np.load(p) for p in sorted(out_dir.glob("*.npy"))} if out_dir.exists() else {}
+    check(got[1] and got[1].keys() == got[3].keys() and
+          all(np.allclose(got[1][k], got[3][k], rtol=1e-5, atol=1e-6) for k in got[1]),
+          "no edges: 3 ranks trained to other parameters than 1")
+    # NaN or Inf in the features: refused before training on every rank,
+    # naming the file, row and column.
+    for value, text in ((np.nan, "row 2, column 1 is nan"), (-np.inf, "row 2, column 1 is -inf")):
+        bad_x = small_dataset(WORK / f"poisoned_{text.split()[-1]}", poison=(2, 1, value))
+        code, out = run([*MPIRUN, "-np", "2", GNNRT, "train", "--no-cache", "--dataset", str(bad_x),
+                         "--partition", "random"])
+        errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+        check(code == 2 and len(errors) == 2 and all(f"x.npy: {text}" in e for e in errors)
+              and re.search(r"epoch +1/", out) is None,
+              f"features with {value}: exit {code}\n" + "\n".join(errors or [out[-2000:]]))
+    # A loss that becomes non-finite in training (a learning rate of 1e30:
+    # the weights overflow float32 within a few steps): every rank stops at
+    # that epoch saying so, on one rank and on two.
+    ring = np.arange(30)
+    ringed = small_dataset(WORK / "ring", edges=np.stack([ring, np.roll(ring, 1)]).astype(np.int64))
+    for ranks in (1, 2):
+        code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", "--no-cache", "--dataset", str(ringed),
+                         "--partition", "random", "--set", "optimizer.lr=1e30", "--set", "schedule.epochs=20"])
+        errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
+        check(code == 1 and len(errors) == ranks and
+              all(re.search(r"the loss became -?(nan|inf) at epoch \d+; rerun with --debug", e) for e in errors),
+              f"a non-finite loss on {ranks} rank(s): exit {code}\n" + "\n".join(errors or [out[-2000:]]))
+
 # The same job text, but the dataset's path reads other bytes on one rank
 # (as on another host): each rank runs in its own folder holding its own
 # "data" (one label differs). The datasets' identity stops both.

@@ -14,7 +14,11 @@
 #include <numeric>
 #include <vector>
 
+#include <climits>
+
 #include "collectives/communicator.h"
+#include "collectives/error.h"
+#include "collectives/transfers.h"
 #include "collectives/tuning.h"
 
 namespace gnnrt::collectives {
@@ -265,6 +269,35 @@ TEST(CallChecks, ASkippedCallIsCaughtAtTheNextOne) {
     if (c.rank() != 0) c.allreduce<float>(data);  // rank 0 skips it
     c.barrier();
   }, "rank 0 called barrier() as collective #0");
+}
+
+// MPI's int counts at their bound, on a 16-byte buffer: a message of more
+// than INT_MAX bytes, and a native call of more than INT_MAX elements, are
+// refused before MPI (or anything else) touches the buffer, on every rank.
+TEST(Limits, MpiCountsBeyondIntMaxAreRefused) {
+  auto c = make_world();
+  std::vector<float> small(4);
+  detail::Transfers t(c.mpi_comm(), 7, c.rank(), c.size());
+  const std::size_t too_many = static_cast<std::size_t>(INT_MAX) + 1;
+  for (const bool send : {true, false}) {
+    try {
+      send ? t.isend(c.rank(), small.data(), too_many) : t.irecv(c.rank(), small.data(), too_many);
+      ADD_FAILURE() << (send ? "isend" : "irecv") << " of 2^31 bytes: no error";
+    } catch (const CollectiveError& e) {
+      EXPECT_NE(std::string(e.what()).find("2147483648 bytes exceeds MPI's int count"), std::string::npos)
+          << e.what();
+    }
+  }
+  // In place (no copy of the input), MPI's own algorithm: its element count.
+  std::span<float> huge(small.data(), too_many);
+  try {
+    c.allreduce<float>(huge, ReduceOp::sum, Algorithm::native);
+    ADD_FAILURE() << "a native allreduce of 2^31 elements: no error";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("count of 2147483648 elements exceeds MPI's int count"), std::string::npos)
+        << e.what();
+  }
+  c.barrier();
 }
 
 TEST(Communicator, MaxlocPicksLowestRankOnTies) {

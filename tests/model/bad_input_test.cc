@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/checkpoint.h"
+#include "model/dataset.h"
 #include "model/job.h"
 #include "model/trainer.h"
 #include "runtime/builder.h"
@@ -108,6 +109,16 @@ TEST(Job, LayerSpecificRules) {
   EXPECT_THAT([&] { validate(empty); }, testing::ThrowsMessage<JobError>(HasSubstr("model has no layers")));
   // A valid job passes.
   EXPECT_NO_THROW(validate(small_job()));
+}
+
+// The 32-bit node-id guard at its bound, on three ids: the node count
+// alone decides.
+TEST(Limits, NodesBeyond2To31AreRefused) {
+  const std::vector<int64_t> ids{0, 5, 7};
+  EXPECT_EQ(node_ids_32(ids, (int64_t{1} << 31) - 1, "graph"), (std::vector<int32_t>{0, 5, 7}));
+  EXPECT_THAT([&] { node_ids_32(ids, int64_t{1} << 31, "graph"); },
+              testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr("graph: 2147483648 nodes exceed the 2^31 a core indexes")));
 }
 
 TEST(Job, MissingFileIsNamed) {

@@ -474,5 +474,19 @@ TEST(ZeroFeatures, EveryAggregationRunsOnEmptyRows) {
   }
 }
 
+// The edge-count guard at its bound, without 2^31 edges in memory: the
+// count alone decides.
+TEST(Limits, EdgeCountsBeyondTheIndexTypeAreRefused) {
+  EXPECT_NO_THROW(check_edge_count<int32_t>((int64_t{1} << 31) - 1, "csr"));
+  try {
+    check_edge_count<int32_t>(int64_t{1} << 31, "csr");
+    ADD_FAILURE() << "2^31 edges with int32 ids: no error";
+  } catch (const OpError& e) {
+    EXPECT_NE(std::string(e.what()).find("2147483648 edges do not fit the index type"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_edge_count<int64_t>(int64_t{1} << 40, "csr"));
+}
+
 }  // namespace
 }  // namespace gnnrt::ops
