@@ -74,7 +74,8 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
   try {
     write_file_atomically(path, bytes, spread_seconds);
   } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("checkpoint {}", e.what()));
+    // Not the input's fault (a full disk, say): a plain runtime error (exit 1).
+    throw std::runtime_error(fmt::format("checkpoint {}", e.what()));
   }
 }
 
