@@ -47,6 +47,10 @@ std::string host_name() {
   return buffer;
 }
 
+// bench/chaos.py's faults, raised by a signal, acted on at an epoch boundary.
+std::atomic<int> chaos_fault{0};  // 0 none, SIGUSR1 hang, SIGUSR2 exit
+extern "C" void on_chaos_signal(int sig) { chaos_fault.store(sig); }
+
 // The launcher is gone: this rank must not outlive it.
 [[noreturn]] void end_orphan(const std::string& why) {
   const std::string line = "gnnrt: error: lost the launcher (" + why + "); this rank ends itself\n";
@@ -187,6 +191,14 @@ std::unique_ptr<ControlClient> ControlClient::from_environment(int rank, int siz
   s->interval = env_seconds("GNNRT_LAUNCH_HEARTBEAT", 1);
   s->lost_after = env_seconds("GNNRT_LAUNCH_LOST_TIMEOUT", 30);
   if (const char* f = std::getenv("GNNRT_FAULT"); f != nullptr && *f != '\0') s->fault = Fault::parse(f);
+  if (const char* c = std::getenv("GNNRT_CHAOS"); c != nullptr && std::string(c) == "1") {
+    struct sigaction action {};
+    action.sa_handler = on_chaos_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+    sigaction(SIGUSR2, &action, nullptr);
+  }
   if (s->fault && s->fault->kind == Fault::Kind::kNoRegister && s->fault->rank == rank) {
     spdlog::warn("fault injection: this rank does not register with the launcher");
     return nullptr;
@@ -264,6 +276,12 @@ void ControlClient::done(int status, const std::string& error, bool stopped) {
 bool ControlClient::stop_requested() const { return state_->stop.load(); }
 
 void ControlClient::inject_fault(int64_t epoch) {
+  if (const int sig = chaos_fault.load(); sig != 0) {
+    spdlog::warn("fault injection (chaos): {} after epoch {}", sig == SIGUSR1 ? "hang" : "exit status 3", epoch);
+    spdlog::default_logger()->flush();
+    if (sig == SIGUSR2) std::_Exit(3);
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   const auto& f = state_->fault;
   if (!f || f->rank != state_->rank || f->epoch != epoch || f->kind == Fault::Kind::kFlip) return;
   spdlog::warn("fault injection: {} after epoch {}",

@@ -7,6 +7,10 @@
 // no ping for the lost-launcher timeout) ends itself at once, so no rank
 // outlives its launcher on any host.
 //
+// Fault injection from outside, for bench/chaos.py (GNNRT_CHAOS=1): SIGUSR1
+// makes the rank hang at its next epoch boundary (heartbeats go on), SIGUSR2
+// makes it exit with status 3 there; kill and stop are SIGKILL and SIGSTOP.
+//
 // Fault injection for the tests (GNNRT_FAULT=KIND:RANK:EPOCH): after epoch
 // EPOCH, rank RANK crashes (kill: SIGKILL itself; exit: exit status 3),
 // hangs (hang: the training thread sleeps, heartbeats go on) or goes silent
