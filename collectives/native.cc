@@ -17,9 +17,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
-#include <memory>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -65,18 +66,43 @@ std::vector<int> as_ints(const std::vector<std::size_t>& v, const char* what) {
   return out;
 }
 
-// Issues MPI's call for `call`: non-blocking when `request` is given,
-// blocking otherwise. `ints` keeps the int count arrays alive until the
-// request completes; `result` is where a reduce_scatter result lands first
-// when recv aliases send.
-void issue(const Call& call, MPI_Comm comm, int rank, MPI_Request* request,
-           std::vector<int> (&ints)[4], std::byte* result) {
+// MPI's int counts of `call` into `ints` (kept alive until the request
+// completes): a count beyond INT_MAX is an error before anything is posted.
+void prepare(const Call& call, std::vector<int> (&ints)[4]) {
+  switch (call.op) {
+    case Collective::allreduce:
+    case Collective::broadcast:
+      ints[0] = {as_int(call.count, "count")};
+      break;
+    case Collective::reduce_scatter:
+      ints[0] = as_ints(call.counts, "block");
+      break;
+    case Collective::allgather:
+      ints[0] = as_ints(call.counts, "block");
+      ints[1] = as_ints(call.displs, "displacement");
+      break;
+    case Collective::alltoallv:
+      ints[0] = as_ints(call.counts, "send count");
+      ints[1] = as_ints(call.displs, "send displacement");
+      ints[2] = as_ints(call.recv_counts, "receive count");
+      ints[3] = as_ints(call.recv_displs, "receive displacement");
+      break;
+    case Collective::barrier:
+      break;
+  }
+}
+
+// Issues MPI's call for `call` with its prepared counts: non-blocking when
+// `request` is given, blocking otherwise. `result` is where a
+// reduce_scatter result lands first when recv aliases send.
+void issue(const Call& call, MPI_Comm comm, int rank, MPI_Request* request, int* const (&ints)[4],
+           std::byte* result) {
   const MPI_Datatype type = mpi_type(call.type);
   const bool blocking = request == nullptr;
   switch (call.op) {
     case Collective::allreduce: {
       const void* send = call.send == call.recv ? MPI_IN_PLACE : call.send;
-      const int count = as_int(call.count, "count");
+      const int count = ints[0][0];
       check_mpi(blocking ? MPI_Allreduce(send, call.recv, count, type, mpi_op(call.reduce), comm)
                          : MPI_Iallreduce(send, call.recv, count, type, mpi_op(call.reduce), comm,
                                           request),
@@ -84,41 +110,34 @@ void issue(const Call& call, MPI_Comm comm, int rank, MPI_Request* request,
       break;
     }
     case Collective::reduce_scatter:
-      ints[0] = as_ints(call.counts, "block");
-      check_mpi(blocking ? MPI_Reduce_scatter(call.send, result, ints[0].data(), type,
+      check_mpi(blocking ? MPI_Reduce_scatter(call.send, result, ints[0], type,
                                               mpi_op(call.reduce), comm)
-                         : MPI_Ireduce_scatter(call.send, result, ints[0].data(), type,
+                         : MPI_Ireduce_scatter(call.send, result, ints[0], type,
                                                mpi_op(call.reduce), comm, request),
                 "MPI_Reduce_scatter");
       break;
     case Collective::allgather: {
-      ints[0] = as_ints(call.counts, "block");
-      ints[1] = as_ints(call.displs, "displacement");
       const bool in_place = call.send == call.recv + call.displs[rank] * call.type.size();
       const void* send = in_place ? MPI_IN_PLACE : call.send;
-      check_mpi(blocking ? MPI_Allgatherv(send, ints[0][rank], type, call.recv, ints[0].data(),
-                                          ints[1].data(), type, comm)
-                         : MPI_Iallgatherv(send, ints[0][rank], type, call.recv, ints[0].data(),
-                                           ints[1].data(), type, comm, request),
+      check_mpi(blocking ? MPI_Allgatherv(send, ints[0][rank], type, call.recv, ints[0],
+                                          ints[1], type, comm)
+                         : MPI_Iallgatherv(send, ints[0][rank], type, call.recv, ints[0],
+                                           ints[1], type, comm, request),
                 "MPI_Allgatherv");
       break;
     }
     case Collective::broadcast: {
-      const int count = as_int(call.count, "count");
+      const int count = ints[0][0];
       check_mpi(blocking ? MPI_Bcast(call.recv, count, type, call.root, comm)
                          : MPI_Ibcast(call.recv, count, type, call.root, comm, request),
                 "MPI_Bcast");
       break;
     }
     case Collective::alltoallv:
-      ints[0] = as_ints(call.counts, "send count");
-      ints[1] = as_ints(call.displs, "send displacement");
-      ints[2] = as_ints(call.recv_counts, "receive count");
-      ints[3] = as_ints(call.recv_displs, "receive displacement");
-      check_mpi(blocking ? MPI_Alltoallv(call.send, ints[0].data(), ints[1].data(), type, call.recv,
-                                         ints[2].data(), ints[3].data(), type, comm)
-                         : MPI_Ialltoallv(call.send, ints[0].data(), ints[1].data(), type,
-                                          call.recv, ints[2].data(), ints[3].data(), type, comm,
+      check_mpi(blocking ? MPI_Alltoallv(call.send, ints[0], ints[1], type, call.recv,
+                                         ints[2], ints[3], type, comm)
+                         : MPI_Ialltoallv(call.send, ints[0], ints[1], type,
+                                          call.recv, ints[2], ints[3], type, comm,
                                           request),
                 "MPI_Alltoallv");
       break;
@@ -138,30 +157,37 @@ std::size_t staged_result_bytes(const Call& call, int rank) {
 }
 
 // The verification of a native call's signature (Call::verify), posted
-// before MPI's call and checked after both completed.
+// before MPI's call and checked after both completed. Its buffers are the
+// caller's (words() int64 each for `mine` and `theirs`).
 struct Verification {
-  std::vector<int64_t> mine, theirs;
+  int64_t* mine = nullptr;
+  int64_t* theirs = nullptr;
 
-  bool wanted(const Call& call) const { return call.verify != MPI_COMM_NULL; }
+  static bool wanted(const Call& call) { return call.verify != MPI_COMM_NULL; }
+  static std::size_t words(const Call& call) {
+    return call.op == Collective::alltoallv ? call.counts.size() : 2;
+  }
   void post(const Call& call, MPI_Request* request) {
     if (call.op == Collective::alltoallv) {
-      mine.assign(call.counts.begin(), call.counts.end());
-      theirs.assign(mine.size(), -1);
-      check_mpi(MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, call.verify, request),
+      for (std::size_t q = 0; q < call.counts.size(); ++q) {
+        mine[q] = static_cast<int64_t>(call.counts[q]);
+        theirs[q] = -1;
+      }
+      check_mpi(MPI_Ialltoall(mine, 1, MPI_INT64_T, theirs, 1, MPI_INT64_T, call.verify, request),
                 "MPI_Ialltoall (counts)");
       return;
     }
     const auto s = static_cast<int64_t>(call.signature >> 2);
-    mine = {s, -s};
-    theirs.assign(2, 0);
-    check_mpi(MPI_Iallreduce(mine.data(), theirs.data(), 2, MPI_INT64_T, MPI_MAX, call.verify, request),
+    mine[0] = s;
+    mine[1] = -s;
+    check_mpi(MPI_Iallreduce(mine, theirs, 2, MPI_INT64_T, MPI_MAX, call.verify, request),
               "MPI_Iallreduce (signature)");
   }
   // Throws on every rank whose call differs from another's.
   void check(const Call& call, int rank) const {
     const std::string what = fmt::format("{}(native, {} bytes of {})", name(call.op), call.bytes(), name(call.type));
     if (call.op == Collective::alltoallv) {
-      for (std::size_t q = 0; q < theirs.size(); ++q) {
+      for (std::size_t q = 0; q < call.counts.size(); ++q) {
         if (static_cast<std::size_t>(theirs[q]) != call.recv_counts[q]) {
           throw CollectiveError(fmt::format("rank {}: {}: rank {} sent {} elements to this rank, which expected {} "
                                             "(recv_counts[{}]): the ranks disagree",
@@ -176,47 +202,79 @@ struct Verification {
 
 }  // namespace
 
+// Every rank that makes the call posts its verification first, so the
+// verification completes whatever MPI's call does; after MPI's own error
+// (a truncated message) it is still waited for, so that nothing stays in
+// flight on the communicator (a rank that never made the call leaves it
+// to the deadline). Its buffers are scratch: after a failure in the wait
+// they stay allocated (PooledScratch::forget).
 Task native(Transfers& t, const Call& call, Scratch& scratch) {
-  std::vector<int> ints[4];  // live until the request completes
+  std::vector<int> counts[4];
+  prepare(call, counts);
+  // MPI reads the count arrays until the request completes: scratch, which
+  // stays allocated after a failure.
+  int* ints[4] = {};
+  for (int i = 0; i < 4; ++i) {
+    if (counts[i].empty()) continue;
+    ints[i] = reinterpret_cast<int*>(scratch.get(counts[i].size() * sizeof(int)));
+    std::copy(counts[i].begin(), counts[i].end(), ints[i]);
+  }
   const std::size_t staged = staged_result_bytes(call, t.rank());
   std::byte* result = staged > 0 ? scratch.get(staged) : call.recv;
   Verification verification;
   int verifying = -1;
-  if (verification.wanted(call)) {
+  if (Verification::wanted(call)) {
+    auto* words = reinterpret_cast<int64_t*>(scratch.get(2 * Verification::words(call) * sizeof(int64_t)));
+    verification.mine = words;
+    verification.theirs = words + Verification::words(call);
     MPI_Request check = MPI_REQUEST_NULL;
     verification.post(call, &check);
     verifying = t.adopt(check, -1);
   }
   MPI_Request request = MPI_REQUEST_NULL;
-  issue(call, t.comm(), t.rank(), &request, ints, result);
-  co_await t.wait(t.adopt(request, -1), verifying);
-  if (verifying >= 0) verification.check(call, t.rank());
+  std::exception_ptr failed;
+  try {
+    issue(call, t.comm(), t.rank(), &request, ints, result);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (verifying >= 0) {
+    // The verification first: a disagreement is named, before MPI's call
+    // (which may fail unhelpfully on a truncated message) is waited for.
+    co_await t.wait(verifying);
+    verification.check(call, t.rank());
+  }
+  if (failed) std::rethrow_exception(failed);
+  co_await t.wait(t.adopt(request, -1));
   copy_bytes(call.recv, result, staged);
 }
 
 void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_seconds) {
-  std::vector<int> ints[4];
+  std::vector<int> counts[4];
+  prepare(call, counts);
+  int* const ints[4] = {counts[0].data(), counts[1].data(), counts[2].data(), counts[3].data()};
   std::vector<std::byte> staging(staged_result_bytes(call, rank));
   std::byte* result = staging.empty() ? call.recv : staging.data();
-  Verification verification;
+  std::vector<int64_t> words(Verification::wanted(call) ? 2 * Verification::words(call) : 0);
+  Verification verification{words.data(), words.data() + words.size() / 2};
   MPI_Request check = MPI_REQUEST_NULL;
-  if (verification.wanted(call)) verification.post(call, &check);
-  try {
+  if (Verification::wanted(call)) verification.post(call, &check);
+  std::exception_ptr failed;
+  {
     BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
-    issue(call, comm, rank, nullptr, ints, result);
-    if (check != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&check, MPI_STATUS_IGNORE), "MPI_Wait (signature)");
-  } catch (...) {
-    // MPI's call failed (a truncated message: another count) with the
-    // verification in flight: MPI may still write its buffers, which stay
-    // allocated for good (after a collective error the job ends).
-    if (check != MPI_REQUEST_NULL) {
-      MPI_Request_free(&check);
-      static std::vector<std::unique_ptr<Verification>> kept;  // reachable, not a leak
-      kept.push_back(std::make_unique<Verification>(std::move(verification)));
+    try {
+      issue(call, comm, rank, nullptr, ints, result);
+    } catch (...) {
+      failed = std::current_exception();
     }
-    throw;
+    if (check != MPI_REQUEST_NULL) {
+      const int rc = MPI_Wait(&check, MPI_STATUS_IGNORE);
+      if (!failed) check_mpi(rc, "MPI_Wait (signature)");
+    }
   }
-  if (verification.wanted(call)) verification.check(call, rank);
+  // A disagreement is named first; else MPI's own error, if any.
+  if (Verification::wanted(call)) verification.check(call, rank);
+  if (failed) std::rethrow_exception(failed);
   copy_bytes(call.recv, result, staging.size());
 }
 

@@ -379,7 +379,9 @@ fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<HostS
   const fs::path dir = run_dir_ / "launch";
   fs::create_directories(dir);
   const fs::path path = dir / fmt::format("appfile-{}", attempt);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  std::error_code stale;
+  fs::remove(path, stale);  // a killed launcher's; the file is made anew, 0600, never through a link
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(errno)));
   std::string text;
   size_t host = 0;
@@ -724,9 +726,18 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   if (!finished && failure) {
     spdlog::error("attempt {} failed: {}", index, failure->reason);
   }
+  // A silent or stuck rank of this host goes first, by SIGKILL: mpirun
+  // wakes stopped ranks (SIGCONT) before it terminates them, and a woken
+  // rank would train on (and checkpoint) while the job is being stopped.
+  bool rank_ended = failure && (failure->kind == "killed" || failure->kind == "exit");
+  if (!finished && failure && (failure->kind == "heartbeat" || failure->kind == "progress") && failure->pid > 0 &&
+      failure->host == this_host()) {
+    ::kill(failure->pid, SIGKILL);
+    rank_ended = true;  // mpirun now aborts the job itself, as for a rank that died
+  }
   // Stopping twice is harmless (mpirun has been waited for); a finished
   // job's mpirun has exited, or is stopped here after the finish deadline.
-  stop_job(mpirun, group, failure && (failure->kind == "killed" || failure->kind == "exit"));
+  stop_job(mpirun, group, rank_ended);
   std::error_code gone;
   fs::remove(appfile, gone);  // its tokens are of no use once the attempt is over
   if (c_.is_train) show_progress(true);
@@ -757,11 +768,13 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     record["pid"] = failure->pid;
   }
   // Where a restart will resume: the newest checkpoint that loads, read
-  // after every process of the attempt is gone.
+  // (and only read: rank 0 sets a bad one aside and says so) after every
+  // process of the attempt is gone. With --hosts this is the folder as
+  // this host sees it (rank 0's when it runs here or the folder is shared).
   if (c_.is_train) {
     const fs::path dir = effective_checkpoint_dir();
     try {
-      if (const auto newest = model::load_newest_checkpoint(dir)) {
+      if (const auto newest = model::load_newest_checkpoint(dir, /*set_aside=*/false)) {
         record["checkpoint"] = {{"file", newest->path.string()}, {"epoch", newest->state.epoch()}};
       } else {
         record["checkpoint"] = {{"file", nullptr}, {"epoch", 0}};

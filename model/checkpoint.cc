@@ -134,7 +134,7 @@ void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::Check
   }
 }
 
-std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir) {
+std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside) {
   const auto paths = checkpoints_of(dir);
   if (paths.empty()) return std::nullopt;
   LoadedCheckpoint loaded;
@@ -148,6 +148,7 @@ std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::pa
       continue;
     }
     loaded.path = path;
+    if (!set_aside) return loaded;
     // The newer files that did not load are set aside (so that the newest
     // K kept are ones that load), each with a warning naming both files.
     for (size_t i = 0; i < bad.size(); ++i) {

@@ -54,7 +54,8 @@ struct LoadedCheckpoint {
 // The newest checkpoint of `dir` that loads; nullopt when the folder holds
 // none. Newer files that fail to load are renamed to `<file>.corrupt` and
 // listed in `skipped` (each also a warning naming it and the file used).
-// Throws CheckpointError naming every file when none loads.
-std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir);
+// Throws CheckpointError naming every file when none loads. With
+// `set_aside` false it only looks: no file is renamed, nothing is logged.
+std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside = true);
 
 }  // namespace gnnrt::model

@@ -4,8 +4,13 @@
 // returning as if nothing happened, and no rank may return a wrong number:
 // a rank whose call returns checks every element it holds and prints
 // "WRONG NUMBER" if one is not the true reduction.
-//   count_mismatch OP ALGORITHM COUNT     (OP: allreduce, allgather, broadcast, reduce_scatter,
-//                                          alltoallv)
+//   count_mismatch OP ALGORITHM COUNT [VERDICTS]
+//     OP: allreduce, allreduce_async (the non-blocking form, as the trainer's
+//     gradient buckets), allgather, broadcast, reduce_scatter, alltoallv;
+//     ALGORITHM: one of the op's, or auto (the tuning table's pick for each
+//     rank's own size). With VERDICTS, a folder, each rank whose call returns
+//     also writes its verdict to VERDICTS/rank-R before anything else can
+//     end the job.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -20,8 +25,8 @@
 int main(int argc, char** argv) {
   using namespace gnnrt::collectives;
   Environment mpi(&argc, &argv);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: count_mismatch OP ALGORITHM COUNT\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: count_mismatch OP ALGORITHM COUNT [VERDICTS]\n");
     return 2;
   }
   const std::string op = argv[1];
@@ -34,9 +39,13 @@ int main(int argc, char** argv) {
   const size_t n = base + (r == p - 1 ? 1 : 0);
   bool wrong = false;
   try {
-    if (op == "allreduce") {
+    if (op == "allreduce" || op == "allreduce_async") {
       std::vector<float> v(n, static_cast<float>(r + 1));
-      comm.allreduce<float>(v, ReduceOp::sum, algorithm);
+      if (op == "allreduce") {
+        comm.allreduce<float>(v, ReduceOp::sum, algorithm);
+      } else {
+        comm.allreduce_async<float>(v, v, ReduceOp::sum, algorithm).wait();
+      }
       for (float x : v) wrong = wrong || x != static_cast<float>(p * (p + 1) / 2);
     } else if (op == "allgather") {
       std::vector<float> mine(n, static_cast<float>(r + 1)), all(n * static_cast<size_t>(p), -1.0f);
@@ -71,7 +80,14 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  std::printf("rank %d: the call returned: %s\n", r, wrong ? "WRONG NUMBER" : "right numbers");
+  const char* verdict = wrong ? "WRONG NUMBER" : "right numbers";
+  if (argc == 5) {
+    if (std::FILE* f = std::fopen(fmt::format("{}/rank-{}", argv[4], r).c_str(), "w")) {
+      std::fprintf(f, "%s\n", verdict);
+      std::fclose(f);
+    }
+  }
+  std::printf("rank %d: the call returned: %s\n", r, verdict);
   std::fflush(stdout);
   comm.barrier();
   return wrong ? 3 : 0;

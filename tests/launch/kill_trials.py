@@ -83,6 +83,7 @@ def metrics_lines(run_dir):
 
 
 def trial(name, seed, reference, during_write, training_s):
+    print(f"{name}: seed {seed}{' (a kill during a checkpoint write)' if during_write else ''}", flush=True)
     rng = random.Random(seed)
     run_dir = WORK / name
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -91,7 +92,7 @@ def trial(name, seed, reference, during_write, training_s):
     if during_write:
         env["GNNRT_TEST_SLOW_CHECKPOINT"] = "0.4"
     argv = [GNNRT, "launch", "-n", str(RANKS), "--run-dir", str(run_dir), "--max-restarts", "1", "--restart-delay",
-            "1.5", "--", *TRAIN, "--params-out", str(out_params)]
+            "0.5", "--", *TRAIN, "--params-out", str(out_params)]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         # Training has begun once rank 0 wrote its first epoch.
@@ -123,6 +124,7 @@ def trial(name, seed, reference, during_write, training_s):
             time.sleep(delay)
             what = f"{delay:.3f} s into training, at epoch {metrics_lines(run_dir)}"
         pid = rank_pids(run_dir).get(victim)
+        lines_at_kill = metrics_lines(run_dir)
         killed_at = time.monotonic()
         if pid is None or p.poll() is not None:
             check(False, f"{name} (seed {seed}): no pid for rank {victim}, or the job ended before the kill")
@@ -131,7 +133,7 @@ def trial(name, seed, reference, during_write, training_s):
             return
         os.kill(pid, signal.SIGKILL)
         # The attempt is over once its failure is recorded (every process of
-        # it stopped); the restart waits 1.5 s: read the folder meanwhile.
+        # it stopped); the restart waits 0.5 s: read the folder meanwhile.
         expected = None
         while time.monotonic() < killed_at + 60:
             ev = events(run_dir) if (run_dir / "events.jsonl").exists() else []
@@ -150,8 +152,18 @@ def trial(name, seed, reference, during_write, training_s):
     restart = next((e for e in ev if e["event"] == "restart"), {})
     training = next((e for e in ev if e["event"] == "training"), {})
     resumed = training.get("resumed_after")
-    print(f"{name}: seed {seed}, rank {victim} (pid {pid}) killed {what}; newest complete checkpoint then "
+    print(f"{name}: rank {victim} (pid {pid}) killed {what}; newest complete checkpoint then "
           f"{expected}, resumed after {resumed}", flush=True)
+    # Independent of what is on disk: when rank 0 had written epoch m's
+    # metrics, the checkpoints up to epoch m - 1 were complete (it writes a
+    # checkpoint before the next epoch's metrics), and none beyond m + 1
+    # can follow once a rank is gone. A run that stopped checkpointing would
+    # expect, and resume from, nothing.
+    if expected is not None and not during_write:
+        low = EVERY * ((lines_at_kill - 1) // EVERY)
+        check(low <= expected <= lines_at_kill + 1,
+              f"{name} (seed {seed}): {lines_at_kill} epochs written at the kill, so the newest checkpoint "
+              f"should be in [{low}, {lines_at_kill + 1}], not {expected}")
     check(p.returncode == 0, f"{name} (seed {seed}): exit {p.returncode}\n{out[-3000:]}")
     check(kinds == ["start", "failure", "restart", "training", "finish"], f"{name} (seed {seed}): events {kinds}")
     check(failure.get("rank") == victim, f"{name} (seed {seed}): failure record {failure}")
@@ -162,6 +174,8 @@ def trial(name, seed, reference, during_write, training_s):
     check(failure.get("checkpoint", {}).get("epoch") == expected,
           f"{name} (seed {seed}): the launcher's failure record names checkpoint {failure.get('checkpoint')}, "
           f"expected epoch {expected}")
+    check(not during_write or writing is not None,
+          f"{name} (seed {seed}): no temporary checkpoint file was seen, so the kill was not during a write")
     if during_write and writing is not None:
         check(expected == writing - EVERY, f"{name} (seed {seed}): killed while writing checkpoint {writing}, "
                                            f"but the newest complete one was {expected}, not {writing - EVERY}")
