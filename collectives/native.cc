@@ -5,14 +5,14 @@
 // a non-blocking one posts MPI_Iallreduce, ... and is awaited like any other
 // request.
 //
-// Without the call checks, each call (but a barrier) verifies beside MPI's
-// own that every rank made the same one (Call::verify): a non-blocking
-// MPI_Iallreduce of its signature and its negation under MPI_MAX, posted
-// first, or for alltoallv an MPI_Ialltoall of the send counts against the
-// receive counts. MPI's messages carry no count, so without it a rank
-// that called with more elements than the others could return a partial
-// answer (a broadcast does, silently). Ranks that differ get an error; no
-// rank returns MPI's answer first.
+// Without the call checks, each call (but a barrier) first verifies that
+// every rank makes the same one (Call::verify): an MPI_Iallreduce of its
+// signature and its negation under MPI_MAX, or for alltoallv an
+// MPI_Ialltoall of the send counts against the receive counts, completed
+// before MPI's call starts. MPI's messages carry no count: given counts
+// that differ, a rank could return a partial answer (a broadcast does,
+// silently) or MPI could write past a buffer. Ranks that differ get an
+// error and MPI's call is never made.
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -202,17 +202,26 @@ struct Verification {
 
 }  // namespace
 
-// Every rank that makes the call posts its verification first, so the
-// verification completes whatever MPI's call does; after MPI's own error
-// (a truncated message) it is still waited for, so that nothing stays in
-// flight on the communicator (a rank that never made the call leaves it
-// to the deadline). Its buffers are scratch: after a failure in the wait
-// they stay allocated (PooledScratch::forget).
+// The verification completes before MPI's call starts: MPI given counts
+// that differ between ranks may write past a buffer (Open MPI's
+// reduce-scatter/allgather allreduce does, seen under ASan), so it must
+// never see them. This serialises one small collective before each native
+// call, which the built-in table keeps for large messages only.
+// Its buffers are scratch (async) and stay allocated after a failure.
 Task native(Transfers& t, const Call& call, Scratch& scratch) {
   std::vector<int> counts[4];
   prepare(call, counts);
-  // MPI reads the count arrays until the request completes: scratch, which
-  // stays allocated after a failure.
+  if (Verification::wanted(call)) {
+    Verification verification;
+    auto* words = reinterpret_cast<int64_t*>(scratch.get(2 * Verification::words(call) * sizeof(int64_t)));
+    verification.mine = words;
+    verification.theirs = words + Verification::words(call);
+    MPI_Request check = MPI_REQUEST_NULL;
+    verification.post(call, &check);
+    co_await t.wait(t.adopt(check, -1));
+    verification.check(call, t.rank());
+  }
+  // MPI reads the count arrays until the request completes: scratch too.
   int* ints[4] = {};
   for (int i = 0; i < 4; ++i) {
     if (counts[i].empty()) continue;
@@ -221,30 +230,8 @@ Task native(Transfers& t, const Call& call, Scratch& scratch) {
   }
   const std::size_t staged = staged_result_bytes(call, t.rank());
   std::byte* result = staged > 0 ? scratch.get(staged) : call.recv;
-  Verification verification;
-  int verifying = -1;
-  if (Verification::wanted(call)) {
-    auto* words = reinterpret_cast<int64_t*>(scratch.get(2 * Verification::words(call) * sizeof(int64_t)));
-    verification.mine = words;
-    verification.theirs = words + Verification::words(call);
-    MPI_Request check = MPI_REQUEST_NULL;
-    verification.post(call, &check);
-    verifying = t.adopt(check, -1);
-  }
   MPI_Request request = MPI_REQUEST_NULL;
-  std::exception_ptr failed;
-  try {
-    issue(call, t.comm(), t.rank(), &request, ints, result);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  if (verifying >= 0) {
-    // The verification first: a disagreement is named, before MPI's call
-    // (which may fail unhelpfully on a truncated message) is waited for.
-    co_await t.wait(verifying);
-    verification.check(call, t.rank());
-  }
-  if (failed) std::rethrow_exception(failed);
+  issue(call, t.comm(), t.rank(), &request, ints, result);
   co_await t.wait(t.adopt(request, -1));
   copy_bytes(call.recv, result, staged);
 }
@@ -255,26 +242,16 @@ void native_blocking(const Call& call, MPI_Comm comm, int rank, double timeout_s
   int* const ints[4] = {counts[0].data(), counts[1].data(), counts[2].data(), counts[3].data()};
   std::vector<std::byte> staging(staged_result_bytes(call, rank));
   std::byte* result = staging.empty() ? call.recv : staging.data();
-  std::vector<int64_t> words(Verification::wanted(call) ? 2 * Verification::words(call) : 0);
-  Verification verification{words.data(), words.data() + words.size() / 2};
-  MPI_Request check = MPI_REQUEST_NULL;
-  if (Verification::wanted(call)) verification.post(call, &check);
-  std::exception_ptr failed;
-  {
-    BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
-    try {
-      issue(call, comm, rank, nullptr, ints, result);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    if (check != MPI_REQUEST_NULL) {
-      const int rc = MPI_Wait(&check, MPI_STATUS_IGNORE);
-      if (!failed) check_mpi(rc, "MPI_Wait (signature)");
-    }
+  BlockingDeadline deadline(name(call.op).data(), "native", call.bytes(), rank, timeout_seconds);
+  if (Verification::wanted(call)) {
+    std::vector<int64_t> words(2 * Verification::words(call));
+    Verification verification{words.data(), words.data() + words.size() / 2};
+    MPI_Request check = MPI_REQUEST_NULL;
+    verification.post(call, &check);
+    check_mpi(MPI_Wait(&check, MPI_STATUS_IGNORE), "MPI_Wait (signature)");
+    verification.check(call, rank);
   }
-  // A disagreement is named first; else MPI's own error, if any.
-  if (Verification::wanted(call)) verification.check(call, rank);
-  if (failed) std::rethrow_exception(failed);
+  issue(call, comm, rank, nullptr, ints, result);
   copy_bytes(call.recv, result, staging.size());
 }
 

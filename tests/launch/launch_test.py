@@ -29,6 +29,11 @@ from launch_common import check, events, failures, iso, job_processes, params
 
 GNNRT = sys.argv[1]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_launch_test"))
+# The sanitizer suite (GNNRT_TEST_QUICK=1) runs each path of the launcher's
+# code once: the plain run, a kill and restart, a silent rank 0 restarted,
+# the launcher killed, the fuzzed control protocol with the token checks and
+# a restart, bad input. The Release suite runs every scenario.
+QUICK = os.environ.get("GNNRT_TEST_QUICK") == "1"
 DATASET = "synthetic:nodes=600,classes=4,features=16,avg_degree=6,seed=3"
 EPOCHS = 10
 TRAIN = ["train", "--no-cache", "--dataset", DATASET, "--set", f"schedule.epochs={EPOCHS}",
@@ -126,11 +131,12 @@ if fail:
     if training:
         figures["kill_training_again_s"] = iso(training["at"]) - iso(fail["detected"])
 
-# ---- --max-restarts 0: fails fast, with the summary of the first failure ----
-run, out, took = launch("fail_fast", 2, "--inject-fault", "exit:1:2", "--max-restarts", "0", expect=1)
-check("first failure: rank 1" in out and "last lines of" in out and "fault injection" in out,
-      f"fail_fast: summary does not name rank 1 with its log:\n{out}")
-check(took < 30, f"fail_fast: took {took:.1f} s")
+if not QUICK:  # fail fast
+    # ---- --max-restarts 0: fails fast, with the summary of the first failure ----
+    run, out, took = launch("fail_fast", 2, "--inject-fault", "exit:1:2", "--max-restarts", "0", expect=1)
+    check("first failure: rank 1" in out and "last lines of" in out and "fault injection" in out,
+          f"fail_fast: summary does not name rank 1 with its log:\n{out}")
+    check(took < 30, f"fail_fast: took {took:.1f} s")
 
 # ---- hung, silent and never-registering ranks: detected, restarted, and the
 # job ends with the uninterrupted parameters, resumed after the exact epoch
@@ -149,20 +155,23 @@ def resumed_after(run_dir):
 
 ref3, _, _ = launch("plain3", 3, command=TRAIN + ["--params-out", str(WORK / "plain3_params")])
 plain3 = params(WORK / "plain3_params")
-ref2, _, _ = launch("plain2", 2, command=TRAIN + ["--params-out", str(WORK / "plain2_params")])
-plain2 = params(WORK / "plain2_params")
-check(len(plain3) >= 4 and set(plain3) == set(plain2), "plain2/plain3: parameters not written")
+if not QUICK:  # the 2-rank reference
+    ref2, _, _ = launch("plain2", 2, command=TRAIN + ["--params-out", str(WORK / "plain2_params")])
+    plain2 = params(WORK / "plain2_params")
+    check(len(plain3) >= 4 and set(plain3) == set(plain2), "plain2/plain3: parameters not written")
+check(len(plain3) >= 4, "plain3: parameters not written")
 
-run, out, took = launch("hang", 3, "--inject-fault", "hang:2:3", "--progress-timeout", "3", "--max-restarts", "1",
-                        command=TRAIN + ["--params-out", str(WORK / "hang_params")])
-check("no progress for" in out and "every rank is at epoch 3" in out,
-      f"hang: not caught by the progress timeout:\n{out}")
-check(resumed_after(run) == 3, f"hang: resumed after {resumed_after(run)}, expected 3")
-same_params(WORK / "hang_params", plain3, "hang")
-t = fault_time(run, 2)
-fail = next((e for e in events(run) if e["event"] == "failure"), None)
-if t and fail:
-    figures["hang_detect_s"] = iso(fail["detected"]) - t
+if not QUICK:  # hang, restarted
+    run, out, took = launch("hang", 3, "--inject-fault", "hang:2:3", "--progress-timeout", "3", "--max-restarts", "1",
+                            command=TRAIN + ["--params-out", str(WORK / "hang_params")])
+    check("no progress for" in out and "every rank is at epoch 3" in out,
+          f"hang: not caught by the progress timeout:\n{out}")
+    check(resumed_after(run) == 3, f"hang: resumed after {resumed_after(run)}, expected 3")
+    same_params(WORK / "hang_params", plain3, "hang")
+    t = fault_time(run, 2)
+    fail = next((e for e in events(run) if e["event"] == "failure"), None)
+    if t and fail:
+        figures["hang_detect_s"] = iso(fail["detected"]) - t
 
 # SIGSTOP (no heartbeats either), of rank 0: its checkpoint of epoch 3 is
 # never written, so the restart resumes after epoch 2.
@@ -176,18 +185,19 @@ fail = next((e for e in events(run) if e["event"] == "failure"), None)
 if t and fail:
     figures["silent_detect_s"] = iso(fail["detected"]) - t
 
-# A rank that never registers (it trains all the same): the start timeout,
-# then a restart from where the unwatched attempt got to. Checkpoint writes
-# slowed to 0.4 s, so the first attempt is still training at the timeout.
-os.environ["GNNRT_TEST_SLOW_CHECKPOINT"] = "0.4"
-run, out, took = launch("noregister", 2, "--inject-fault", "noregister:1:1", "--start-timeout", "2",
-                        "--max-restarts", "1", command=TRAIN + ["--params-out", str(WORK / "noregister_params")])
-del os.environ["GNNRT_TEST_SLOW_CHECKPOINT"]
-check("did not register within 2 s" in out and "rank(s) 1" in out, f"noregister: not caught:\n{out[-2000:]}")
-fail = next((e for e in events(run) if e["event"] == "failure"), {})
-check(resumed_after(run) == fail.get("checkpoint", {}).get("epoch") and (resumed_after(run) or 0) > 0,
-      f"noregister: resumed after {resumed_after(run)}, the newest checkpoint was {fail.get('checkpoint')}")
-same_params(WORK / "noregister_params", plain2, "noregister")
+if not QUICK:  # never registers, restarted
+    # A rank that never registers (it trains all the same): the start timeout,
+    # then a restart from where the unwatched attempt got to. Checkpoint writes
+    # slowed to 0.4 s, so the first attempt is still training at the timeout.
+    os.environ["GNNRT_TEST_SLOW_CHECKPOINT"] = "0.4"
+    run, out, took = launch("noregister", 2, "--inject-fault", "noregister:1:1", "--start-timeout", "2",
+                            "--max-restarts", "1", command=TRAIN + ["--params-out", str(WORK / "noregister_params")])
+    del os.environ["GNNRT_TEST_SLOW_CHECKPOINT"]
+    check("did not register within 2 s" in out and "rank(s) 1" in out, f"noregister: not caught:\n{out[-2000:]}")
+    fail = next((e for e in events(run) if e["event"] == "failure"), {})
+    check(resumed_after(run) == fail.get("checkpoint", {}).get("epoch") and (resumed_after(run) or 0) > 0,
+          f"noregister: resumed after {resumed_after(run)}, the newest checkpoint was {fail.get('checkpoint')}")
+    same_params(WORK / "noregister_params", plain2, "noregister")
 
 # ---- the launcher itself killed (SIGKILL): every rank ends within the
 # heartbeat timeout plus the grace period, and nothing of the job is left ----
@@ -213,58 +223,60 @@ check(not job_processes(run_dir) and gone_after <= 3 + 2,
       f"launcher killed: processes of the job left after {gone_after:.1f} s: {job_processes(run_dir)}")
 figures["launcher_killed_all_gone_s"] = gone_after
 
-# ---- resumed by the launcher at another rank count: 6 epochs on 3 ranks,
-# then the rest on 2, equal to 2 ranks throughout within float rounding ----
-six = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=6" for a in TRAIN]
-run, out, _ = launch("resize", 3, command=six)
-p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(run), "--", *TRAIN, "--params-out",
-                    str(WORK / "resize_params")], capture_output=True, text=True, timeout=240)
-check(p.returncode == 0, f"resize: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}")
-check(resumed_after(run) == 6, f"resize: resumed after {resumed_after(run)}, expected 6")
-resized = params(WORK / "resize_params") if (WORK / "resize_params").exists() else {}
-check(resized and set(resized) == set(plain2) and
-      all(np.allclose(resized[k], plain2[k], rtol=1e-5, atol=1e-6) for k in plain2),
-      "resize: 6 epochs on 3 ranks and 4 on 2 differ from 10 on 2 beyond rtol 1e-5")
+if not QUICK:  # resize
+    # ---- resumed by the launcher at another rank count: 6 epochs on 3 ranks,
+    # then the rest on 2, equal to 2 ranks throughout within float rounding ----
+    six = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=6" for a in TRAIN]
+    run, out, _ = launch("resize", 3, command=six)
+    p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(run), "--", *TRAIN, "--params-out",
+                        str(WORK / "resize_params")], capture_output=True, text=True, timeout=240)
+    check(p.returncode == 0, f"resize: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}")
+    check(resumed_after(run) == 6, f"resize: resumed after {resumed_after(run)}, expected 6")
+    resized = params(WORK / "resize_params") if (WORK / "resize_params").exists() else {}
+    check(resized and set(resized) == set(plain2) and
+          all(np.allclose(resized[k], plain2[k], rtol=1e-5, atol=1e-6) for k in plain2),
+          "resize: 6 epochs on 3 ranks and 4 on 2 differ from 10 on 2 beyond rtol 1e-5")
 
-# ---- SIGINT: a checkpoint at the next step boundary; a second launch resumes ----
-long_train = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=400" for a in TRAIN]
-run_dir = WORK / "sigint"
-shutil.rmtree(run_dir, ignore_errors=True)
-argv = [GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train]
-p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline:
-    f = run_dir / "metrics.jsonl"
-    if f.exists() and len(f.read_text().splitlines()) >= 3:
-        break
-    time.sleep(0.05)
-p.send_signal(signal.SIGINT)
-out, _ = p.communicate(timeout=120)
-check(p.returncode == 130, f"sigint: exit {p.returncode}, expected 130\n{out[-3000:]}")
-kinds = [e["event"] for e in events(run_dir)]
-check("stop_requested" in kinds and kinds[-1] == "stopped", f"sigint: events {kinds}")
-stopped_at = len(metrics(run_dir))
-check(3 <= stopped_at < 400, f"sigint: stopped after {stopped_at} epochs")
-check(not job_processes(run_dir), "sigint: processes survive")
-p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train, "--params-out",
-                    str(WORK / "sigint_params")], capture_output=True, text=True, timeout=300)
-check(p.returncode == 0, f"sigint resume: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}")
-check([r["epoch"] for r in metrics(run_dir)] == list(range(1, 401)), "sigint resume: metrics are not epochs 1..400")
-straight, _, _ = launch("straight", 2, command=long_train + ["--params-out", str(WORK / "straight_params")])
-a, b = params(WORK / "sigint_params"), params(WORK / "straight_params")
-check(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a),
-      "sigint: stopped and resumed parameters differ from an uninterrupted run's")
+if not QUICK:  # SIGINT, debug, bench
+    # ---- SIGINT: a checkpoint at the next step boundary; a second launch resumes ----
+    long_train = [a if a != f"schedule.epochs={EPOCHS}" else "schedule.epochs=400" for a in TRAIN]
+    run_dir = WORK / "sigint"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    argv = [GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        f = run_dir / "metrics.jsonl"
+        if f.exists() and len(f.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    check(p.returncode == 130, f"sigint: exit {p.returncode}, expected 130\n{out[-3000:]}")
+    kinds = [e["event"] for e in events(run_dir)]
+    check("stop_requested" in kinds and kinds[-1] == "stopped", f"sigint: events {kinds}")
+    stopped_at = len(metrics(run_dir))
+    check(3 <= stopped_at < 400, f"sigint: stopped after {stopped_at} epochs")
+    check(not job_processes(run_dir), "sigint: processes survive")
+    p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *long_train, "--params-out",
+                        str(WORK / "sigint_params")], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"sigint resume: exit {p.returncode}\n{(p.stdout + p.stderr)[-3000:]}")
+    check([r["epoch"] for r in metrics(run_dir)] == list(range(1, 401)), "sigint resume: metrics are not epochs 1..400")
+    straight, _, _ = launch("straight", 2, command=long_train + ["--params-out", str(WORK / "straight_params")])
+    a, b = params(WORK / "sigint_params"), params(WORK / "straight_params")
+    check(set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a),
+          "sigint: stopped and resumed parameters differ from an uninterrupted run's")
 
-# ---- one rank, --debug: the debug output is kept ----
-run, out, _ = launch("debug", 1, command=TRAIN + ["--debug"])
-check("debug mode" in (run / "logs" / "rank-0.log").read_text(), "debug: rank-0.log does not show debug mode")
+    # ---- one rank, --debug: the debug output is kept ----
+    run, out, _ = launch("debug", 1, command=TRAIN + ["--debug"])
+    check("debug mode" in (run / "logs" / "rank-0.log").read_text(), "debug: rank-0.log does not show debug mode")
 
-# ---- bench collectives through the launcher ----
-run, out, _ = launch("bench", 2, command=["bench", "collectives", "--op", "allreduce", "--algorithm", "ring",
-                                          "--max-bytes", "4096", "--seconds", "0.02"])
-check("allreduce" in out and "busbw" in out.lower(), f"bench: no table:\n{out[-2000:]}")
-run, out, _ = launch("bench_halo", 2, command=["bench", "halo", "--nodes", "2000", "--seconds", "0.05"])
-check("dense allreduce" in out and "halo p2p" in out, f"bench halo: no table:\n{out[-2000:]}")
+    # ---- bench collectives through the launcher ----
+    run, out, _ = launch("bench", 2, command=["bench", "collectives", "--op", "allreduce", "--algorithm", "ring",
+                                              "--max-bytes", "4096", "--seconds", "0.02"])
+    check("allreduce" in out and "busbw" in out.lower(), f"bench: no table:\n{out[-2000:]}")
+    run, out, _ = launch("bench_halo", 2, command=["bench", "halo", "--nodes", "2000", "--seconds", "0.05"])
+    check("dense allreduce" in out and "halo p2p" in out, f"bench halo: no table:\n{out[-2000:]}")
 
 
 # ---- the control protocol, fuzzed while a real job runs ----
@@ -443,21 +455,22 @@ check(kinds.count("failure") == 1 and kinds.count("restart") == 1 and kinds[-1] 
       f"fuzz: the real job was disturbed beyond the one kill: events {kinds}")
 check(not job_processes(run_dir), "fuzz: processes survive")
 
-# ---- a second signal stops at once ----
-run_dir = WORK / "twice"
-shutil.rmtree(run_dir, ignore_errors=True)
-p = subprocess.Popen([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *fuzz_train],
-                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-deadline = time.monotonic() + 120
-while epochs_done() < 2 and time.monotonic() < deadline:
-    time.sleep(0.05)
-p.send_signal(signal.SIGINT)
-p.send_signal(signal.SIGINT)
-t0 = time.monotonic()
-out, _ = p.communicate(timeout=120)
-check(p.returncode == 130 and time.monotonic() - t0 < 20, f"twice: exit {p.returncode} after two SIGINTs\n{out[-2000:]}")
-time.sleep(0.5)
-check(not job_processes(run_dir), "twice: processes survive")
+if not QUICK:  # two signals
+    # ---- a second signal stops at once ----
+    run_dir = WORK / "twice"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    p = subprocess.Popen([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *fuzz_train],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while epochs_done() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, _ = p.communicate(timeout=120)
+    check(p.returncode == 130 and time.monotonic() - t0 < 20, f"twice: exit {p.returncode} after two SIGINTs\n{out[-2000:]}")
+    time.sleep(0.5)
+    check(not job_processes(run_dir), "twice: processes survive")
 
 # ---- bad input is not retried ----
 run, out, took = launch("bad_input", 2, "--max-restarts", "3", command=TRAIN + ["--set", "dataset.path=npy:/nonexistent"],
@@ -465,13 +478,14 @@ run, out, took = launch("bad_input", 2, "--max-restarts", "3", command=TRAIN + [
 check([e["event"] for e in events(run)].count("restart") == 0 and "not restarting" in out,
       f"bad_input: restarted or no reason given:\n{out[-2000:]}")
 
-# ---- on a terminal: one progress line, rewritten in place ----
-run_dir = WORK / "tty"
-shutil.rmtree(run_dir, ignore_errors=True)
-cmd = " ".join([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *TRAIN])
-p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=120)  # bytes: keep \r
-check(p.returncode == 0 and b"\r\x1b[K" in p.stdout and f"epoch {EPOCHS}/{EPOCHS}".encode() in p.stdout,
-      f"tty: no in-place progress line (exit {p.returncode}):\n{p.stdout[-1000:]!r}")
+if not QUICK:  # terminal
+    # ---- on a terminal: one progress line, rewritten in place ----
+    run_dir = WORK / "tty"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = " ".join([GNNRT, "launch", "-n", "2", "--run-dir", str(run_dir), "--", *TRAIN])
+    p = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, timeout=120)  # bytes: keep \r
+    check(p.returncode == 0 and b"\r\x1b[K" in p.stdout and f"epoch {EPOCHS}/{EPOCHS}".encode() in p.stdout,
+          f"tty: no in-place progress line (exit {p.returncode}):\n{p.stdout[-1000:]!r}")
 
 print("detection figures (s):", json.dumps({k: round(v, 3) for k, v in figures.items() if v is not None}))
 if failures:
