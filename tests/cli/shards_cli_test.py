@@ -202,10 +202,10 @@ expect_refused(2, "model.layer[1].out is 16 on rank 0, 17 on rank 1",
                      ["--partition", "metis", "--set", "model.layer[1].out=17"]])
 expect_refused(2, "seed is 4 on rank 0, 5 on rank 1",
                mpmd=[["--partition", "metis", "--set", "seed=4"], ["--partition", "metis", "--set", "seed=5"]])
-expect_refused(3, "optimizer.lr is 0.01 on ranks 0, 2, 0.02 on rank 1",
-               mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "optimizer.lr=0.02"],
-                     ["--partition", "metis"]])
 if not QUICK:
+    expect_refused(3, "optimizer.lr is 0.01 on ranks 0, 2, 0.02 on rank 1",
+                   mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "optimizer.lr=0.02"],
+                         ["--partition", "metis"]])
     # Fields a user rarely thinks of: the schedule, feature normalisation,
     # and a repeated field's length (a layer more on one rank).
     expect_refused(2, 'schedule.lr_schedule is "constant" on rank 0, "cosine" on rank 1',
@@ -311,7 +311,7 @@ if np is not None:
           "no edges: 3 ranks trained to other parameters than 1")
     # NaN or Inf in the features: refused before training on every rank,
     # naming the file, row and column.
-    for value, text in ((np.nan, "row 2, column 1 is nan"), (-np.inf, "row 2, column 1 is -inf"))[:1 if QUICK else 2]:
+    for value, text in ((np.nan, "row 2, column 1 is nan"), (-np.inf, "row 2, column 1 is -inf"))[:0 if QUICK else 2]:
         bad_x = small_dataset(WORK / f"poisoned_{text.split()[-1]}", poison=(2, 1, value))
         code, out = run([*MPIRUN, "-np", "2", GNNRT, "train", "--no-cache", "--dataset", str(bad_x),
                          "--partition", "random"])
@@ -324,7 +324,7 @@ if np is not None:
     # that epoch saying so, on one rank and on two.
     ring = np.arange(30)
     ringed = small_dataset(WORK / "ring", edges=np.stack([ring, np.roll(ring, 1)]).astype(np.int64))
-    for ranks in (2,) if QUICK else (1, 2):
+    for ranks in () if QUICK else (1, 2):
         code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", "--no-cache", "--dataset", str(ringed),
                          "--partition", "random", "--set", "optimizer.lr=1e30", "--set", "schedule.epochs=20"])
         errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
@@ -335,7 +335,7 @@ if np is not None:
 # The same job text, but the dataset's path reads other bytes on one rank
 # (as on another host): each rank runs in its own folder holding its own
 # "data" (one label differs). The datasets' identity stops both.
-if np is not None:
+if np is not None and not QUICK:
     for host, label in (("hostA", 0), ("hostB", 1)):
         d = WORK / host / "data"
         d.mkdir(parents=True, exist_ok=True)
@@ -370,7 +370,7 @@ for at, epochs, caught in ((1, 5, 1), (2, 2, 2), (3, 5, 5))[:1 if QUICK else 3]:
           "\n".join(errors or [out[-2000:]]))
 # Flipped before the first step, in the drawn parameters: rank 0's are
 # broadcast, so the job trains to the very bits of an undisturbed run.
-if np is not None:
+if np is not None and not QUICK:
     outs = {}
     for name, env in (("clean", []), ("flipped", ["-x", "GNNRT_FAULT=flip:1:0"])):
         code, out = run([*MPIRUN, "-np", "2", *env, GNNRT, "train", *COMMON, "--partition", "metis",
