@@ -145,6 +145,9 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   cmd->add_option("--params-in", c.params_in,
                   "Initial parameters: a folder of <name>.npy with PyG names (conv1.lin.weight.npy, ...)")
       ->check(CLI::ExistingDirectory);
+  cmd->add_flag("--params-non-strict", c.options.params_non_strict,
+                "Module-graph models: load the keys --params-in shares with the model, list the others "
+                "(torch's strict=False); default: any missing, unexpected or mis-shaped key is an error");
   cmd->add_option("--params-out", c.params_out, "Write the best model's parameters as <name>.npy here");
   cmd->add_option("--threads", c.options.threads, "OpenMP threads for the kernels (0: OpenMP's default)")
       ->check(CLI::Range(0, 1024));

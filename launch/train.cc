@@ -6,6 +6,7 @@
 #include "collectives/communicator.h"
 #include "launch/control.pb.h"
 #include "launch/control_client.h"
+#include "model/batch_trainer.h"
 #include "model/job.h"
 #include "ops/dense.h"
 #include "runtime/program_cache.h"
@@ -81,8 +82,11 @@ int run_train(TrainCommand& c) {
   const int ranks = c.options.communicator ? c.options.communicator->size() : 1;
   const bool lead = !c.options.communicator || c.options.communicator->rank() == 0;
   if (lead) {
-    spdlog::info("job '{}': dataset {}, {} layers, {} epochs, optimizer {} lr {}, {} rank(s){}",
-                 job.name(), job.dataset().path(), job.model().layer_size(), job.schedule().epochs(),
+    spdlog::info("job '{}': dataset {}, {}, {} epochs, optimizer {} lr {}, {} rank(s){}",
+                 job.name(), job.dataset().path(),
+                 job.model().module_size() > 0 ? fmt::format("{} modules", job.model().module_size())
+                                               : fmt::format("{} layers", job.model().layer_size()),
+                 job.schedule().epochs(),
                  job.optimizer().kind(), job.optimizer().lr(), ranks,
                  ranks > 1 || !job.partition().shards().empty()
                      ? fmt::format(", partition {} ({} halo)",
@@ -103,6 +107,8 @@ int run_train(TrainCommand& c) {
   if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;
+  // A batch job's programs are one per bucket; its trainer logged them.
+  if (model::is_batch_job(job)) return 0;
   spdlog::info("program train_step: {} fused, {} attention softmaxes fused, {} losses fused with their "
                "log softmax, {} reordered, {} backward ops, "
                "{} gradient sums folded, {} sparse products paired; planned peak {:.1f} MiB ({:.1f} MiB resident + {:.1f} MiB graphs + {:.1f} MiB arena)",

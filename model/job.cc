@@ -144,7 +144,13 @@ void validate(const proto::Job& job) {
   static const std::set<std::string> kLayers{"gcn",    "sage",       "gat",     "gin", "linear",
                                              "layer_norm", "dropout", "relu", "elu"};
   const auto& layers = job.model().layer();
-  if (layers.empty()) throw JobError("job: model has no layers");
+  if (job.model().module_size() > 0 && !layers.empty()) {
+    throw JobError("job: model has both layers (the chain form) and modules (the module-graph form); use one");
+  }
+  if (job.model().module_size() == 0 && job.model().loss_term_size() > 0) {
+    throw JobError("job: model.loss_term is for module graphs; the chain form has model.loss");
+  }
+  if (layers.empty() && job.model().module_size() == 0) throw JobError("job: model has no layers and no modules");
   for (int i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     const auto fail = [&](const std::string& what) {
@@ -166,7 +172,7 @@ void validate(const proto::Job& job) {
     }
     if (l.type() == "layer_norm" && !(l.norm_eps() > 0)) fail("norm_eps must be > 0");
   }
-  if (d.features() == "sparse") {
+  if (d.features() == "sparse" && !layers.empty()) {
     if (const std::string why = sparse_features_unsupported(job.model()); !why.empty()) {
       throw JobError("job: dataset.features = sparse: " + why);
     }

@@ -20,6 +20,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/halo_exchange.h"
+#include "model/batch_trainer.h"
 #include "model/checkpoint.h"
 #include "model/distributed.h"
 #include "model/shard.h"
@@ -576,8 +577,8 @@ std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
                                            path.extension().string());
 }
 
-// Drops the records of epochs after `epoch` from a metrics file (replaced
-// atomically); a missing file is left missing.
+}  // namespace
+
 void keep_metrics_through(const std::filesystem::path& path, int64_t epoch) {
   std::ifstream in(path);
   if (!in) return;
@@ -598,6 +599,8 @@ void keep_metrics_through(const std::filesystem::path& path, int64_t epoch) {
   }
   std::filesystem::rename(tmp, path);
 }
+
+namespace {
 
 TrainResult Trainer::run() {
   if (options_.threads > 0) omp_set_num_threads(options_.threads);
@@ -838,6 +841,7 @@ PartitionOptions partition_options(const proto::Job& job, int parts) {
 
 TrainResult train(const proto::Job& job, const TrainOptions& options) {
   validate(job);
+  if (is_batch_job(job)) return train_batches(job, options);
   return Trainer(job, options).run();
 }
 

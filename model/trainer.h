@@ -46,6 +46,9 @@ struct TrainOptions {
   std::filesystem::path metrics_path;  // JSON lines, one object per epoch
   std::filesystem::path logits_out;    // .npy of the best model's logits [N, C]
   std::filesystem::path params_in;     // folder of <name>.npy initial parameters
+  // Module-graph models: load the keys --params-in and the model share,
+  // list the rest in a warning (torch's strict=False), instead of an error.
+  bool params_non_strict = false;
   std::filesystem::path params_out;    // folder for the best model's parameters
   std::filesystem::path trace_path;    // Chrome trace of op times (rank K > 0: <stem>.rank-K<ext>)
   bool debug = false;                  // unfused, NaN/Inf check after every op
@@ -97,6 +100,12 @@ struct TrainResult {
   // The partition (rank 0 knows it when it partitioned in memory).
   PartitionStats partition;
   int64_t local_nodes = 0, local_edges = 0;  // this rank's share
+  // Batch datasets (model/batch_trainer.h): optimizer steps taken in all,
+  // shape buckets used, and padding over the run's batches (% of rows).
+  int64_t steps = 0;
+  int64_t buckets_used = 0, buckets = 0;
+  double padding_rows_percent = 0, padding_edges_percent = 0;
+  double last_loss = 0;
 };
 
 TrainResult train(const proto::Job& job, const TrainOptions& options);
@@ -130,6 +139,10 @@ double learning_rate(const proto::Job& job, int64_t epoch);
 // from a partition's halo rows). Compiles both programs (no cache).
 std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
                                                     int64_t classes, bool sparse_features);
+
+// Drops the records of epochs after `epoch` from a JSON-lines metrics file
+// (replaced atomically); a missing file is left missing.
+void keep_metrics_through(const std::filesystem::path& path, int64_t epoch);
 
 // The partition options a job names (parts: the rank count).
 PartitionOptions partition_options(const proto::Job& job, int parts);

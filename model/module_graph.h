@@ -1,0 +1,36 @@
+// A job's module graph (model.module, model.loss_term) written as runtime
+// Programs for one shape bucket: inputs resolved by name, modules built in
+// dependency order through the registry (model/modules.h), the weighted
+// losses summed over the real rows of their targets.
+//
+// Two programs per bucket, over the same parameters (by name) and the
+// batch tensors the BatchSource binds (modules.h's names):
+//   train_step  forward in training mode -> loss; metrics[0] += loss,
+//               metrics[1 + i] += loss term i
+//   infer       forward in eval mode; every loss term's input is an output
+//               (named after it); the same metrics (eval losses)
+// Bad models throw std::invalid_argument naming the module before anything
+// runs: an input nothing provides, a cycle, widths or node sets that do not
+// match, an unknown edge set.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/job.pb.h"
+#include "model/modules.h"
+#include "model/network.h"
+
+namespace gnnrt::model {
+
+// metrics[] of a module-graph program: total loss, then one slot per term.
+inline int64_t module_metric_slots(const proto::Model& model) { return 1 + model.loss_term_size(); }
+
+Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape);
+Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape);
+
+// The modules in the order they are built (each after its inputs); throws
+// on a missing input or a cycle.
+std::vector<int> module_order(const proto::Model& model, const Schema& schema);
+
+}  // namespace gnnrt::model

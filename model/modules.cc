@@ -1,0 +1,352 @@
+#include "model/modules.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+namespace gnnrt::model {
+namespace {
+
+using runtime::ValueId;
+using Init = ParamDecl::Init;
+using Domain = Port::Domain;
+
+// ---- convolutions over an edge set ----
+// Inputs: x_src, and x_dst when the edge set joins two node sets (PyG's
+// (x_src, x_dst)); a homogeneous edge set's one input serves both ends.
+struct EdgeInputs {
+  int edges;
+  Port src, dst;
+};
+
+EdgeInputs edge_inputs(ModuleContext& c, const std::string& edges_name) {
+  const int e = c.edge_set(edges_name);
+  const Schema::EdgeSetInfo& info = c.schema.edge_sets[e];
+  const bool bipartite = info.source != info.destination;
+  c.expect_inputs(1, 2);
+  if (!bipartite && c.inputs.size() == 2) {
+    c.fail(fmt::format("edge set '{}' joins node set '{}' to itself: give one input, not two", info.name,
+                       c.schema.node_sets[info.source].name));
+  }
+  if (bipartite && c.inputs.size() != 2) {
+    c.fail(fmt::format("edge set '{}' joins '{}' to '{}': give two inputs (source rows, destination rows)",
+                       info.name, c.schema.node_sets[info.source].name,
+                       c.schema.node_sets[info.destination].name));
+  }
+  EdgeInputs r{e, c.inputs[0], c.inputs.size() == 2 ? c.inputs[1] : c.inputs[0]};
+  c.expect_domain(r.src, Domain::kNodes, info.source, "its first input (the sources)");
+  c.expect_domain(r.dst, Domain::kNodes, info.destination, "its second input (the destinations)");
+  return r;
+}
+
+int64_t positive(const ModuleContext& c, int64_t v, const char* field) {
+  if (v < 1) c.fail(fmt::format("{} = {} must be >= 1", field, v));
+  return v;
+}
+
+// GINConv: nn((1 + eps) x_dst + sum_{j -> i} x_src[j]).
+Port gin(ModuleContext& c) {
+  const auto& m = c.module.gin();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  if (in.src.width != in.dst.width) {
+    c.fail(fmt::format("sources have width {}, destinations {}: GIN adds them", in.src.width, in.dst.width));
+  }
+  const int64_t width = in.src.width, out = positive(c, m.out(), "out");
+  const int64_t hidden = m.hidden() > 0 ? m.hidden() : out;
+  const ValueId agg = c.b.aggregate(ops::Reduce::kSum, c.graph(in.edges), in.src.value);
+  ValueId h = c.b.add(m.eps() == 0 ? in.dst.value : c.b.scale(in.dst.value, 1 + m.eps()), agg);
+  h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
+  return c.nodes(in.dst.set, out, c.linear("nn.2", h, hidden, out, true));
+}
+
+// SAGEConv: lin_l(aggr_{j -> i} x_src[j]) + lin_r(x_dst), lin_r without bias.
+Port sage(ModuleContext& c) {
+  const auto& m = c.module.sage();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const int64_t out = positive(c, m.out(), "out");
+  if (m.aggr() != "mean" && m.aggr() != "max" && m.aggr() != "sum") {
+    c.fail(fmt::format("aggr '{}' must be mean, max or sum", m.aggr()));
+  }
+  const ValueId agg = c.b.aggregate(ops::parse_reduce(m.aggr()), c.graph(in.edges), in.src.value);
+  const ValueId h = c.linear("lin_l", agg, in.src.width, out, true);
+  return c.nodes(in.dst.set, out, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false)));
+}
+
+// ---- dense modules: same rows in and out ----
+Port one_input(ModuleContext& c) {
+  c.expect_inputs(1, 1);
+  return c.inputs[0];
+}
+
+Port with(Port p, int64_t width, ValueId v) {
+  p.width = width;
+  p.value = v;
+  return p;
+}
+
+Port linear(ModuleContext& c) {
+  const Port x = one_input(c);
+  const int64_t out = positive(c, c.module.linear().out(), "out");
+  // nn.Linear's keys are the module's own: "<name>.weight".
+  const ValueId w = c.param("weight", {out, x.width}, Init::kTorchLinear, x.width, out);
+  ValueId h = c.b.linear(x.value, w);
+  if (c.module.linear().bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kTorchLinear, x.width, out));
+  return with(x, out, h);
+}
+
+Port mlp(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.mlp();
+  std::vector<int64_t> widths{x.width};
+  for (int64_t h : m.hidden()) widths.push_back(positive(c, h, "hidden"));
+  widths.push_back(positive(c, m.out(), "out"));
+  ValueId h = x.value;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    if (i > 0) h = c.b.relu(h);
+    // nn.Sequential numbering: Linear 0, ReLU 1, Linear 2, ...
+    h = c.linear(std::to_string(2 * i), h, widths[i], widths[i + 1], true);
+  }
+  return with(x, widths.back(), h);
+}
+
+Port relu(ModuleContext& c) {
+  const Port x = one_input(c);
+  return with(x, x.width, c.b.relu(x.value));
+}
+
+Port elu(ModuleContext& c) {
+  const Port x = one_input(c);
+  return with(x, x.width, c.b.elu(x.value, c.module.elu().alpha()));
+}
+
+Port dropout(ModuleContext& c) {
+  const Port x = one_input(c);
+  const double p = c.module.dropout().p();
+  if (!(p >= 0 && p < 1)) c.fail(fmt::format("p = {} is not in [0, 1)", p));
+  if (!c.training) return x;
+  return with(x, x.width, c.b.dropout(x.value, p, c.key, x.domain == Domain::kEdges ? c.graph(x.set) : -1));
+}
+
+Port layer_norm(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.layer_norm();
+  if (!(m.eps() > 0)) c.fail(fmt::format("eps = {} must be > 0", m.eps()));
+  ValueId gamma, beta;
+  if (m.affine()) {
+    gamma = c.param("weight", {x.width}, Init::kOnes, x.width, x.width);
+    beta = c.param("bias", {x.width}, Init::kZeros, x.width, x.width);
+  } else {
+    gamma = c.b.fill({x.width}, 1.0);
+    beta = c.b.fill({x.width}, 0.0);
+  }
+  // Per row: padded rows never reach a real row's statistics.
+  return with(x, x.width, c.b.layer_norm(x.value, gamma, beta, /*per_node=*/true, m.eps()));
+}
+
+Port add(ModuleContext& c) {
+  if (c.inputs.size() < 2) c.fail(fmt::format("needs at least 2 inputs, has {}", c.inputs.size()));
+  Port sum = c.inputs[0];
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    const Port& p = c.inputs[i];
+    if (p.domain != sum.domain || p.set != sum.set || p.width != sum.width) {
+      c.fail(fmt::format("cannot add {} and {}", c.describe(c.inputs[0]), c.describe(p)));
+    }
+    sum.value = c.b.add(sum.value, p.value);
+  }
+  return sum;
+}
+
+// ---- between node sets, graphs and edges ----
+Port pool(ModuleContext& c) {
+  const Port x = one_input(c);
+  c.expect_domain(x, Domain::kNodes, -1, "its input");
+  const std::string& r = c.module.pool().reduce();
+  if (r != "sum" && r != "mean" && r != "max") c.fail(fmt::format("reduce '{}' must be sum, mean or max", r));
+  Port p{Domain::kGraphs, 0, x.width, c.b.aggregate(ops::parse_reduce(r), c.pool_graph(x.set), x.value), ""};
+  return p;
+}
+
+Port broadcast(ModuleContext& c) {
+  const Port x = one_input(c);
+  c.expect_domain(x, Domain::kGraphs, 0, "its input");
+  const int set = c.node_set(c.module.broadcast().node_set());
+  return c.nodes(set, x.width, c.b.aggregate(ops::Reduce::kSum, c.broadcast_graph(set), x.value));
+}
+
+Port gather(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.gather();
+  const int e = c.edge_set(m.edges());
+  const auto& info = c.schema.edge_sets[e];
+  const int end = m.destination() ? info.destination : info.source;
+  c.expect_domain(x, Domain::kNodes, end, m.destination() ? "its input (destination rows)" : "its input (source rows)");
+  const ValueId rows = c.b.gather(m.destination() ? c.reversed_graph(e) : c.graph(e), x.value);
+  return Port{Domain::kEdges, e, x.width, rows, ""};
+}
+
+// Indexed by the oneof's field number minus the first (10).
+constexpr int kFirstKind = proto::Module::kGin;
+const std::array<ModuleKind, 12> kKinds{{
+    {"gin", gin},
+    {"sage", sage},
+    {"linear", linear},
+    {"mlp", mlp},
+    {"relu", relu},
+    {"elu", elu},
+    {"dropout", dropout},
+    {"layer_norm", layer_norm},
+    {"add", add},
+    {"pool", pool},
+    {"broadcast", broadcast},
+    {"gather", gather},
+}};
+
+std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,
+                                  int64_t edges, int32_t& id) {
+  const auto& graphs = b.program().graphs;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    if (graphs[i].name == name) {
+      id = static_cast<int32_t>(i);
+      return name;
+    }
+  }
+  id = b.graph(name, src, dst, edges);
+  return name;
+}
+
+}  // namespace
+
+std::string features_name(const std::string& set) { return set + ".x"; }
+std::string mask_name(const std::string& set) { return set + ".mask"; }
+std::string target_name(const std::string& set) { return set + ".y"; }
+std::string pool_graph_name(const std::string& set) { return set + ".pool"; }
+std::string broadcast_graph_name(const std::string& set) { return set + ".broadcast"; }
+std::string reversed_graph_name(const std::string& edges) { return edges + ".reversed"; }
+
+int Schema::node_set(const std::string& name) const {
+  for (size_t i = 0; i < node_sets.size(); ++i) {
+    if (node_sets[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int Schema::edge_set(const std::string& name) const {
+  for (size_t i = 0; i < edge_sets.size(); ++i) {
+    if (edge_sets[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const ModuleKind& module_kind(const proto::Module& module) {
+  const int index = static_cast<int>(module.kind_case()) - kFirstKind;
+  if (module.kind_case() == proto::Module::KIND_NOT_SET || index < 0 || index >= static_cast<int>(kKinds.size())) {
+    std::vector<std::string> names;
+    for (const ModuleKind& k : kKinds) names.emplace_back(k.name);
+    throw std::invalid_argument(fmt::format("model.module '{}': no kind given (one of {})", module.name(),
+                                            fmt::join(names, ", ")));
+  }
+  return kKinds[static_cast<size_t>(index)];
+}
+
+ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const BucketShape& sh, bool train,
+                             const proto::Module& m, uint64_t k, std::vector<Port> in,
+                             std::vector<ParamDecl>& params, std::vector<ValueId>& param_ids)
+    : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
+      params_(params), param_ids_(param_ids) {}
+
+ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> shape_, Init init, int64_t fan_in,
+                             int64_t fan_out) {
+  const std::string name = module.name() + "." + suffix;
+  const ValueId id = b.parameter(name, shape_);
+  params_.push_back(ParamDecl{name, std::move(shape_), init, fan_in, fan_out});
+  param_ids_.push_back(id);
+  return id;
+}
+
+ValueId ModuleContext::linear(const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias) {
+  ValueId h = b.linear(x, param(prefix + ".weight", {out, in}, Init::kTorchLinear, in, out));
+  if (bias) h = b.bias_add(h, param(prefix + ".bias", {out}, Init::kTorchLinear, in, out));
+  return h;
+}
+
+int32_t ModuleContext::graph(int e) {
+  const auto& info = schema.edge_sets[e];
+  int32_t id;
+  find_or_declare_graph(b, info.name, shape.node_rows[info.source], shape.node_rows[info.destination],
+                        shape.edge_rows[e], id);
+  return id;
+}
+
+int32_t ModuleContext::reversed_graph(int e) {
+  const auto& info = schema.edge_sets[e];
+  int32_t id;
+  find_or_declare_graph(b, reversed_graph_name(info.name), shape.node_rows[info.destination],
+                        shape.node_rows[info.source], shape.edge_rows[e], id);
+  return id;
+}
+
+int32_t ModuleContext::pool_graph(int s) {
+  int32_t id;
+  find_or_declare_graph(b, pool_graph_name(schema.node_sets[s].name), shape.node_rows[s], shape.graph_rows,
+                        shape.node_rows[s], id);
+  return id;
+}
+
+int32_t ModuleContext::broadcast_graph(int s) {
+  int32_t id;
+  find_or_declare_graph(b, broadcast_graph_name(schema.node_sets[s].name), shape.graph_rows, shape.node_rows[s],
+                        shape.node_rows[s], id);
+  return id;
+}
+
+int ModuleContext::edge_set(const std::string& name) {
+  const int e = schema.edge_set(name);
+  if (e < 0) {
+    std::vector<std::string> names;
+    for (const auto& s : schema.edge_sets) names.push_back(s.name);
+    fail(fmt::format("edge set '{}' is not in the dataset (edge sets: {})", name, fmt::join(names, ", ")));
+  }
+  return e;
+}
+
+int ModuleContext::node_set(const std::string& name) {
+  const int s = schema.node_set(name);
+  if (s < 0) {
+    std::vector<std::string> names;
+    for (const auto& n : schema.node_sets) names.push_back(n.name);
+    fail(fmt::format("node set '{}' is not in the dataset (node sets: {})", name, fmt::join(names, ", ")));
+  }
+  return s;
+}
+
+Port ModuleContext::nodes(int set, int64_t width, ValueId v) const { return Port{Domain::kNodes, set, width, v, ""}; }
+
+std::string ModuleContext::describe(const Port& p) const {
+  const std::string rows = p.domain == Domain::kNodes   ? fmt::format("rows of node set '{}'", schema.node_sets[p.set].name)
+                           : p.domain == Domain::kEdges ? fmt::format("edges of '{}'", schema.edge_sets[p.set].name)
+                                                        : std::string("one row per graph");
+  return fmt::format("'{}' ({}, width {})", p.name, rows, p.width);
+}
+
+void ModuleContext::expect_inputs(size_t min, size_t max) const {
+  if (inputs.size() < min || inputs.size() > max) {
+    fail(min == max ? fmt::format("takes {} input{}, has {}", min, min == 1 ? "" : "s", inputs.size())
+                    : fmt::format("takes {} to {} inputs, has {}", min, max, inputs.size()));
+  }
+}
+
+void ModuleContext::expect_domain(const Port& p, Domain domain, int set, const char* what) const {
+  if (p.domain == domain && (set < 0 || p.set == set)) return;
+  const std::string want = domain == Domain::kNodes
+                               ? (set < 0 ? std::string("rows of a node set")
+                                          : fmt::format("rows of node set '{}'", schema.node_sets[set].name))
+                           : domain == Domain::kEdges ? fmt::format("edges of '{}'", schema.edge_sets[set].name)
+                                                      : std::string("one row per graph");
+  fail(fmt::format("{} must be {}, but is {}", what, want, describe(p)));
+}
+
+void ModuleContext::fail(const std::string& what) const {
+  throw std::invalid_argument(fmt::format("model.module '{}' ({}): {}", module.name(), module_kind(module).name, what));
+}
+
+}  // namespace gnnrt::model

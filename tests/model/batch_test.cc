@@ -1,0 +1,370 @@
+// Module-graph models over batches of small graphs: equal to the PyTorch
+// reference (tests/reference/make_batch_golden.py: PyG-style batching, no
+// padding) after every step of three epochs; padding never changes a
+// result; compiles equal the buckets used and a second run compiles
+// nothing; exact resume; the strict parameter loader; bad models and bad
+// batch datasets refused with messages naming what and where.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/batch_dataset.h"
+#include "model/batch_source.h"
+#include "model/job.h"
+#include "model/module_graph.h"
+#include "model/trainer.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const fs::path kGolden = GNNRT_BATCH_GOLDEN_DIR;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+proto::Job golden_job(const std::string& name) {
+  std::string text = read_text(kGolden / name / "job.pbtxt");
+  text.replace(text.find("DATA"), 4, (kGolden / name / "data").string());
+  return parse_job(text, name);
+}
+
+std::map<std::string, std::vector<float>> read_params(const fs::path& dir) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    out[e.path().stem().string()] = read_npy(e.path()).to_vector<float>();
+  }
+  return out;
+}
+
+// |a - b| <= atol + rtol |b| element by element.
+void expect_close(const std::map<std::string, std::vector<float>>& got,
+                  const std::map<std::string, std::vector<float>>& want, double atol, double rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const auto& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    for (size_t i = 0; i < w.size(); ++i) {
+      ASSERT_LE(std::abs(g[i] - w[i]), atol + rtol * std::abs(w[i])) << name << "[" << i << "]";
+    }
+  }
+}
+
+class Batch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) /
+           ("gnnrt_batch_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    options_.cache_dir = dir_ / "cache";
+    options_.progress = false;
+    options_.threads = 1;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_;
+  TrainOptions options_;
+};
+
+class Golden : public Batch, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(Golden, EqualsTheTorchReferenceAfterEveryEpoch) {
+  const fs::path c = kGolden / GetParam();
+  options_.params_in = c / "params_init";
+  options_.params_out = dir_ / "out";
+  const TrainResult r = train(golden_job(GetParam()), options_);
+  const Tensor losses = read_npy(c / "epoch_losses.npy");
+  const auto want = losses.to_vector<double>();
+  ASSERT_EQ(r.epochs.size(), want.size());
+  for (size_t e = 0; e < want.size(); ++e) {
+    EXPECT_NEAR(r.epochs[e].loss, want[e], 1e-4 * std::abs(want[e]) + 1e-6) << "epoch " << e + 1;
+  }
+  expect_close(read_params(dir_ / "out"), read_params(c / "params_final"), 1e-5, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, Golden, ::testing::Values("gin_sum_pool", "hetero"));
+
+// One bucket far larger than any batch against the derived ladder: the
+// same parameters (padding reaches no real row, output or gradient).
+TEST_F(Batch, PaddedEqualsUnpadded) {
+  for (const std::string name : {"gin_sum_pool", "hetero"}) {
+    SCOPED_TRACE(name);
+    const fs::path c = kGolden / name;
+    options_.params_in = c / "params_init";
+    options_.params_out = dir_ / (name + "_ladder");
+    proto::Job job = golden_job(name);
+    const TrainResult ladder = train(job, options_);
+    auto* bucket = job.mutable_batching()->add_bucket();
+    const BatchDataset data = load_batch_folder(c / "data");
+    for (const auto& n : data.node_sets) {
+      auto* s = bucket->add_size();
+      s->set_set(n.name);
+      s->set_rows(n.rows() * 2 + 5);
+    }
+    for (const auto& e : data.edge_sets) {
+      auto* s = bucket->add_size();
+      s->set_set(e.name);
+      s->set_rows(e.count() * 2 + 7);
+    }
+    options_.params_out = dir_ / (name + "_padded");
+    const TrainResult padded = train(job, options_);
+    EXPECT_EQ(padded.buckets_used, 1);
+    EXPECT_GT(padded.padding_rows_percent, 50);
+    expect_close(read_params(dir_ / (name + "_padded")), read_params(dir_ / (name + "_ladder")), 1e-6, 1e-5);
+    for (size_t e = 0; e < ladder.epochs.size(); ++e) {
+      EXPECT_NEAR(padded.epochs[e].loss, ladder.epochs[e].loss, 1e-5 * std::abs(ladder.epochs[e].loss));
+    }
+  }
+}
+
+proto::Job molecules_job() {
+  return parse_job(R"pb(
+    dataset { path: "molecules:graphs=300,seed=3" }
+    model {
+      module { name: "conv1" input: "atom.x" gin { edges: "bond" out: 32 } }
+      module { name: "act1" input: "conv1" relu {} }
+      module { name: "conv2" input: "act1" gin { edges: "bond" out: 32 } }
+      module { name: "pool" input: "conv2" pool { reduce: "sum" } }
+      module { name: "head" input: "pool" mlp { hidden: 32 out: 1 } }
+      loss_term { input: "head" target: "graph.y" }
+    }
+    optimizer { lr: 0.003 weight_decay: 0 }
+    schedule { epochs: 3 }
+    batching { batch_size: 32 }
+    seed: 5
+  )pb", "molecules job");
+}
+
+TEST_F(Batch, CompilesEqualBucketsUsedAndASecondRunCompilesNothing) {
+  proto::Job job = molecules_job();
+  const TrainResult first = train(job, options_);
+  EXPECT_GE(first.buckets_used, 1);
+  EXPECT_EQ(first.counters.compiles, first.buckets_used);
+  EXPECT_EQ(first.steps, 3 * 10);  // 300 graphs in batches of 32: 9 full and one of 12
+  EXPECT_LE(first.padding_rows_percent, 25);
+  EXPECT_LE(first.padding_edges_percent, 25);
+  const TrainResult second = train(job, options_);
+  EXPECT_EQ(second.counters.compiles, 0);
+  EXPECT_EQ(second.counters.cache_hits, first.buckets_used);
+  apply_override(job, "optimizer.lr=0.001");
+  apply_override(job, "schedule.lr_schedule=cosine");
+  apply_override(job, "schedule.epochs=4");
+  EXPECT_EQ(train(job, options_).counters.compiles, 0);
+}
+
+TEST_F(Batch, LearnsTheStructuralTarget) {
+  proto::Job job = molecules_job();
+  apply_override(job, "schedule.epochs=15");
+  const TrainResult r = train(job, options_);
+  EXPECT_LT(r.epochs.back().loss, 0.5 * r.epochs.front().loss);
+}
+
+TEST_F(Batch, ResumeEqualsTheUninterruptedRunBitwise) {
+  proto::Job job = molecules_job();
+  apply_override(job, "schedule.epochs=4");
+  options_.params_out = dir_ / "straight";
+  train(job, options_);
+  apply_override(job, "checkpoint.dir=" + (dir_ / "ckpt").string());
+  apply_override(job, "schedule.epochs=2");
+  options_.params_out.clear();
+  train(job, options_);
+  apply_override(job, "schedule.epochs=4");
+  options_.params_out = dir_ / "resumed";
+  const TrainResult r = train(job, options_);
+  EXPECT_EQ(r.start_epoch, 2);
+  EXPECT_EQ(r.steps, 40);
+  const auto a = read_params(dir_ / "straight"), b = read_params(dir_ / "resumed");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, v] : a) EXPECT_EQ(v, b.at(name)) << name;
+}
+
+TEST_F(Batch, StrictParamsInListsMissingUnexpectedAndMisshapedKeys) {
+  const fs::path in = dir_ / "params";
+  fs::create_directories(in);
+  for (const auto& e : fs::directory_iterator(kGolden / "gin_sum_pool" / "params_init")) {
+    fs::copy_file(e.path(), in / e.path().filename());
+  }
+  fs::remove(in / "conv2.nn.0.bias.npy");
+  write_npy<float>(in / "extra.weight.npy", std::vector<float>(3), {3});
+  write_npy<float>(in / "head.2.bias.npy", std::vector<float>(2), {2});
+  options_.params_in = in;
+  try {
+    train(golden_job("gin_sum_pool"), options_);
+    FAIL() << "loaded";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("missing keys: [conv2.nn.0.bias [16]]"));
+    EXPECT_THAT(e.what(), HasSubstr("unexpected keys: [extra.weight]"));
+    EXPECT_THAT(e.what(), HasSubstr("head.2.bias: [2] float32 in the file, [1] float32 in the model"));
+  }
+  options_.params_non_strict = true;
+  EXPECT_NO_THROW(train(golden_job("gin_sum_pool"), options_));
+}
+
+std::string model_error(const std::string& modules) {
+  proto::Job job = parse_job(R"pb(dataset { path: "DATA" } batching { batch_size: 3 })pb", "job");
+  job.mutable_dataset()->set_path((kGolden / "hetero" / "data").string());
+  google::protobuf::TextFormat::ParseFromString(modules, job.mutable_model());
+  TrainOptions o;
+  o.no_cache = true;
+  o.progress = false;
+  try {
+    train(job, o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(BatchModels, BadModelsAreRefusedNamingTheModule) {
+  EXPECT_THAT(model_error(R"pb(module { name: "m" input: "c.x" linear { out: 2 } }
+                               loss_term { input: "m" })pb"),
+              HasSubstr("model.module 'm': input 'c.x' is provided by no node set, edge set or module"));
+  EXPECT_THAT(model_error(R"pb(module { name: "p" input: "q" relu {} }
+                               module { name: "q" input: "p" relu {} }
+                               loss_term { input: "p" })pb"),
+              HasSubstr("cycle: p -> q -> p"));
+  EXPECT_THAT(model_error(R"pb(module { name: "s" input: "a.x" input: "b.x" gin { edges: "ab" out: 4 } }
+                               loss_term { input: "s" })pb"),
+              HasSubstr("model.module 's' (gin): sources have width 6, destinations 4"));
+  EXPECT_THAT(model_error(R"pb(module { name: "s" input: "b.x" input: "a.x" sage { edges: "ab" out: 4 } }
+                               loss_term { input: "s" })pb"),
+              HasSubstr("its first input (the sources) must be rows of node set 'a', but is 'b.x'"));
+  EXPECT_THAT(model_error(R"pb(module { name: "s" input: "a.x" sage { edges: "nope" out: 4 } }
+                               loss_term { input: "s" })pb"),
+              HasSubstr("edge set 'nope' is not in the dataset (edge sets: aa, ab)"));
+  EXPECT_THAT(model_error(R"pb(module { name: "x" input: "a.x" input: "b.x" add {} }
+                               loss_term { input: "x" })pb"),
+              HasSubstr("cannot add 'a.x' (rows of node set 'a', width 6) and 'b.x'"));
+  EXPECT_THAT(model_error(R"pb(module { name: "m" input: "a.x" linear { out: 2 } }
+                               loss_term { input: "m" target: "graph.y" })pb"),
+              HasSubstr("has one row per graph, input 'm' does not (pool it first)"));
+  EXPECT_THAT(model_error(R"pb(module { name: "p" input: "a.x" pool {} }
+                               loss_term { input: "p" target: "graph.y" })pb"),
+              HasSubstr("input 'p' has width 6, target 'graph.y' has 1"));
+  EXPECT_THAT(model_error(R"pb(module { name: "m" input: "a.x" })pb"), HasSubstr("no kind given"));
+}
+
+// A copy of the hetero dataset with one array replaced.
+class BadData : public Batch {
+ protected:
+  fs::path copy() {
+    const fs::path d = dir_ / "data";
+    fs::copy(kGolden / "hetero" / "data", d);
+    return d;
+  }
+  std::string load_error(const fs::path& d) {
+    try {
+      load_batch_folder(d);
+    } catch (const DatasetError& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+};
+
+TEST_F(BadData, EachProblemNamesTheFileFieldAndPosition) {
+  fs::path d = copy();
+  auto ptr = read_npy(d / "a.ptr.npy").to_vector<int64_t>();
+  const auto good_ptr = ptr;
+  std::swap(ptr[2], ptr[3]);
+  write_npy<int64_t>(d / "a.ptr.npy", ptr, {static_cast<int64_t>(ptr.size())});
+  EXPECT_THAT(load_error(d), HasSubstr("a.ptr.npy (node_set a ptr): offsets not monotone: offset 2"));
+  ptr = good_ptr;
+  ptr.back() += 3;
+  write_npy<int64_t>(d / "a.ptr.npy", ptr, {static_cast<int64_t>(ptr.size())});
+  EXPECT_THAT(load_error(d), HasSubstr("features has shape"));
+  write_npy<int64_t>(d / "a.ptr.npy", good_ptr, {static_cast<int64_t>(ptr.size())});
+
+  auto x = read_npy(d / "a.x.npy");
+  auto xv = x.to_vector<float>();
+  xv[2 * 6 + 1] = std::nanf("");
+  write_npy<float>(d / "a.x.npy", xv, x.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("a.x.npy (node_set a features): nan at row 2, column 1"));
+  write_npy(d / "a.x.npy", x);
+
+  auto ei = read_npy(d / "aa.edge_index.npy");
+  auto ev = ei.to_vector<int64_t>();
+  const auto good_ei = ev;
+  ev[0] = good_ptr.back() - 1;  // edge 0's source in the last graph
+  write_npy<int64_t>(d / "aa.edge_index.npy", ev, ei.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("edge set 'aa': edge 0 of graph 0 joins a row"));
+  ev.resize(ev.size() - 1);
+  write_npy<int64_t>(d / "aa.edge_index.npy", ev, {static_cast<int64_t>(ev.size())});
+  EXPECT_THAT(load_error(d), HasSubstr("aa.edge_index.npy (edge_set aa edge_index): has shape"));
+  write_npy(d / "aa.edge_index.npy", ei);
+
+  std::string manifest = read_text(d / "manifest.pbtxt");
+  std::ofstream(d / "manifest.pbtxt") << manifest << "edge_set { source: \"a\" relation: \"ac\" destination: \"c\" }\n";
+  EXPECT_THAT(load_error(d), HasSubstr("edge_set[2]: destination 'c' is not a node set"));
+  std::ofstream(d / "manifest.pbtxt") << manifest << "edge_set { source: \"a\" relation: \"ax\" destination: \"b\" }\n";
+  EXPECT_THAT(load_error(d), HasSubstr("ax.edge_index.npy (edge_set ax edge_index): missing"));
+  std::ofstream(d / "manifest.pbtxt") << manifest;
+
+  auto y = read_npy(d / "graph.y.npy");
+  auto yv = y.to_vector<float>();
+  yv[3] = INFINITY;
+  write_npy<float>(d / "graph.y.npy", yv, y.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("graph.y.npy (graph_target): inf at row 3, column 0"));
+  yv.pop_back();
+  write_npy<float>(d / "graph.y.npy", yv, {static_cast<int64_t>(yv.size()), 1});
+  EXPECT_THAT(load_error(d), HasSubstr("targets has shape"));
+}
+
+TEST(Molecules, AreDeterministicAndShapedLikeZinc) {
+  const BatchDataset a = make_molecules(parse_molecule_spec("molecules:graphs=2000,seed=4"));
+  const BatchDataset b = make_molecules(parse_molecule_spec("molecules:graphs=2000,seed=4"));
+  EXPECT_EQ(a.node_sets[0].x, b.node_sets[0].x);
+  EXPECT_EQ(a.edge_sets[0].src, b.edge_sets[0].src);
+  EXPECT_EQ(a.graph_y.values, b.graph_y.values);
+  const double nodes = static_cast<double>(a.node_sets[0].rows()) / 2000;
+  const double edges = static_cast<double>(a.edge_sets[0].count()) / 2000;
+  EXPECT_NEAR(nodes, 23, 1.5);
+  EXPECT_NEAR(edges, 50, 5);
+  EXPECT_THROW(parse_molecule_spec("molecules:graphs=0"), DatasetError);
+  EXPECT_THROW(parse_molecule_spec("molecules:colour=3"), DatasetError);
+  // Round trip through a folder.
+  const fs::path d = fs::path(testing::TempDir()) / "gnnrt_molecules_folder";
+  fs::remove_all(d);
+  write_batch_folder(a, d);
+  const BatchDataset c = load_batch_folder(d);
+  EXPECT_EQ(c.node_sets[0].x, a.node_sets[0].x);
+  EXPECT_EQ(c.edge_sets[0].dst, a.edge_sets[0].dst);
+  EXPECT_EQ(c.graph_y.values, a.graph_y.values);
+  fs::remove_all(d);
+}
+
+TEST(BatchSourceTest, AGraphTooLargeForTheLargestBucketIsAnError) {
+  const BatchDataset d = make_molecules(parse_molecule_spec("molecules:graphs=20,seed=1"));
+  proto::Batching b;
+  auto* bucket = b.add_bucket();
+  auto* s = bucket->add_size();
+  s->set_set("atom");
+  s->set_rows(12);
+  s = bucket->add_size();
+  s->set_set("bond");
+  s->set_rows(1000);
+  try {
+    BatchSource source(d, b, 0);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not fit the largest bucket"));
+    EXPECT_THAT(e.what(), HasSubstr(" atom, "));
+  }
+}
+
+}  // namespace
+}  // namespace gnnrt::model

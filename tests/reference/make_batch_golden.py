@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""Writes the golden data of gnnrt's batch-training tests (module-graph
+models over batches of small graphs) from an independent PyTorch 1.13
+reference written from the formulas, with PyG-style batching: a batch's
+graphs concatenated, node rows offset, no padding.
+
+Layout under --out (default tests/golden/batch/):
+  <case>/data/           a batch dataset folder (manifest.pbtxt + .npy,
+                         docs/file-formats.md), made here with numpy
+  <case>/job.pbtxt       the gnnrt job (batching.shuffle false: batches are
+                         graphs 0..B-1, B..2B-1, ...; the last one partial)
+  <case>/params_init/    <state_dict key>.npy float32, drawn here
+  <case>/epoch_losses.npy float64 [epochs]: the mean of each epoch's batch losses
+  <case>/params_final/   after every step of every epoch
+
+Steps run in float64 from the float32 initial values (the exact result a
+float32 implementation is compared with). Cases:
+  gin_sum_pool    two GINConv layers over "atom"/"bond", sum pooling,
+                  an MLP head, MSE on the graph target.
+  hetero          two node sets a and b; SAGE over a->a (mean) and the
+                  bipartite a->b (PyG's (x_src, x_dst)), a residual add of
+                  a Linear of b.x, ReLU, mean pooling, broadcast back to b,
+                  another residual, max pooling, an MLP head (graph MSE)
+                  plus 0.5 x a per-node MSE on b.y through a Linear.
+
+Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
+CI does not run this; its files are committed. A re-run writes identical bytes.
+"""
+import argparse
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+
+
+def scatter(src, index, rows, reduce):
+    """out[r] = reduce over {i: index[i] = r} of src[i]; empty rows give 0."""
+    out = torch.zeros((rows,) + tuple(src.shape[1:]), dtype=src.dtype)
+    if reduce in ("sum", "mean"):
+        out = out.index_add(0, index, src)
+        if reduce == "mean":
+            count = torch.zeros(rows, dtype=src.dtype).index_add(0, index, torch.ones(len(index)))
+            out = out / count.clamp(min=1).unsqueeze(-1)
+        return out
+    full = torch.full((rows,) + tuple(src.shape[1:]), -float("inf"), dtype=src.dtype)
+    full = full.scatter_reduce(0, index.unsqueeze(-1).expand_as(src), src, reduce="amax", include_self=True)
+    return torch.where(torch.isinf(full), torch.zeros_like(full), full)
+
+
+def linear(p, prefix, x, bias=True):
+    y = x @ p[prefix + ".weight"].T
+    return y + p[prefix + ".bias"] if bias else y
+
+
+def gin(p, name, x_src, x_dst, ei, eps=0.0):
+    agg = scatter(x_src[ei[0]], ei[1], x_dst.shape[0], "sum")
+    h = torch.relu(linear(p, name + ".nn.0", (1 + eps) * x_dst + agg))
+    return linear(p, name + ".nn.2", h)
+
+
+def sage(p, name, x_src, x_dst, ei, aggr):
+    agg = scatter(x_src[ei[0]], ei[1], x_dst.shape[0], aggr)
+    return linear(p, name + ".lin_l", agg) + linear(p, name + ".lin_r", x_dst, bias=False)
+
+
+def mlp(p, name, x, layers):
+    for i in range(layers):
+        if i > 0:
+            x = torch.relu(x)
+        x = linear(p, f"{name}.{2 * i}", x)
+    return x
+
+
+def mse(a, b):
+    return ((a - b) ** 2).mean()
+
+
+# ---- datasets (numpy; PyG Batch layout: rows concatenated, ptr offsets) ----
+
+def random_graphs(rng, graphs, lo, hi):
+    sizes = rng.integers(lo, hi + 1, size=graphs)
+    return sizes, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def edges_within(rng, ptr_s, ptr_d, per_graph, directed_pairs=None):
+    src, dst, eptr = [], [], [0]
+    for g in range(len(ptr_s) - 1):
+        ns, nd = ptr_s[g + 1] - ptr_s[g], ptr_d[g + 1] - ptr_d[g]
+        count = per_graph(ns, nd)
+        if ns > 0 and nd > 0:
+            s = rng.integers(0, ns, size=count) + ptr_s[g]
+            d = rng.integers(0, nd, size=count) + ptr_d[g]
+            src += s.tolist()
+            dst += d.tolist()
+        eptr.append(len(src))
+    return np.array([src, dst], dtype=np.int64).reshape(2, -1), np.array(eptr, dtype=np.int64)
+
+
+def write_folder(folder, node_sets, edge_sets, graph_y):
+    folder.mkdir(parents=True)
+    lines = []
+    for name, (x, ptr, y) in node_sets.items():
+        np.save(folder / f"{name}.x.npy", x.astype(np.float32))
+        np.save(folder / f"{name}.ptr.npy", ptr)
+        target = ""
+        if y is not None:
+            np.save(folder / f"{name}.y.npy", y.astype(np.float32))
+            target = f' target: "{name}.y.npy"'
+        lines.append(f'node_set {{ name: "{name}"{target} }}')
+    for (s, rel, d), (ei, eptr) in edge_sets.items():
+        np.save(folder / f"{rel}.edge_index.npy", ei)
+        np.save(folder / f"{rel}.ptr.npy", eptr)
+        lines.append(f'edge_set {{ source: "{s}" relation: "{rel}" destination: "{d}" }}')
+    np.save(folder / "graph.y.npy", graph_y.astype(np.float32))
+    lines.append('graph_target: "graph.y.npy"')
+    (folder / "manifest.pbtxt").write_text("\n".join(lines) + "\n")
+
+
+def torch_linear_init(gen, out, inp):
+    bound = 1.0 / np.sqrt(inp)
+    w = (torch.rand((out, inp), generator=gen, dtype=torch.float32) * 2 - 1) * bound
+    b = (torch.rand((out,), generator=gen, dtype=torch.float32) * 2 - 1) * bound
+    return w, b
+
+
+def train(case_dir, params32, forward, batches, epochs, lr, job_text):
+    params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in params32.items()}
+    opt = torch.optim.Adam(params.values(), lr=lr, weight_decay=0.0)
+    epoch_losses = []
+    for _ in range(epochs):
+        losses = []
+        for batch in batches:
+            opt.zero_grad()
+            loss = forward(params, batch)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        epoch_losses.append(np.mean(losses))
+    for sub in ("params_init", "params_final"):
+        (case_dir / sub).mkdir(parents=True)
+    for k, v in params32.items():
+        np.save(case_dir / "params_init" / f"{k}.npy", v.numpy())
+        np.save(case_dir / "params_final" / f"{k}.npy", params[k].detach().to(torch.float32).numpy())
+    np.save(case_dir / "epoch_losses.npy", np.array(epoch_losses, dtype=np.float64))
+    (case_dir / "job.pbtxt").write_text(job_text)
+
+
+def batch_of(ids, node_sets, edge_sets, graph_y):
+    """PyG-style batch of graphs `ids`: per node set x, y and graph index;
+    per edge set edge_index re-offset to the batch's rows."""
+    out = {"nodes": {}, "edges": {}, "y": torch.tensor(graph_y[ids], dtype=torch.float64)}
+    first = {}
+    for name, (x, ptr, y) in node_sets.items():
+        rows, gidx, start = [], [], {}
+        for k, g in enumerate(ids):
+            start[g] = len(rows)
+            rows += list(range(ptr[g], ptr[g + 1]))
+            gidx += [k] * (ptr[g + 1] - ptr[g])
+        first[name] = (start, ptr)
+        out["nodes"][name] = (torch.tensor(x[rows], dtype=torch.float64),
+                              None if y is None else torch.tensor(y[rows], dtype=torch.float64),
+                              torch.tensor(gidx, dtype=torch.int64))
+    for (s, rel, d), (ei, eptr) in edge_sets.items():
+        src, dst = [], []
+        for g in ids:
+            for e in range(eptr[g], eptr[g + 1]):
+                src.append(ei[0, e] - first[s][1][g] + first[s][0][g])
+                dst.append(ei[1, e] - first[d][1][g] + first[d][0][g])
+        out["edges"][rel] = torch.tensor([src, dst], dtype=torch.int64).reshape(2, -1)
+    return out
+
+
+def case_gin(out):
+    rng = np.random.default_rng(7)
+    graphs, types = 14, 5
+    sizes, ptr = random_graphs(rng, graphs, 3, 9)
+    atom_type = rng.integers(0, types, size=ptr[-1])
+    x = np.eye(types, dtype=np.float32)[atom_type]
+    ei, eptr = edges_within(rng, ptr, ptr, lambda ns, nd: 2 * ns)
+    graph_y = rng.normal(size=(graphs, 1))
+    node_sets = {"atom": (x, ptr, None)}
+    edge_sets = {("atom", "bond", "atom"): (ei, eptr)}
+    case_dir = out / "gin_sum_pool"
+    write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
+    gen = torch.Generator().manual_seed(1)
+    p = {}
+    for name, (i, h, o) in {"conv1": (types, 16, 16), "conv2": (16, 16, 16)}.items():
+        p[f"{name}.nn.0.weight"], p[f"{name}.nn.0.bias"] = torch_linear_init(gen, h, i)
+        p[f"{name}.nn.2.weight"], p[f"{name}.nn.2.bias"] = torch_linear_init(gen, o, h)
+    p["head.0.weight"], p["head.0.bias"] = torch_linear_init(gen, 16, 16)
+    p["head.2.weight"], p["head.2.bias"] = torch_linear_init(gen, 1, 16)
+    batch_size, epochs = 4, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
+               for s in range(0, graphs, batch_size)]
+
+    def forward(params, b):
+        x, _, gidx = b["nodes"]["atom"]
+        ei = b["edges"]["bond"]
+        h = torch.relu(gin(params, "conv1", x, x, ei))
+        h = gin(params, "conv2", h, h, ei)
+        g = scatter(h, gidx, len(b["y"]), "sum")
+        return mse(mlp(params, "head", g, 2), b["y"])
+
+    job = f"""name: "batch_gin_sum_pool"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "conv1" input: "atom.x" gin {{ edges: "bond" out: 16 hidden: 16 }} }}
+  module {{ name: "act1" input: "conv1" relu {{}} }}
+  module {{ name: "conv2" input: "act1" gin {{ edges: "bond" out: 16 hidden: 16 }} }}
+  module {{ name: "pool" input: "conv2" pool {{ reduce: "sum" }} }}
+  module {{ name: "head" input: "pool" mlp {{ hidden: 16 out: 1 }} }}
+  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+}}
+optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, p, forward, batches, epochs, 0.01, job)
+
+
+def case_hetero(out):
+    rng = np.random.default_rng(11)
+    graphs, fa, fb = 11, 6, 4
+    _, ptr_a = random_graphs(rng, graphs, 2, 7)
+    _, ptr_b = random_graphs(rng, graphs, 0, 4)  # some graphs have no b rows
+    xa = rng.normal(size=(ptr_a[-1], fa))
+    xb = rng.normal(size=(ptr_b[-1], fb))
+    yb = rng.normal(size=(ptr_b[-1], 1))
+    aa, aa_ptr = edges_within(rng, ptr_a, ptr_a, lambda ns, nd: 2 * ns)
+    ab, ab_ptr = edges_within(rng, ptr_a, ptr_b, lambda ns, nd: ns + nd)
+    graph_y = rng.normal(size=(graphs, 1))
+    node_sets = {"a": (xa, ptr_a, None), "b": (xb, ptr_b, yb)}
+    edge_sets = {("a", "aa", "a"): (aa, aa_ptr), ("a", "ab", "b"): (ab, ab_ptr)}
+    case_dir = out / "hetero"
+    write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
+    gen = torch.Generator().manual_seed(2)
+    p = {}
+    p["s1.lin_l.weight"], p["s1.lin_l.bias"] = torch_linear_init(gen, 8, fa)
+    p["s1.lin_r.weight"], _ = torch_linear_init(gen, 8, fa)
+    p["s2.lin_l.weight"], p["s2.lin_l.bias"] = torch_linear_init(gen, 8, 8)
+    p["s2.lin_r.weight"], _ = torch_linear_init(gen, 8, fb)
+    p["skip.weight"], p["skip.bias"] = torch_linear_init(gen, 8, fb)
+    p["head.0.weight"], p["head.0.bias"] = torch_linear_init(gen, 8, 8)
+    p["head.2.weight"], p["head.2.bias"] = torch_linear_init(gen, 1, 8)
+    p["node_head.weight"], p["node_head.bias"] = torch_linear_init(gen, 1, 8)
+    batch_size, epochs = 3, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
+               for s in range(0, graphs, batch_size)]
+
+    def forward(params, bt):
+        xa, _, _ = bt["nodes"]["a"]
+        xb, yb, gb = bt["nodes"]["b"]
+        g = len(bt["y"])
+        h1 = sage(params, "s1", xa, xa, bt["edges"]["aa"], "mean")
+        hb = sage(params, "s2", h1, xb, bt["edges"]["ab"], "mean")
+        r = torch.relu(hb + linear(params, "skip", xb))
+        pooled = scatter(r, gb, g, "mean")
+        r3 = r + pooled[gb]
+        top = scatter(r3, gb, g, "max")
+        graph_loss = mse(mlp(params, "head", top, 2), bt["y"])
+        node_loss = mse(linear(params, "node_head", r3), yb) if len(yb) else torch.zeros(())
+        return graph_loss + 0.5 * node_loss
+
+    job = f"""name: "batch_hetero"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "s1" input: "a.x" sage {{ edges: "aa" out: 8 aggr: "mean" }} }}
+  module {{ name: "s2" input: "s1" input: "b.x" sage {{ edges: "ab" out: 8 aggr: "mean" }} }}
+  module {{ name: "skip" input: "b.x" linear {{ out: 8 }} }}
+  module {{ name: "sum1" input: "s2" input: "skip" add {{}} }}
+  module {{ name: "r" input: "sum1" relu {{}} }}
+  module {{ name: "pooled" input: "r" pool {{ reduce: "mean" }} }}
+  module {{ name: "back" input: "pooled" broadcast {{ node_set: "b" }} }}
+  module {{ name: "r3" input: "r" input: "back" add {{}} }}
+  module {{ name: "top" input: "r3" pool {{ reduce: "max" }} }}
+  module {{ name: "head" input: "top" mlp {{ hidden: 8 out: 1 }} }}
+  module {{ name: "node_head" input: "r3" linear {{ out: 1 }} }}
+  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+  loss_term {{ input: "node_head" target: "b.y" kind: MSE weight: 0.5 }}
+}}
+optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, p, forward, batches, epochs, 0.01, job)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "golden" / "batch")
+    args = parser.parse_args()
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    args.out.mkdir(parents=True)
+    case_gin(args.out)
+    case_hetero(args.out)
+
+
+if __name__ == "__main__":
+    main()
