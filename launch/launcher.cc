@@ -775,7 +775,8 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     const fs::path dir = effective_checkpoint_dir();
     try {
       if (const auto newest = model::load_newest_checkpoint(dir, /*set_aside=*/false)) {
-        record["checkpoint"] = {{"file", newest->path.string()}, {"epoch", newest->state.epoch()}};
+        record["checkpoint"] = {{"file", newest->path.string()}, {"epoch", newest->state.epoch()},
+                                {"step", newest->state.step()}};
       } else {
         record["checkpoint"] = {{"file", nullptr}, {"epoch", 0}};
       }

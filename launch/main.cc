@@ -171,6 +171,30 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   return cmd;
 }
 
+// `gnnrt infer`'s flags (docs/cli.md).
+CLI::App* add_infer_command(CLI::App& app, gnnrt::launch::InferCommand& c) {
+  auto* cmd = app.add_subcommand(
+      "infer", "Run a trained module-graph model over every graph of its batch dataset and write its outputs "
+               "as .npy, in dataset order");
+  cmd->add_option("job", c.job, "Job file with a module-graph model (docs/job-format.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--params-in", c.params_in, "The trained parameters: a folder of <state_dict key>.npy")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_flag("--params-non-strict", c.options.params_non_strict,
+                "Load the keys the folder shares with the model, list the others (torch's strict=False)");
+  cmd->add_option("--out", c.out, "Folder for <output>.npy")->required();
+  cmd->add_option("--output", c.options.outputs,
+                  "A module whose output to write (repeatable); default: every loss term's input");
+  cmd->add_option("--dataset", c.dataset, "The dataset, as dataset.path (a batch dataset)");
+  cmd->add_option("--set", c.sets, "Override a job field (repeatable)");
+  cmd->add_option("--cache-dir", c.cache_dir, "Program cache directory");
+  cmd->add_flag("--no-cache", c.options.no_cache, "Compile every program, keep nothing");
+  cmd->add_option("--threads", c.options.threads, "OpenMP threads (0: OpenMP's default)")->check(CLI::Range(0, 1024));
+  return cmd;
+}
+
 // `gnnrt partition`'s flags (docs/cli.md).
 CLI::App* add_partition_command(CLI::App& app, gnnrt::launch::PartitionCommand& c) {
   auto* cmd = app.add_subcommand(
@@ -341,6 +365,8 @@ int main(int argc, char** argv) {
   auto* train = add_train_command(app, train_command);
   MpiOptions train_mpi;
   add_mpi_options(train, train_mpi);
+  gnnrt::launch::InferCommand infer_command;
+  auto* infer = add_infer_command(app, infer_command);
   gnnrt::launch::PartitionCommand partition_command;
   auto* partition = add_partition_command(app, partition_command);
 
@@ -501,6 +527,7 @@ int main(int argc, char** argv) {
     }
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
     if (*partition) return gnnrt::launch::run_partition(partition_command);
+    if (*infer) return gnnrt::launch::run_infer(infer_command);
   } catch (const std::exception& e) {
     print_error(e);
     return gnnrt::launch::exit_status(e);

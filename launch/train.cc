@@ -1,6 +1,7 @@
 #include "launch/train.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "collectives/communicator.h"
@@ -88,7 +89,8 @@ int run_train(TrainCommand& c) {
                                                : fmt::format("{} layers", job.model().layer_size()),
                  job.schedule().epochs(),
                  job.optimizer().kind(), job.optimizer().lr(), ranks,
-                 ranks > 1 || !job.partition().shards().empty()
+                 model::is_batch_job(job) ? (ranks > 1 ? std::string(", data-parallel") : std::string())
+                 : ranks > 1 || !job.partition().shards().empty()
                      ? fmt::format(", partition {} ({} halo)",
                                    job.partition().shards().empty() ? job.partition().method()
                                                                     : "shards " + job.partition().shards(),
@@ -127,6 +129,25 @@ int run_train(TrainCommand& c) {
     spdlog::info("best validation accuracy {:.4f} at epoch {}; test accuracy {:.4f}", r.best_val_acc,
                  r.best_epoch, r.test_acc);
   }
+  return 0;
+}
+
+int run_infer(InferCommand& c) {
+  if (c.job.empty()) throw std::invalid_argument("gnnrt infer needs a job file (a module-graph model)");
+  const model::proto::Job job = load_job_with_overrides(c.job, c.dataset, c.sets);
+  c.options.params_in = c.params_in;
+  c.options.out = c.out;
+  c.options.cache_dir = c.cache_dir;
+  const model::InferResult r = model::infer_batches(job, c.options);
+  for (const auto& [name, shape] : r.shapes) {
+    spdlog::info("wrote {}/{}.npy [{}]", c.out, name, fmt::join(shape, ", "));
+  }
+  for (size_t i = 0; i < r.term_losses.size(); ++i) {
+    spdlog::info("loss term {} ({} against {}): {:.6f} (mean over {} batches)", i, job.model().loss_term(i).input(),
+                 job.model().loss_term(i).target(), r.term_losses[i], r.batches);
+  }
+  spdlog::info("{} graphs in {} batches; {} compiles, {} cache hits", r.graphs, r.batches, r.counters.compiles,
+               r.counters.cache_hits);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/batch_infer.h"
 #include "model/job.pb.h"
 #include "model/trainer.h"
 
@@ -32,6 +33,17 @@ model::proto::Job load_job_with_overrides(const std::string& path, const std::st
 
 // The job the command trains: the file with every override applied.
 model::proto::Job resolve_job(const TrainCommand& command);
+
+// `gnnrt infer`: a module-graph job's outputs over every graph of its batch
+// dataset (model/batch_infer.h).
+struct InferCommand {
+  std::string job;
+  std::string dataset;
+  std::vector<std::string> sets;
+  model::InferOptions options;
+  std::string cache_dir, params_in, out;
+};
+int run_infer(InferCommand& command);
 
 // Reads the job, applies the overrides, trains (on options.communicator's
 // ranks), and logs the summary (rank 0). Returns the exit status; errors are

@@ -10,6 +10,8 @@
 #include <numeric>
 #include <sstream>
 
+#include <xxhash.h>
+
 #include "model/batch_manifest.pb.h"
 #include "ops/rng.h"
 #include "runtime/npy.h"
@@ -433,6 +435,36 @@ BatchDataset load_batch_dataset(std::string_view spec) {
                                                       "or a folder holding {}", kManifest));
   }
   return load_batch_folder(fs::path(spec));
+}
+
+uint64_t batch_fingerprint(const BatchDataset& d) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, 0);
+  const auto add = [&](const auto& v) { XXH64_update(state, v.data(), v.size() * sizeof(v[0])); };
+  const auto add_targets = [&](const Targets& y) {
+    add(y.values);
+    add(y.labels);
+  };
+  const std::vector<int64_t> head{d.num_graphs, static_cast<int64_t>(d.node_sets.size()),
+                                  static_cast<int64_t>(d.edge_sets.size())};
+  add(head);
+  for (const NodeSet& n : d.node_sets) {
+    add(n.name);
+    add(n.x);
+    add(n.ptr);
+    add_targets(n.y);
+  }
+  for (const EdgeSet& e : d.edge_sets) {
+    add(e.name);
+    add(e.src);
+    add(e.dst);
+    add(e.ptr);
+    add(e.x);
+  }
+  add_targets(d.graph_y);
+  const uint64_t sum = XXH64_digest(state);
+  XXH64_freeState(state);
+  return sum;
 }
 
 }  // namespace gnnrt::model

@@ -92,6 +92,10 @@ BatchDataset make_molecules(const MoleculeSpec& spec);
 bool is_batch_dataset(std::string_view spec);
 BatchDataset load_batch_dataset(std::string_view spec);
 
+// An xxHash64 of everything the dataset holds: its identity, compared
+// across ranks.
+uint64_t batch_fingerprint(const BatchDataset& d);
+
 // Checks every invariant above (sizes, offsets, endpoints in their graph,
 // finite values); throws DatasetError naming `where`, the field and the
 // position.

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "ops/rng.h"
+#include "runtime/builder.h"
 
 namespace gnnrt::model {
 namespace {
@@ -35,10 +36,10 @@ Schema schema_of(const BatchDataset& data) {
   return s;
 }
 
-BatchSource::BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed)
+BatchSource::BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed, int ranks)
     : data_(data), schema_(schema_of(data)), batch_size_(batching.batch_size()) {
   if (batch_size_ < 1) throw std::invalid_argument(fmt::format("job: batching.batch_size = {} must be >= 1", batch_size_));
-  make_ladder(batching, seed);
+  make_ladder(batching, seed, ranks);
 }
 
 std::vector<int64_t> BatchSource::sizes(std::span<const int64_t> graphs) const {
@@ -62,7 +63,7 @@ bool BatchSource::fits(const BucketShape& b, const std::vector<int64_t>& s) cons
   return true;
 }
 
-void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed) {
+void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, int ranks) {
   const bool shuffle = batching.shuffle();
   const size_t n = data_.node_sets.size(), sets = n + data_.edge_sets.size();
   const auto shape_of = [&](const std::vector<int64_t>& caps) {
@@ -79,8 +80,10 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed) {
     const std::vector<int64_t> s = sizes(std::span<const int64_t>(&g, 1));
     for (size_t i = 0; i < sets; ++i) largest[i] = std::max(largest[i], s[i]);
   }
+  // A rank's share holds at most ceil(batch / ranks) graphs.
+  const int64_t most = (std::min(batch_size_, data_.num_graphs) + ranks - 1) / ranks;
   std::vector<int64_t> top(sets);
-  for (size_t i = 0; i < sets; ++i) top[i] = std::max<int64_t>(1, largest[i] * std::min(batch_size_, data_.num_graphs));
+  for (size_t i = 0; i < sets; ++i) top[i] = std::max<int64_t>(1, largest[i] * most);
 
   if (batching.bucket_size() > 0) {
     for (int k = 0; k < batching.bucket_size(); ++k) {
@@ -143,10 +146,13 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed) {
         const std::vector<int64_t> o = order(seed, epoch, shuffle);
         for (size_t start = 0; start < o.size(); start += b) {
           const size_t count = std::min(b, o.size() - start);
-          const std::vector<int64_t> s = sizes(std::span<const int64_t>(o).subspan(start, count));
-          for (size_t i = 0; i < sets; ++i) {
-            if (count == b) full[i].push_back(s[i]);
-            else partial[i] = std::max(partial[i], s[i]);
+          const auto batch = std::span<const int64_t>(o).subspan(start, count);
+          for (int r = 0; r < ranks; ++r) {
+            const std::vector<int64_t> s = sizes(share(batch, r, ranks));
+            for (size_t i = 0; i < sets; ++i) {
+              if (count == b) full[i].push_back(s[i]);
+              else partial[i] = std::max(partial[i], s[i]);
+            }
           }
         }
       }
@@ -204,6 +210,13 @@ std::vector<int64_t> BatchSource::order(uint64_t seed, int64_t epoch, bool shuff
   return o;
 }
 
+std::span<const int64_t> BatchSource::share(std::span<const int64_t> batch, int rank, int ranks) {
+  const size_t n = batch.size();
+  const size_t begin = n * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
+  const size_t end = n * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks);
+  return batch.subspan(begin, end - begin);
+}
+
 int BatchSource::bucket_for(std::span<const int64_t> graphs) const {
   const std::vector<int64_t> s = sizes(graphs);
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -212,7 +225,8 @@ int BatchSource::bucket_for(std::span<const int64_t> graphs) const {
   throw std::invalid_argument(fmt::format("a batch of {} graphs fits no bucket", graphs.size()));
 }
 
-void BatchSource::bind(Core& core, std::span<const int64_t> graphs, int bucket, PaddingStats* stats) const {
+void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
+                       PaddingStats* stats) const {
   const BucketShape& shape = buckets_.at(static_cast<size_t>(bucket));
   const int64_t graph_rows = shape.graph_rows, sink_graph = graph_rows - 1;
   if (static_cast<int64_t>(graphs.size()) > graph_rows - 1) {
@@ -262,6 +276,9 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, int bucket, 
     }
     mem.put(features_name(n.name), std::move(x));
     mem.put(mask_name(n.name), std::move(mask));
+    int64_t global_rows = 0;
+    for (const int64_t g : global) global_rows += n.rows_of(g);
+    mem.put(runtime::count_name(mask_name(n.name)), Tensor::from<int64_t>(std::vector<int64_t>{global_rows}, {1}));
     core.bind_graph(pool_graph_name(n.name), std::make_shared<const Core::Adjacency>(
                                                  Core::Adjacency::build(pool_src, pool_dst, rows, graph_rows)));
     core.bind_graph(broadcast_graph_name(n.name), std::make_shared<const Core::Adjacency>(
@@ -302,6 +319,8 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, int bucket, 
   Tensor graph_mask(DType::kBool, {graph_rows});
   for (size_t k = 0; k < graphs.size(); ++k) graph_mask.values<uint8_t>()[k] = 1;
   mem.put(mask_name(kGraphSet), std::move(graph_mask));
+  mem.put(runtime::count_name(mask_name(kGraphSet)),
+          Tensor::from<int64_t>(std::vector<int64_t>{static_cast<int64_t>(global.size())}, {1}));
   if (!data_.graph_y.empty()) {
     const Targets& t = data_.graph_y;
     Tensor y = t.classes ? Tensor(DType::kI64, {graph_rows}) : Tensor(DType::kF32, {graph_rows, t.width});

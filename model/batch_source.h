@@ -36,8 +36,9 @@ class BatchSource {
  public:
   // Throws std::invalid_argument for a bad batching section (naming the
   // field), and when a graph does not fit the largest bucket.
-  // The default ladder is sized by the batches of the orders `seed` draws.
-  BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed);
+  // The default ladder is sized by the batches of the orders `seed` draws
+  // (on `ranks` ranks: by each rank's share of them).
+  BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed, int ranks = 1);
 
   const Schema& schema() const { return schema_; }
   const std::vector<BucketShape>& buckets() const { return buckets_; }
@@ -49,17 +50,24 @@ class BatchSource {
   // or 0..G-1 without shuffling.
   std::vector<int64_t> order(uint64_t seed, int64_t epoch, bool shuffle) const;
 
+  // Rank `rank`'s share of a global batch: a contiguous run of its graphs,
+  // the ranks' shares differing by at most one graph (possibly none).
+  static std::span<const int64_t> share(std::span<const int64_t> batch, int rank, int ranks);
+
   // The smallest bucket that fits these graphs.
   int bucket_for(std::span<const int64_t> graphs) const;
 
   // Pads the graphs to bucket `bucket` and binds them on the core; adds the
-  // real and padded sizes to `stats`.
-  void bind(runtime::Core& core, std::span<const int64_t> graphs, int bucket, PaddingStats* stats) const;
+  // real and padded sizes to `stats`. `global` is the whole global batch
+  // (`graphs` a share of it): its real rows per mask are bound as
+  // "<mask>.count", the divisor of a data-parallel program's losses.
+  void bind(runtime::Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
+            PaddingStats* stats) const;
 
  private:
   std::vector<int64_t> sizes(std::span<const int64_t> graphs) const;  // node sets, then edge sets
   bool fits(const BucketShape& b, const std::vector<int64_t>& sizes) const;
-  void make_ladder(const proto::Batching& batching, uint64_t seed);
+  void make_ladder(const proto::Batching& batching, uint64_t seed, int ranks);
 
   const BatchDataset& data_;
   Schema schema_;

@@ -18,6 +18,7 @@
 #include "model/batch_dataset.h"
 #include "model/batch_source.h"
 #include "model/checkpoint.h"
+#include "model/distributed.h"
 #include "model/job.h"
 #include "model/module_graph.h"
 #include "runtime/npy.h"
@@ -38,9 +39,372 @@ std::string text_of(const google::protobuf::Message& m) {
   return text;
 }
 
-// --params-in, as torch's load_state_dict: strict, every key loaded or one
-// error listing the missing keys, the unexpected keys and the mismatched
-// shapes; non-strict loads the intersection and lists the rest in a warning.
+
+class BatchTrainer {
+ public:
+  BatchTrainer(const proto::Job& job, const TrainOptions& options)
+      : job_(job), options_(options), comm_(options.communicator),
+        replicated_(comm_ && comm_->size() > 1), rank_(comm_ ? comm_->rank() : 0),
+        ranks_(comm_ ? comm_->size() : 1), core_(profile(), core_options()) {}
+
+  TrainResult run();
+
+ private:
+  runtime::DeviceProfile profile() const {
+    auto p = runtime::DeviceProfile::named(options_.profile.empty() ? job_.device().profile() : options_.profile);
+    if (options_.hbm_bytes > 0) p.hbm_bytes = options_.hbm_bytes;
+    else if (job_.device().hbm_bytes() > 0) p.hbm_bytes = job_.device().hbm_bytes();
+    return p;
+  }
+  runtime::CoreOptions core_options() const {
+    runtime::CoreOptions o;
+    if (!options_.no_cache) o.cache_dir = options_.cache_dir.empty() ? runtime::default_cache_dir() : options_.cache_dir;
+    o.debug = options_.debug;
+    o.trace = !options_.trace_path.empty();
+    o.flush_denormals = job_.device().flush_denormals();
+    o.communicator = comm_;
+    return o;
+  }
+  // Runs fn; on many ranks, agrees on its outcome (model/distributed.h):
+  // a failure on one rank is an error on every rank, none left waiting.
+  template <typename Fn>
+  void step(std::string_view what, Fn&& fn) {
+    if (replicated_) {
+      on_every_rank(*comm_, what, std::forward<Fn>(fn));
+    } else {
+      fn();
+    }
+  }
+  bool writer() const { return rank_ == 0; }
+
+  // The bucket's train-step program, compiled on first use.
+  const runtime::CompiledProgram& program(int bucket);
+  void init_parameters();
+  bool resume();
+  void save(int64_t epoch, int64_t step, bool with_metrics = false) const;
+  void check_parameters(int64_t epoch);
+  // A checkpoint after `step`, inside 0-based epoch `epoch`: `epoch` epochs
+  // complete, and the metrics so far (summed over the ranks).
+  void save_mid_epoch(int64_t epoch, int64_t at_step);
+
+  const proto::Job& job_;
+  const TrainOptions& options_;
+  std::shared_ptr<collectives::Communicator> comm_;
+  const bool replicated_;
+  const int rank_, ranks_;
+  Core core_;
+  BatchDataset data_;
+  std::unique_ptr<BatchSource> source_;
+  std::vector<ParamDecl> params_;
+  std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs_;
+  int64_t start_epoch_ = 0, step_ = 0;
+  bool resumed_metrics_ = false;  // the checkpoint held a partial epoch's metrics
+};
+
+const runtime::CompiledProgram& BatchTrainer::program(int bucket) {
+  auto& p = programs_[bucket];
+  if (!p) {
+    Network net = build_module_train_step(job_.model(), source_->schema(), source_->buckets()[bucket], replicated_);
+    runtime::CompileOptions o;
+    o.train = runtime::TrainStep{net.loss, net.param_ids, optimizer_config(job_.optimizer())};
+    o.bucket_bytes = static_cast<int64_t>(job_.partition().bucket_mb() * (1 << 20));
+    p = core_.compile(std::move(net.program), o);
+  }
+  return *p;
+}
+
+// Drawn, or --params-in's; either way rank 0's go to every rank, as
+// PyTorch DDP broadcasts rank 0's module state at construction.
+void BatchTrainer::init_parameters() {
+  step("reading --params-in", [&] {
+    if (options_.params_in.empty()) {
+      initialize_parameters(core_, params_, job_.seed());
+      return;
+    }
+    load_state_dict(core_, params_, options_.params_in, !options_.params_non_strict);
+    // Non-strict: the keys not in the files start fresh.
+    std::vector<ParamDecl> fresh;
+    for (const ParamDecl& p : params_) {
+      if (!core_.memory().has(p.name)) fresh.push_back(p);
+    }
+    if (!fresh.empty()) initialize_parameters(core_, fresh, job_.seed());
+  });
+  if (options_.corrupt_after_epoch == 0) flip_first_parameter_bit(core_, params_, rank_);
+  if (!replicated_) return;
+  for (const ParamDecl& p : params_) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+}
+
+// Rank 0 reads the newest checkpoint that loads and sends its path and
+// bytes: the ranks need not share a file system, and all resume alike.
+bool BatchTrainer::resume() {
+  if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
+  std::string bytes;
+  bool found = false;
+  step("reading the checkpoint", [&] {
+    if (!writer()) return;
+    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
+    found = loaded.has_value();
+    if (found) bytes = loaded->path.string() + '\0' + loaded->state.SerializeAsString();
+  });
+  if (replicated_) {
+    std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
+    comm_->broadcast<int64_t>(head, 0);
+    found = head[0] != 0;
+    bytes.resize(static_cast<size_t>(head[1]));
+    std::vector<int32_t> words((bytes.size() + 3) / 4);
+    if (writer() && !bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
+    comm_->broadcast<int32_t>(words, 0);
+    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
+  }
+  if (!found) return false;
+  const size_t nul = bytes.find('\0');
+  const std::string path = bytes.substr(0, nul);
+  step("resuming from the checkpoint", [&] {
+    proto::CheckpointState state;
+    if (!state.ParseFromArray(bytes.data() + nul + 1, static_cast<int>(bytes.size() - nul - 1))) {
+      throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path));
+    }
+    if (state.seed() != job_.seed()) {
+      throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}", path, state.seed(), job_.seed()));
+    }
+    const proto::Job saved = parse_job(state.job(), path);
+    for (const auto& [what, a, b] : {std::tuple{"model", text_of(saved.model()), text_of(job_.model())},
+                                     std::tuple{"optimizer", text_of(saved.optimizer()), text_of(job_.optimizer())},
+                                     std::tuple{"dataset", text_of(saved.dataset()), text_of(job_.dataset())},
+                                     std::tuple{"batching", text_of(saved.batching()), text_of(job_.batching())}}) {
+      if (a != b) {
+        throw CheckpointError(fmt::format("checkpoint {} was trained with another {}; remove it or set "
+                                          "checkpoint.resume=false", path, what));
+      }
+    }
+    for (const auto& t : state.tensors()) {
+      Tensor a(parse_dtype(t.dtype()), {t.shape().begin(), t.shape().end()});
+      if (a.bytes().size() != t.data().size()) {
+        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}", path, t.name(),
+                                          t.data().size(), runtime::shape_string(a.shape())));
+      }
+      std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
+      core_.memory().put(t.name(), std::move(a));
+    }
+    for (const ParamDecl& p : params_) {
+      if (!core_.memory().has(p.name) || core_.memory().at(p.name).shape() != p.shape) {
+        throw CheckpointError(fmt::format("checkpoint {}: no parameter '{}' {}", path, p.name, runtime::shape_string(p.shape)));
+      }
+    }
+    start_epoch_ = state.epoch();
+    step_ = state.step();
+    // A mid-epoch checkpoint's metrics are the ranks' sum: rank 0 carries
+    // them on, the others start from zero.
+    if (core_.memory().has(kMetrics)) {
+      resumed_metrics_ = true;
+      if (!writer()) core_.memory().at(kMetrics) = Tensor(DType::kF64, core_.memory().at(kMetrics).shape());
+    }
+  });
+  if (writer()) spdlog::info("resumed from {} at epoch {}, step {}", path, start_epoch_, step_);
+  return true;
+}
+
+void BatchTrainer::save_mid_epoch(int64_t epoch, int64_t at_step) {
+  Tensor& metrics = core_.memory().at(kMetrics);
+  Tensor mine = metrics;
+  if (replicated_) comm_->allreduce<double>(metrics.values<double>());
+  step("writing the checkpoint", [&] { save(epoch, at_step, /*with_metrics=*/true); });
+  metrics = std::move(mine);
+}
+
+void BatchTrainer::save(int64_t epoch, int64_t step, bool with_metrics) const {
+  if (!writer()) return;  // every rank holds the same parameters and optimizer state
+  proto::CheckpointState state;
+  state.set_job(to_text(job_));
+  state.set_epoch(epoch);
+  state.set_step(step);
+  state.set_seed(job_.seed());
+  state.set_best_epoch(-1);
+  // Parameters and optimizer state: the persistent values of the programs
+  // (every bucket's program has the same ones, by name).
+  std::set<std::string> names;
+  for (const auto& [bucket, p] : programs_) {
+    for (const auto& v : p->program.values) {
+      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
+    }
+  }
+  for (const ParamDecl& p : params_) names.insert(p.name);
+  names.erase(kMetrics);
+  if (with_metrics) names.insert(kMetrics);
+  for (const std::string& name : names) {
+    if (!core_.memory().has(name)) continue;
+    const Tensor& t = core_.memory().at(name);
+    auto* pt = state.add_tensors();
+    pt->set_name(name);
+    pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
+    for (int64_t d : t.shape()) pt->add_shape(d);
+    pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
+  }
+  save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), /*by_step=*/true);
+}
+
+// The ranks' parameters must stay the same bits: compared after the first
+// epoch of a run, the last, and every epoch that passes a multiple of
+// partition.checksum_every steps.
+void BatchTrainer::check_parameters(int64_t epoch) {
+  const int every = job_.partition().checksum_every();
+  if (!replicated_ || every == 0) return;
+  const int64_t per_epoch = source_->batches_per_epoch();
+  const bool due = epoch == start_epoch_ + 1 || epoch == job_.schedule().epochs() ||
+                   step_ / every != (step_ - per_epoch) / every;
+  if (!due) return;
+  try {
+    check_same(*comm_, parameter_checksum(core_, params_), "parameters");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(fmt::format("after step {}, the ranks' parameters diverged: {}", step_, e.what()));
+  }
+}
+
+TrainResult BatchTrainer::run() {
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
+  // Ranks started with different jobs stop here, the fields named.
+  if (replicated_) check_same_job(*comm_, job_);
+  TrainResult result;
+  result.ranks = ranks_;
+  uint64_t identity = 0;
+  step("loading the dataset", [&] {
+    data_ = load_batch_dataset(job_.dataset().path());
+    identity = batch_fingerprint(data_);
+    source_ = std::make_unique<BatchSource>(data_, job_.batching(), job_.seed(), ranks_);
+    // The model is checked (and its parameters declared) on the smallest
+    // bucket before anything runs.
+    params_ = build_module_train_step(job_.model(), source_->schema(), source_->buckets().front(), replicated_).params;
+    build_module_inference(job_.model(), source_->schema(), source_->buckets().front(), replicated_);
+  });
+  if (replicated_) check_same(*comm_, identity, "datasets (the same dataset.path read other bytes)");
+  if (!resume()) init_parameters();
+  for (const auto* path : {&options_.metrics_path, &options_.trace_path}) {
+    if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
+  }
+  std::ofstream metrics_out;
+  step("opening --metrics", [&] {
+    if (options_.metrics_path.empty() || !writer()) return;
+    if (start_epoch_ > 0) keep_metrics_through(options_.metrics_path, start_epoch_);
+    metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
+    if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
+  });
+  const BatchSource& source = *source_;
+  if (writer()) {
+    spdlog::info("batch dataset '{}': {} graphs, batches of {} ({} per epoch{}), {} buckets ({}), {} parameters",
+                 data_.name, data_.num_graphs, source.batch_size(), source.batches_per_epoch(),
+                 replicated_ ? fmt::format(", each split over {} ranks", ranks_) : std::string(),
+                 source.buckets().size(),
+                 source.growth() > 0 ? fmt::format("growth {:.3g}", source.growth())
+                 : job_.batching().bucket_size() > 0 ? std::string("as the job lists them")
+                                                     : std::string("derived from the batches' sizes"),
+                 params_.size());
+  }
+  const int64_t epochs = job_.schedule().epochs();
+  const int64_t slots = module_metric_slots(job_.model());
+  PaddingStats padding;
+  std::set<int> used;
+  const auto batch = static_cast<size_t>(source.batch_size());
+  const int64_t per_epoch = source.batches_per_epoch();
+  const bool per_step = job_.schedule().per_step();
+  const int every_steps = job_.checkpoint().dir().empty() ? 0 : job_.checkpoint().every_steps();
+  for (int64_t e = start_epoch_; e < epochs; ++e) {
+    EpochMetrics m;
+    m.epoch = e + 1;
+    m.lr = per_step ? learning_rate(job_, e * per_epoch, epochs * per_epoch) : learning_rate(job_, e);
+    const runtime::Counters before = core_.counters();
+    const auto start = std::chrono::steady_clock::now();
+    // A resume mid-epoch continues at the next batch, with the epoch's
+    // metrics so far (saved with the checkpoint).
+    const int64_t done = std::max<int64_t>(0, step_ - e * per_epoch);
+    if (done == 0 || !resumed_metrics_) core_.memory().put(kMetrics, Tensor(DType::kF64, {slots}));
+    resumed_metrics_ = false;
+    const std::vector<int64_t> order = source.order(job_.seed(), e, job_.batching().shuffle());
+    int64_t batches = done;
+    for (size_t at = static_cast<size_t>(done) * batch; at < order.size(); at += batch) {
+      const auto global = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
+      const auto mine = BatchSource::share(global, rank_, ranks_);
+      const int bucket = source.bucket_for(mine);
+      used.insert(bucket);
+      const runtime::CompiledProgram& p = program(bucket);
+      source.bind(core_, mine, global, bucket, &padding);
+      const double lr = per_step ? learning_rate(job_, step_, epochs * per_epoch) : m.lr;
+      core_.run(p, {.step = ++step_, .lr = lr, .seed = job_.seed()});
+      ++batches;
+      if (every_steps > 0 && step_ % every_steps == 0 && batches < per_epoch) save_mid_epoch(e, step_);
+    }
+    if (options_.corrupt_after_epoch == m.epoch) flip_first_parameter_bit(core_, params_, rank_);
+    // One read of the metrics per epoch; on many ranks their sum (each
+    // rank's losses are its share of the global means).
+    std::vector<double> v = core_.read(kMetrics).to_vector<double>();
+    v.push_back(options_.stop_requested && options_.stop_requested() ? 1.0 : 0.0);
+    if (replicated_) comm_->allreduce<double>(v);
+    m.stop = v.back() > 0;
+    m.loss = batches > 0 ? v[0] / static_cast<double>(batches) : 0;
+    m.ms = m.train_ms = ms_since(start);
+    const runtime::Counters& after = core_.counters();
+    m.simulated_ms = (after.simulated_seconds - before.simulated_seconds) * 1e3;
+    m.compute_ms = (after.compute_seconds - before.compute_seconds) * 1e3;
+    m.grad_ms = (after.gradient_seconds - before.gradient_seconds) * 1e3;
+    m.wait_ms = std::max(0.0, m.ms - m.compute_ms - m.grad_ms);
+    if (!std::isfinite(m.loss)) {
+      throw std::runtime_error(fmt::format("the loss became {} at epoch {}; rerun with --debug to find the op that made it",
+                                           m.loss, m.epoch));
+    }
+    check_parameters(m.epoch);
+    result.epochs.push_back(m);
+    result.last_loss = m.loss;
+    if (options_.progress && writer()) {
+      spdlog::info("epoch {:>4}/{} loss {:.5f} | {} steps, {:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
+                   m.epoch, epochs, m.loss, step_, m.ms, after.compiles, padding.rows_percent(), padding.edges_percent());
+    }
+    if (metrics_out.is_open()) {
+      nlohmann::json j{{"epoch", m.epoch}, {"step", step_}, {"loss", m.loss}, {"lr", m.lr}, {"ms", m.ms},
+                       {"simulated_ms", m.simulated_ms}, {"compiles", after.compiles},
+                       {"cache_hits", after.cache_hits}, {"buckets_used", used.size()},
+                       {"padding_rows_percent", padding.rows_percent()},
+                       {"padding_edges_percent", padding.edges_percent()}, {"ranks", ranks_},
+                       {"compute_ms", m.compute_ms}, {"grad_ms", m.grad_ms}, {"wait_ms", m.wait_ms}};
+      for (int i = 0; i < job_.model().loss_term_size(); ++i) {
+        j[fmt::format("loss_{}", job_.model().loss_term(i).input())] = batches > 0 ? v[1 + i] / static_cast<double>(batches) : 0;
+      }
+      metrics_out << j.dump() << '\n' << std::flush;
+    }
+    if (options_.on_epoch) options_.on_epoch(m);
+    const int every = job_.checkpoint().every();
+    const bool checkpoint = !job_.checkpoint().dir().empty() &&
+                            ((every > 0 && m.epoch % every == 0) || (every_steps > 0 && step_ % every_steps == 0));
+    if (checkpoint) step("writing the checkpoint", [&] { save(m.epoch, step_); });
+    if (m.stop && m.epoch < epochs) {
+      if (!job_.checkpoint().dir().empty() && !checkpoint) step("writing the checkpoint", [&] { save(m.epoch, step_); });
+      if (writer()) spdlog::info("stopped after epoch {} on request", m.epoch);
+      result.stopped = true;
+      break;
+    }
+  }
+  if (!result.stopped && !job_.checkpoint().dir().empty()) {
+    step("writing the checkpoint", [&] { save(std::max(epochs, start_epoch_), step_); });
+  }
+  step("writing the outputs", [&] {
+    if (options_.params_out.empty() || !writer()) return;
+    std::filesystem::create_directories(options_.params_out);
+    for (const ParamDecl& p : params_) write_npy(options_.params_out / (p.name + ".npy"), core_.read(p.name));
+  });
+  if (!options_.trace_path.empty()) core_.write_trace(rank_path(options_.trace_path, rank_));
+  result.start_epoch = start_epoch_;
+  result.counters = core_.counters();
+  result.steps = step_;
+  result.buckets_used = static_cast<int64_t>(used.size());
+  result.buckets = static_cast<int64_t>(source.buckets().size());
+  result.padding_rows_percent = padding.rows_percent();
+  result.padding_edges_percent = padding.edges_percent();
+  spdlog::info("{} steps; {} compiles, {} cache hits; {} of {} buckets used; padding {:.1f}% of rows, {:.1f}% of edges",
+               step_, result.counters.compiles, result.counters.cache_hits, used.size(), source.buckets().size(),
+               padding.rows_percent(), padding.edges_percent());
+  return result;
+}
+
+}  // namespace
+
 void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::filesystem::path& dir,
                      bool strict) {
   std::set<std::string> files;
@@ -76,245 +440,6 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
   }
   for (auto& [name, t] : loaded) core.memory().put(name, std::move(t));
 }
-
-class BatchTrainer {
- public:
-  BatchTrainer(const proto::Job& job, const TrainOptions& options)
-      : job_(job), options_(options), core_(profile(), core_options()),
-        data_(load_batch_dataset(job.dataset().path())), source_(data_, job.batching(), job.seed()) {}
-
-  TrainResult run();
-
- private:
-  runtime::DeviceProfile profile() const {
-    auto p = runtime::DeviceProfile::named(options_.profile.empty() ? job_.device().profile() : options_.profile);
-    if (options_.hbm_bytes > 0) p.hbm_bytes = options_.hbm_bytes;
-    else if (job_.device().hbm_bytes() > 0) p.hbm_bytes = job_.device().hbm_bytes();
-    return p;
-  }
-  runtime::CoreOptions core_options() const {
-    runtime::CoreOptions o;
-    if (!options_.no_cache) o.cache_dir = options_.cache_dir.empty() ? runtime::default_cache_dir() : options_.cache_dir;
-    o.debug = options_.debug;
-    o.trace = !options_.trace_path.empty();
-    o.flush_denormals = job_.device().flush_denormals();
-    return o;
-  }
-
-  // The bucket's train-step program, compiled on first use.
-  const runtime::CompiledProgram& program(int bucket);
-  bool resume();
-  void save(int64_t epoch, int64_t step) const;
-
-  const proto::Job& job_;
-  const TrainOptions& options_;
-  Core core_;
-  BatchDataset data_;
-  BatchSource source_;
-  std::vector<ParamDecl> params_;
-  std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs_;
-  int64_t start_epoch_ = 0, step_ = 0;
-};
-
-const runtime::CompiledProgram& BatchTrainer::program(int bucket) {
-  auto& p = programs_[bucket];
-  if (!p) {
-    Network net = build_module_train_step(job_.model(), source_.schema(), source_.buckets()[bucket]);
-    runtime::CompileOptions o;
-    o.train = runtime::TrainStep{net.loss, net.param_ids, optimizer_config(job_.optimizer())};
-    p = core_.compile(std::move(net.program), o);
-  }
-  return *p;
-}
-
-bool BatchTrainer::resume() {
-  if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
-  const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
-  if (!loaded) return false;
-  const proto::CheckpointState& state = loaded->state;
-  const std::string path = loaded->path.string();
-  if (state.seed() != job_.seed()) {
-    throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}", path, state.seed(), job_.seed()));
-  }
-  const proto::Job saved = parse_job(state.job(), path);
-  for (const auto& [what, a, b] : {std::tuple{"model", text_of(saved.model()), text_of(job_.model())},
-                                   std::tuple{"optimizer", text_of(saved.optimizer()), text_of(job_.optimizer())},
-                                   std::tuple{"dataset", text_of(saved.dataset()), text_of(job_.dataset())},
-                                   std::tuple{"batching", text_of(saved.batching()), text_of(job_.batching())}}) {
-    if (a != b) {
-      throw CheckpointError(fmt::format("checkpoint {} was trained with another {}; remove it or set "
-                                        "checkpoint.resume=false", path, what));
-    }
-  }
-  for (const auto& t : state.tensors()) {
-    Tensor a(parse_dtype(t.dtype()), {t.shape().begin(), t.shape().end()});
-    if (a.bytes().size() != t.data().size()) {
-      throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}", path, t.name(),
-                                        t.data().size(), runtime::shape_string(a.shape())));
-    }
-    std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
-    core_.memory().put(t.name(), std::move(a));
-  }
-  for (const ParamDecl& p : params_) {
-    if (!core_.memory().has(p.name) || core_.memory().at(p.name).shape() != p.shape) {
-      throw CheckpointError(fmt::format("checkpoint {}: no parameter '{}' {}", path, p.name, runtime::shape_string(p.shape)));
-    }
-  }
-  start_epoch_ = state.epoch();
-  step_ = state.step();
-  spdlog::info("resumed from {} at epoch {}, step {}", path, start_epoch_, step_);
-  return true;
-}
-
-void BatchTrainer::save(int64_t epoch, int64_t step) const {
-  proto::CheckpointState state;
-  state.set_job(to_text(job_));
-  state.set_epoch(epoch);
-  state.set_step(step);
-  state.set_seed(job_.seed());
-  state.set_best_epoch(-1);
-  // Parameters and optimizer state: the persistent values of the programs
-  // (every bucket's program has the same ones, by name).
-  std::set<std::string> names;
-  for (const auto& [bucket, p] : programs_) {
-    for (const auto& v : p->program.values) {
-      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
-    }
-  }
-  names.erase(kMetrics);
-  for (const std::string& name : names) {
-    if (!core_.memory().has(name)) continue;
-    const Tensor& t = core_.memory().at(name);
-    auto* pt = state.add_tensors();
-    pt->set_name(name);
-    pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
-    for (int64_t d : t.shape()) pt->add_shape(d);
-    pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
-  }
-  save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep());
-}
-
-TrainResult BatchTrainer::run() {
-  if (options_.threads > 0) omp_set_num_threads(options_.threads);
-  if (options_.communicator && options_.communicator->size() > 1) {
-    throw std::invalid_argument("data-parallel training on a batch dataset is not built yet: run it on one rank");
-  }
-  TrainResult result;
-  const Schema& schema = source_.schema();
-  // The model is checked (and its parameters declared) on the smallest
-  // bucket before anything runs.
-  params_ = build_module_train_step(job_.model(), schema, source_.buckets().front()).params;
-  build_module_inference(job_.model(), schema, source_.buckets().front());
-  if (!resume()) {
-    if (options_.params_in.empty()) {
-      initialize_parameters(core_, params_, job_.seed());
-    } else {
-      load_state_dict(core_, params_, options_.params_in, !options_.params_non_strict);
-      // Non-strict: keys not in the files start fresh.
-      std::vector<ParamDecl> fresh;
-      for (const ParamDecl& p : params_) {
-        if (!core_.memory().has(p.name)) fresh.push_back(p);
-      }
-      if (!fresh.empty()) initialize_parameters(core_, fresh, job_.seed());
-    }
-  }
-  for (const auto* path : {&options_.metrics_path, &options_.trace_path}) {
-    if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
-  }
-  std::ofstream metrics_out;
-  if (!options_.metrics_path.empty()) {
-    if (start_epoch_ > 0) keep_metrics_through(options_.metrics_path, start_epoch_);
-    metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
-  }
-  spdlog::info("batch dataset '{}': {} graphs, batches of {} ({} per epoch), {} buckets ({}), "
-               "{} parameters", data_.name, data_.num_graphs, source_.batch_size(), source_.batches_per_epoch(),
-               source_.buckets().size(),
-               source_.growth() > 0 ? fmt::format("growth {:.3g}", source_.growth())
-               : job_.batching().bucket_size() > 0 ? std::string("as the job lists them")
-                                                   : std::string("derived from the batches' sizes"),
-               params_.size());
-  const int64_t epochs = job_.schedule().epochs();
-  const int64_t slots = module_metric_slots(job_.model());
-  PaddingStats padding;
-  std::set<int> used;
-  const auto batch = static_cast<size_t>(source_.batch_size());
-  for (int64_t e = start_epoch_; e < epochs; ++e) {
-    EpochMetrics m;
-    m.epoch = e + 1;
-    m.lr = learning_rate(job_, e);
-    const runtime::Counters before = core_.counters();
-    const auto start = std::chrono::steady_clock::now();
-    core_.memory().put(kMetrics, Tensor(DType::kF64, {slots}));
-    const std::vector<int64_t> order = source_.order(job_.seed(), e, job_.batching().shuffle());
-    int64_t batches = 0;
-    for (size_t at = 0; at < order.size(); at += batch) {
-      const std::span<const int64_t> graphs = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
-      const int bucket = source_.bucket_for(graphs);
-      used.insert(bucket);
-      const runtime::CompiledProgram& p = program(bucket);
-      source_.bind(core_, graphs, bucket, &padding);
-      core_.run(p, {.step = ++step_, .lr = m.lr, .seed = job_.seed()});
-      ++batches;
-    }
-    const std::vector<double> v = core_.read(kMetrics).to_vector<double>();
-    m.loss = batches > 0 ? v[0] / static_cast<double>(batches) : 0;
-    m.ms = m.train_ms = ms_since(start);
-    const runtime::Counters& after = core_.counters();
-    m.simulated_ms = (after.simulated_seconds - before.simulated_seconds) * 1e3;
-    if (!std::isfinite(m.loss)) {
-      throw std::runtime_error(fmt::format("the loss became {} at epoch {}; rerun with --debug to find the op that made it",
-                                           m.loss, m.epoch));
-    }
-    m.stop = options_.stop_requested && options_.stop_requested();
-    result.epochs.push_back(m);
-    result.last_loss = m.loss;
-    if (options_.progress) {
-      spdlog::info("epoch {:>4}/{} loss {:.5f} | {} steps, {:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
-                   m.epoch, epochs, m.loss, step_, m.ms, after.compiles, padding.rows_percent(), padding.edges_percent());
-    }
-    if (metrics_out.is_open()) {
-      nlohmann::json j{{"epoch", m.epoch}, {"step", step_}, {"loss", m.loss}, {"lr", m.lr}, {"ms", m.ms},
-                       {"simulated_ms", m.simulated_ms}, {"compiles", after.compiles},
-                       {"cache_hits", after.cache_hits}, {"buckets_used", used.size()},
-                       {"padding_rows_percent", padding.rows_percent()},
-                       {"padding_edges_percent", padding.edges_percent()}};
-      for (int i = 0; i < job_.model().loss_term_size(); ++i) {
-        j[fmt::format("loss_{}", job_.model().loss_term(i).input())] = batches > 0 ? v[1 + i] / static_cast<double>(batches) : 0;
-      }
-      metrics_out << j.dump() << '\n' << std::flush;
-    }
-    if (options_.on_epoch) options_.on_epoch(m);
-    const int every = job_.checkpoint().every();
-    const bool checkpoint = !job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0;
-    if (checkpoint) save(m.epoch, step_);
-    if (m.stop && m.epoch < epochs) {
-      if (!job_.checkpoint().dir().empty() && !checkpoint) save(m.epoch, step_);
-      spdlog::info("stopped after epoch {} on request", m.epoch);
-      result.stopped = true;
-      break;
-    }
-  }
-  if (!result.stopped && !job_.checkpoint().dir().empty()) save(std::max(epochs, start_epoch_), step_);
-  if (!options_.params_out.empty()) {
-    std::filesystem::create_directories(options_.params_out);
-    for (const ParamDecl& p : params_) write_npy(options_.params_out / (p.name + ".npy"), core_.read(p.name));
-  }
-  if (!options_.trace_path.empty()) core_.write_trace(options_.trace_path);
-  result.start_epoch = start_epoch_;
-  result.counters = core_.counters();
-  result.steps = step_;
-  result.buckets_used = static_cast<int64_t>(used.size());
-  result.buckets = static_cast<int64_t>(source_.buckets().size());
-  result.padding_rows_percent = padding.rows_percent();
-  result.padding_edges_percent = padding.edges_percent();
-  spdlog::info("{} steps; {} compiles, {} cache hits; {} of {} buckets used; padding {:.1f}% of rows, {:.1f}% of edges",
-               step_, result.counters.compiles, result.counters.cache_hits, used.size(), source_.buckets().size(),
-               padding.rows_percent(), padding.edges_percent());
-  return result;
-}
-
-}  // namespace
 
 bool is_batch_job(const proto::Job& job) {
   return job.model().module_size() > 0 || is_batch_dataset(job.dataset().path());

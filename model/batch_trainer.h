@@ -20,4 +20,10 @@ bool is_batch_job(const proto::Job& job);
 
 TrainResult train_batches(const proto::Job& job, const TrainOptions& options);
 
+// --params-in, as torch's load_state_dict: strict, every key loaded or one
+// error listing the missing keys, the unexpected keys and the mismatched
+// shapes; non-strict loads the intersection and lists the rest (warning).
+void load_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
+                     const std::filesystem::path& dir, bool strict);
+
 }  // namespace gnnrt::model

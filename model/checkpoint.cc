@@ -115,12 +115,13 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t 
   return dir / fmt::format("{}{:08}{}", kPrefix, epoch, kSuffix);
 }
 
-void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state, int keep) {
+void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state, int keep,
+                            bool by_step) {
   double spread = 0;
   if (const char* slow = std::getenv("GNNRT_TEST_SLOW_CHECKPOINT"); slow != nullptr && *slow != '\0') {
     spread = std::atof(slow);
   }
-  save_checkpoint(checkpoint_path(dir, state.epoch()), state, spread);
+  save_checkpoint(checkpoint_path(dir, by_step ? state.step() : state.epoch()), state, spread);
   // The newest `keep` stay; older ones, and the temporary files of writers
   // killed mid-write (rank 0 is the folder's only writer), go.
   const auto paths = checkpoints_of(dir);

@@ -38,11 +38,13 @@ proto::CheckpointState load_checkpoint(const std::filesystem::path& path);
 // dir/ckpt-<epoch, 8 digits>.ckpt
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t epoch);
 
-// Writes the state's epoch into `dir`, then removes all but the newest
-// `keep` (>= 1) checkpoints and any temporary file a killed writer left.
-// Reads GNNRT_TEST_SLOW_CHECKPOINT (seconds) for save_checkpoint.
+// Writes the state into `dir` as ckpt-<number>.ckpt (number: the state's
+// epoch, or its step for batch jobs, whose checkpoints may fall mid-epoch),
+// then removes all but the newest `keep` (>= 1) checkpoints and any
+// temporary file a killed writer left. Reads GNNRT_TEST_SLOW_CHECKPOINT
+// (seconds) for save_checkpoint.
 void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
-                            int keep);
+                            int keep, bool by_step = false);
 
 struct LoadedCheckpoint {
   proto::CheckpointState state;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <google/protobuf/text_format.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -258,6 +259,18 @@ uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDe
   const uint64_t sum = XXH64_digest(state);
   XXH64_freeState(state);
   return sum;
+}
+
+void flip_first_parameter_bit(runtime::Core& core, const std::vector<ParamDecl>& params, int rank) {
+  if (params.empty()) return;
+  const std::string& name = params.front().name;
+  auto v = core.memory().at(name).values<float>();
+  if (v.empty()) return;
+  uint32_t bits;
+  std::memcpy(&bits, v.data(), 4);
+  bits ^= 1;
+  std::memcpy(v.data(), &bits, 4);
+  spdlog::warn("fault injection: flipped the lowest bit of {}[0] on rank {}", name, rank);
 }
 
 }  // namespace gnnrt::model

@@ -85,6 +85,10 @@ void check_same_job(collectives::Communicator& comm, const proto::Job& job,
 // repeated fields indexed: model.layer[1].out=16), in declaration order.
 std::vector<std::string> job_fields(const proto::Job& job);
 
+// Fault injection (GNNRT_FAULT=flip:RANK:EPOCH): flips the lowest bit of
+// the first parameter's first value, with a warning naming the rank.
+void flip_first_parameter_bit(runtime::Core& core, const std::vector<ParamDecl>& params, int rank);
+
 // An xxHash64 of the parameters' bytes, in order.
 uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params);
 

@@ -202,6 +202,7 @@ void validate(const proto::Job& job) {
   if (!(s.gamma() > 0)) throw JobError(fmt::format("job: schedule.gamma = {} must be > 0", s.gamma()));
   if (s.warmup_epochs() < 0) throw JobError("job: schedule.warmup_epochs must be >= 0");
   if (job.checkpoint().every() < 0) throw JobError("job: checkpoint.every must be >= 0");
+  if (job.checkpoint().every_steps() < 0) throw JobError("job: checkpoint.every_steps must be >= 0");
   if (job.checkpoint().keep() < 1) {
     throw JobError(fmt::format("job: checkpoint.keep must be >= 1, not {}", job.checkpoint().keep()));
   }

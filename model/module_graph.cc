@@ -37,8 +37,10 @@ std::string module_label(const proto::Model& model, int i) {
 class ModuleGraphBuilder {
  public:
   ModuleGraphBuilder(std::string name, const proto::Model& model, const Schema& schema, const BucketShape& shape,
-                     bool training)
-      : b_(std::move(name)), model_(model), schema_(schema), shape_(shape), training_(training) {}
+                     bool training, bool replicated)
+      : b_(std::move(name)), model_(model), schema_(schema), shape_(shape), training_(training) {
+    if (replicated) b_.replicate();
+  }
 
   Network train_step() {
     forward();
@@ -46,15 +48,39 @@ class ModuleGraphBuilder {
     return finish(loss);
   }
 
-  Network inference() {
+  std::map<std::string, Port> ports() {
     forward();
-    for (const auto& t : model_.loss_term()) {
-      const ValueId v = ports_.at(t.input()).value;
-      if (std::find(b_.program().outputs.begin(), b_.program().outputs.end(), v) == b_.program().outputs.end()) {
-        b_.output(v);
-      }
+    return ports_;
+  }
+
+  Network inference(std::vector<std::string> outputs) {
+    forward();
+    if (outputs.empty()) {
+      for (const auto& t : model_.loss_term()) outputs.push_back(t.input());
     }
-    losses();
+    for (const std::string& name : outputs) {
+      const auto found = ports_.find(name);
+      if (found == ports_.end() || name.find('.') != std::string::npos) {
+        throw std::invalid_argument(fmt::format("output '{}' is no module of the model", name));
+      }
+      ValueId v = found->second.value;
+      // A module whose value is not its own (an input passed through, or a
+      // value already named as another output) gets a copy to carry its name.
+      const auto& outs = b_.program().outputs;
+      if (b_.program().value(v).role != runtime::Role::kTemp || std::find(outs.begin(), outs.end(), v) != outs.end()) {
+        v = b_.scale(v, 1.0);
+      }
+      b_.program().value(v).name = name;
+      b_.output(v);
+    }
+    // The eval losses, when the dataset has every target they need.
+    bool targets = model_.loss_term_size() > 0;
+    for (const auto& t : model_.loss_term()) {
+      const int set = schema_.node_set(t.target().substr(0, t.target().rfind('.')));
+      targets = targets && (t.target() == target_name(kGraphSet) ? schema_.graph_target
+                            : set >= 0 && schema_.node_sets[set].target);
+    }
+    if (targets) losses();
     return finish(runtime::kNoValue);
   }
 
@@ -237,14 +263,20 @@ std::vector<int> module_order(const proto::Model& model, const Schema& schema) {
   return order;
 }
 
-Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape) {
+Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                                bool replicated) {
   module_order(model, schema);  // a bad module is named before a missing loss
   if (model.loss_term_size() == 0) throw std::invalid_argument("model: a module graph needs a loss_term");
-  return ModuleGraphBuilder("train_step", model, schema, shape, true).train_step();
+  return ModuleGraphBuilder("train_step", model, schema, shape, true, replicated).train_step();
 }
 
-Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape) {
-  return ModuleGraphBuilder("infer", model, schema, shape, false).inference();
+std::map<std::string, Port> module_ports(const proto::Model& model, const Schema& schema, const BucketShape& shape) {
+  return ModuleGraphBuilder("ports", model, schema, shape, false, false).ports();
+}
+
+Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                               bool replicated, const std::vector<std::string>& outputs) {
+  return ModuleGraphBuilder("infer", model, schema, shape, false, replicated).inference(outputs);
 }
 
 }  // namespace gnnrt::model

@@ -14,6 +14,7 @@
 // match, an unknown edge set.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,17 @@ namespace gnnrt::model {
 // metrics[] of a module-graph program: total loss, then one slot per term.
 inline int64_t module_metric_slots(const proto::Model& model) { return 1 + model.loss_term_size(); }
 
-Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape);
-Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape);
+// replicated: one rank's share of a data-parallel batch (runtime/builder.h).
+Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                                bool replicated = false);
+// `outputs`: module names made outputs of the inference program (named
+// after the module); empty: every loss term's input.
+Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                               bool replicated = false, const std::vector<std::string>& outputs = {});
+
+// What each module and data tensor is (rows, set, width), by name, as the
+// model builds on `shape` in eval mode.
+std::map<std::string, Port> module_ports(const proto::Model& model, const Schema& schema, const BucketShape& shape);
 
 // The modules in the order they are built (each after its inputs); throws
 // on a missing input or a cycle.

@@ -119,6 +119,12 @@ Port elu(ModuleContext& c) {
   return with(x, x.width, c.b.elu(x.value, c.module.elu().alpha()));
 }
 
+Port activation(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto kind = static_cast<ops::Activation>(c.module.activation().kind());
+  return with(x, x.width, c.b.activation(x.value, kind));
+}
+
 Port dropout(ModuleContext& c) {
   const Port x = one_input(c);
   const double p = c.module.dropout().p();
@@ -156,6 +162,31 @@ Port add(ModuleContext& c) {
   return sum;
 }
 
+Port concat(ModuleContext& c) {
+  if (c.inputs.empty()) c.fail("needs at least 1 input");
+  Port out = c.inputs[0];
+  std::vector<ValueId> values;
+  out.width = 0;
+  for (const Port& p : c.inputs) {
+    if (p.domain != c.inputs[0].domain || p.set != c.inputs[0].set) {
+      c.fail(fmt::format("cannot concatenate {} and {}: other rows", c.describe(c.inputs[0]), c.describe(p)));
+    }
+    values.push_back(p.value);
+    out.width += p.width;
+  }
+  out.value = c.b.concat(values);
+  return out;
+}
+
+Port slice(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.slice();
+  if (m.begin() < 0 || m.width() < 1 || m.begin() + m.width() > x.width) {
+    c.fail(fmt::format("features {} .. {} are not within {}", m.begin(), m.begin() + m.width(), c.describe(x)));
+  }
+  return with(x, m.width(), c.b.slice_cols(x.value, m.begin(), m.width()));
+}
+
 // ---- between node sets, graphs and edges ----
 Port pool(ModuleContext& c) {
   const Port x = one_input(c);
@@ -186,7 +217,7 @@ Port gather(ModuleContext& c) {
 
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 12> kKinds{{
+const std::array<ModuleKind, 15> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -199,6 +230,9 @@ const std::array<ModuleKind, 12> kKinds{{
     {"pool", pool},
     {"broadcast", broadcast},
     {"gather", gather},
+    {"activation", activation},
+    {"concat", concat},
+    {"slice", slice},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,

@@ -324,17 +324,7 @@ void Trainer::init_parameters() {
   for (const ParamDecl& p : train_net_.params) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
 }
 
-void Trainer::corrupt_parameters() {
-  if (train_net_.params.empty()) return;
-  const std::string& name = train_net_.params.front().name;
-  auto v = core_.memory().at(name).values<float>();
-  if (v.empty()) return;
-  uint32_t bits;
-  std::memcpy(&bits, v.data(), 4);
-  bits ^= 1;
-  std::memcpy(v.data(), &bits, 4);
-  spdlog::warn("fault injection: flipped the lowest bit of {}[0] on rank {}", name, rank_);
-}
+void Trainer::corrupt_parameters() { flip_first_parameter_bit(core_, train_net_.params, rank_); }
 
 bool Trainer::resume() {
   if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
@@ -571,13 +561,14 @@ void Trainer::write_outputs() {
   }
 }
 
+
+}  // namespace
+
 std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
   if (rank == 0) return path;
   return path.parent_path() / fmt::format("{}.rank-{}{}", path.stem().string(), rank,
                                            path.extension().string());
 }
-
-}  // namespace
 
 void keep_metrics_through(const std::filesystem::path& path, int64_t epoch) {
   std::ifstream in(path);
@@ -783,14 +774,16 @@ runtime::OptimizerConfig optimizer_config(const proto::Optimizer& o) {
   return opt;
 }
 
-double learning_rate(const proto::Job& job, int64_t epoch) {
+double learning_rate(const proto::Job& job, int64_t epoch) { return learning_rate(job, epoch, job.schedule().epochs()); }
+
+double learning_rate(const proto::Job& job, int64_t epoch, int64_t units) {
   const auto& s = job.schedule();
   const double base = job.optimizer().lr();
   if (epoch < s.warmup_epochs()) {
     return base * static_cast<double>(epoch + 1) / static_cast<double>(s.warmup_epochs());
   }
   const int64_t e = epoch - s.warmup_epochs();
-  const int64_t total = std::max<int64_t>(s.epochs() - s.warmup_epochs(), 1);
+  const int64_t total = std::max<int64_t>(units - s.warmup_epochs(), 1);
   if (s.lr_schedule() == "step") return base * std::pow(s.gamma(), static_cast<double>(e / s.step_size()));
   if (s.lr_schedule() == "cosine") {
     return base * 0.5 * (1 + std::cos(std::numbers::pi * static_cast<double>(e) / static_cast<double>(total)));

@@ -132,6 +132,9 @@ void initialize_parameters(runtime::Core& core, const std::vector<ParamDecl>& pa
 
 // The learning rate of a 0-based epoch under the job's schedule.
 double learning_rate(const proto::Job& job, int64_t epoch);
+// The same over `units` units (epochs, or a per-step schedule's steps): the
+// schedule's warm-up and step size count those units.
+double learning_rate(const proto::Job& job, int64_t index, int64_t units);
 
 // The halo exchanges the job's programs make on a partitioned graph with
 // this many features and classes, in program order (train step, then
@@ -139,6 +142,9 @@ double learning_rate(const proto::Job& job, int64_t epoch);
 // from a partition's halo rows). Compiles both programs (no cache).
 std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64_t features,
                                                     int64_t classes, bool sparse_features);
+
+// `path` for rank 0; `<stem>.rank-K<ext>` for rank K > 0.
+std::filesystem::path rank_path(const std::filesystem::path& path, int rank);
 
 // Drops the records of epochs after `epoch` from a JSON-lines metrics file
 // (replaced atomically); a missing file is left missing.

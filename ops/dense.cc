@@ -366,6 +366,138 @@ void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out,
   });
 }
 
+template <typename T>
+void concat_cols(std::span<const std::span<const T>> inputs, std::span<const int64_t> widths, int64_t rows,
+                 std::span<T> out) {
+  constexpr std::string_view op = "concat";
+  expect_non_negative(op, "rows", rows);
+  expect_size(op, "widths", widths.size(), static_cast<int64_t>(inputs.size()), "len(inputs)");
+  int64_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    expect_non_negative(op, "width", widths[i]);
+    expect_size(op, "input " + std::to_string(i), inputs[i].size(), rows * widths[i], "rows*width");
+    total += widths[i];
+  }
+  expect_size(op, "out", out.size(), rows * total, "rows*sum(widths)");
+  if (rows * total == 0) return;
+#pragma omp parallel for schedule(static) if (rows * total > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    T* o = out.data() + r * total;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int64_t w = widths[i];
+      std::copy_n(inputs[i].data() + r * w, w, o);
+      o += w;
+    }
+  }
+}
+
+template <typename T>
+void slice_cols(std::span<const T> x, int64_t rows, int64_t cols, int64_t begin, int64_t width, std::span<T> out) {
+  constexpr std::string_view op = "slice_cols";
+  expect_non_negative(op, "rows", rows);
+  expect_non_negative(op, "begin", begin);
+  expect_non_negative(op, "width", width);
+  if (begin + width > cols) {
+    throw OpError(op, "columns " + std::to_string(begin) + " .. " + std::to_string(begin + width) +
+                          " exceed the " + std::to_string(cols) + " of x");
+  }
+  expect_size(op, "x", x.size(), rows * cols, "rows*cols");
+  expect_size(op, "out", out.size(), rows * width, "rows*width");
+  if (rows * width == 0) return;
+#pragma omp parallel for schedule(static) if (rows * width > kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x.data() + r * cols + begin, width, out.data() + r * width);
+}
+
+std::string_view to_string(Activation a) {
+  switch (a) {
+    case Activation::kSigmoid: return "sigmoid";
+    case Activation::kSilu: return "silu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+  }
+  return "?";
+}
+
+namespace detail {
+
+// sigmoid(x) from exp(-|x|) <= 1: no overflow at either end.
+template <typename T>
+[[gnu::always_inline]] inline T sigmoid(T x) {
+  const T e = exp_nonpositive(-std::abs(x));
+  return x >= T(0) ? T(1) / (T(1) + e) : e / (T(1) + e);
+}
+
+// tanh(u) = sign(u) (1 - e) / (1 + e) with e = exp(-2|u|) <= 1.
+template <typename T>
+[[gnu::always_inline]] inline T tanh_stable(T u) {
+  const T e = exp_nonpositive(T(-2) * std::abs(u));
+  const T t = (T(1) - e) / (T(1) + e);
+  return u < T(0) ? -t : t;
+}
+
+constexpr double kGeluC = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluA = 0.044715;
+
+}  // namespace detail
+
+template <typename T>
+void activation_forward(Activation kind, std::span<const T> x, std::span<T> out) {
+  expect_same_sizes(to_string(kind), x, out.size(), "out");
+  const T* __restrict xp = x.data();
+  T* __restrict o = out.data();
+  const auto c = static_cast<T>(detail::kGeluC), k = static_cast<T>(detail::kGeluA);
+  elementwise(x.size(), [=](int64_t b, int64_t e) {
+    switch (kind) {
+      case Activation::kSigmoid:
+        for (int64_t i = b; i < e; ++i) o[i] = detail::sigmoid(xp[i]);
+        return;
+      case Activation::kSilu:
+        for (int64_t i = b; i < e; ++i) o[i] = xp[i] * detail::sigmoid(xp[i]);
+        return;
+      case Activation::kGeluTanh:
+        for (int64_t i = b; i < e; ++i) {
+          const T v = xp[i];
+          o[i] = T(0.5) * v * (T(1) + detail::tanh_stable(c * (v + k * v * v * v)));
+        }
+        return;
+    }
+  });
+}
+
+template <typename T>
+void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x) {
+  const std::string name = std::string(to_string(kind)) + "_backward";
+  expect_same_sizes(name, x, grad_out.size(), "grad_out");
+  expect_same_sizes(name, x, grad_x.size(), "grad_x");
+  const T* __restrict xp = x.data();
+  const T* __restrict g = grad_out.data();
+  T* __restrict gx = grad_x.data();
+  const auto c = static_cast<T>(detail::kGeluC), k = static_cast<T>(detail::kGeluA);
+  elementwise(x.size(), [=](int64_t b, int64_t e) {
+    switch (kind) {
+      case Activation::kSigmoid:
+        for (int64_t i = b; i < e; ++i) {
+          const T s = detail::sigmoid(xp[i]);
+          gx[i] = g[i] * s * (T(1) - s);
+        }
+        return;
+      case Activation::kSilu:
+        for (int64_t i = b; i < e; ++i) {
+          const T s = detail::sigmoid(xp[i]);
+          gx[i] = g[i] * s * (T(1) + xp[i] * (T(1) - s));
+        }
+        return;
+      case Activation::kGeluTanh:
+        for (int64_t i = b; i < e; ++i) {
+          const T v = xp[i];
+          const T t = detail::tanh_stable(c * (v + k * v * v * v));
+          const T du = c * (T(1) + T(3) * k * v * v);
+          gx[i] = g[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
+        }
+        return;
+    }
+  });
+}
+
 namespace {
 
 // Rows of a [rows, cols] matrix in blocks of about 1024 elements (at least
@@ -653,6 +785,13 @@ std::optional<std::string> blas_kernels_warning() {
                                        std::span<T>);                                           \
   template void elu_forward<T>(std::span<const T>, T, std::span<T>);                            \
   template void elu_backward<T>(std::span<const T>, T, std::span<const T>, std::span<T>);       \
+  template void concat_cols<T>(std::span<const std::span<const T>>, std::span<const int64_t>,   \
+                               int64_t, std::span<T>);                                          \
+  template void slice_cols<T>(std::span<const T>, int64_t, int64_t, int64_t, int64_t,           \
+                              std::span<T>);                                                    \
+  template void activation_forward<T>(Activation, std::span<const T>, std::span<T>);            \
+  template void activation_backward<T>(Activation, std::span<const T>, std::span<const T>,      \
+                                       std::span<T>);                                           \
   template void log_softmax_forward<T>(std::span<const T>, int64_t, int64_t, std::span<T>);     \
   template void log_softmax_backward<T>(std::span<const T>, std::span<const T>, int64_t,        \
                                         int64_t, std::span<T>);

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "ops/activation.h"
+
 namespace gnnrt::ops {
 
 // c [m, n] = op(a) [m, k] * op(b) [k, n]  (+ c when accumulate).
@@ -43,6 +45,24 @@ template <typename T>
 void elu_forward(std::span<const T> x, T alpha, std::span<T> out);
 template <typename T>
 void elu_backward(std::span<const T> x, T alpha, std::span<const T> grad_out, std::span<T> grad_x);
+
+// Columns: out [rows, Σ widths] = the inputs [rows, widths[i]] side by side
+// (torch.cat(dim=1)); slice_cols takes columns begin .. begin + width of x
+// [rows, cols]. Each is the other's backward.
+template <typename T>
+void concat_cols(std::span<const std::span<const T>> inputs, std::span<const int64_t> widths, int64_t rows,
+                 std::span<T> out);
+template <typename T>
+void slice_cols(std::span<const T> x, int64_t rows, int64_t cols, int64_t begin, int64_t width, std::span<T> out);
+
+// Smooth activations, one kernel pair for the family: sigmoid; SiLU
+// x·sigmoid(x); GELU with torch's tanh approximation
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Exponentials of non-positive
+// arguments only (ops/vector_math.h), so nothing overflows.
+template <typename T>
+void activation_forward(Activation kind, std::span<const T> x, std::span<T> out);
+template <typename T>
+void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x);
 
 // out[i] = x[i] - logsumexp(x[i]) per row; backward takes the forward's output.
 template <typename T>

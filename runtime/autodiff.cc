@@ -91,6 +91,29 @@ class Backward {
       case OpKind::kElu:
         if (needs(in[0])) add(in[0], b_.elu_grad(in[0], g, a.alpha()));
         return;
+      case OpKind::kConcat: {
+        int64_t begin = 0;
+        for (const ValueId x : in) {
+          const int64_t width = b_.shape(x)[1];
+          if (needs(x)) add(x, b_.slice_cols(g, begin, width));
+          begin += width;
+        }
+        return;
+      }
+      case OpKind::kSliceCols:
+        if (needs(in[0])) {
+          // The gradient in its columns, zeros on either side.
+          const int64_t rows = b_.shape(in[0])[0], cols = b_.shape(in[0])[1];
+          std::vector<ValueId> parts;
+          if (a.begin() > 0) parts.push_back(b_.fill({rows, a.begin()}, 0.0));
+          parts.push_back(g);
+          if (const int64_t right = cols - a.begin() - a.width(); right > 0) parts.push_back(b_.fill({rows, right}, 0.0));
+          add(in[0], parts.size() == 1 ? g : b_.concat(parts));
+        }
+        return;
+      case OpKind::kActivation:
+        if (needs(in[0])) add(in[0], b_.activation_grad(in[0], g, static_cast<ops::Activation>(a.activation())));
+        return;
       case OpKind::kDropout:
         if (needs(in[0])) add(in[0], b_.dropout_grad(g, op.outputs[1], a.alpha()));
         return;

@@ -275,6 +275,49 @@ ValueId Builder::leaky_relu(ValueId x, double slope) {
   return emit_float(OpKind::kLeakyRelu, {x}, a, shape(x));
 }
 
+ValueId Builder::concat(const std::vector<ValueId>& inputs) {
+  constexpr OpKind k = OpKind::kConcat;
+  if (inputs.empty()) fail(k, "no inputs");
+  int64_t width = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    expect_rank(k, inputs[i], 2, "input");
+    expect_float(k, inputs[i], "input");
+    if (rows(inputs[i]) != rows(inputs[0])) {
+      fail(k, fmt::format("input {} {} and input 0 {} differ in rows", i, shape_string(shape(inputs[i])),
+                          shape_string(shape(inputs[0]))));
+    }
+    width += shape(inputs[i])[1];
+  }
+  return emit_float(k, inputs, {}, {rows(inputs[0]), width});
+}
+
+ValueId Builder::slice_cols(ValueId x, int64_t begin, int64_t width) {
+  constexpr OpKind k = OpKind::kSliceCols;
+  expect_rank(k, x, 2, "x");
+  expect_float(k, x, "x");
+  if (begin < 0 || width < 0 || begin + width > shape(x)[1]) {
+    fail(k, fmt::format("columns {} .. {} are not within x {}", begin, begin + width, shape_string(shape(x))));
+  }
+  OpAttrs a;
+  a.set_begin(begin);
+  a.set_width(width);
+  return emit_float(k, {x}, a, {rows(x), width});
+}
+
+ValueId Builder::activation(ValueId x, ops::Activation kind) {
+  expect_float(OpKind::kActivation, x, "x");
+  OpAttrs a;
+  a.set_activation(static_cast<proto::Activation>(kind));
+  return emit_float(OpKind::kActivation, {x}, a, shape(x));
+}
+
+ValueId Builder::activation_grad(ValueId x, ValueId g, ops::Activation kind) {
+  expect_same_shape(OpKind::kActivationGrad, x, g, "x", "g");
+  OpAttrs a;
+  a.set_activation(static_cast<proto::Activation>(kind));
+  return emit_float(OpKind::kActivationGrad, {x, g}, a, shape(x));
+}
+
 ValueId Builder::elu(ValueId x, double alpha) {
   expect_float(OpKind::kElu, x, "x");
   OpAttrs a;
@@ -287,6 +330,10 @@ ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_gra
   if (!(p >= 0 && p <= 1)) fail(k, fmt::format("p = {} is not in [0, 1]", p));
   expect_float(k, x, "x");
   if (p == 0) return x;
+  if (replicated()) {
+    fail(k, "dropout in data-parallel training is not supported yet: its masks are keyed by local rows, "
+            "which differ from one rank's (train on one rank, or set p = 0)");
+  }
   OpAttrs a;
   a.set_alpha(p);
   a.set_key(key);
@@ -335,7 +382,7 @@ ValueId Builder::class_loss(OpKind k, ValueId x, ValueId labels, ValueId mask) {
                         x_name, shape_string(shape(x))));
   }
   std::vector<ValueId> inputs{x, labels, mask};
-  if (partitioned()) inputs.push_back(mask_count(mask));
+  if (partitioned() || replicated()) inputs.push_back(mask_count(mask));
   return emit_float(k, std::move(inputs), {}, {1});
 }
 
@@ -350,7 +397,7 @@ ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {
     fail(k, fmt::format("mask {} must be [{}]", shape_string(shape(mask)), rows(pred)));
   }
   std::vector<ValueId> inputs{pred, target, mask};
-  if (partitioned()) inputs.push_back(mask_count(mask));
+  if (partitioned() || replicated()) inputs.push_back(mask_count(mask));
   return emit_float(k, std::move(inputs), {}, {1});
 }
 

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/activation.h"
 #include "runtime/program.h"
 
 namespace gnnrt::runtime {
@@ -60,6 +61,12 @@ class Builder {
   // tensors have `local_nodes` rows (see the file comment).
   void partition(int64_t local_nodes);
   bool partitioned() const { return program_.partitioned; }
+  // Marks the program as one rank's share of a data-parallel batch: losses
+  // over the global count of real rows ("<mask>.count"), gradients
+  // all-reduced by the train step. Dropout is refused (its masks are keyed
+  // by local rows, which differ from one rank's).
+  void replicate() { program_.replicated = true; }
+  bool replicated() const { return program_.replicated; }
 
   // Ops emitted while a Scope lives carry its name ("conv1") in messages.
   class Scope {
@@ -100,6 +107,12 @@ class Builder {
   ValueId relu(ValueId x);
   ValueId leaky_relu(ValueId x, double slope);
   ValueId elu(ValueId x, double alpha = 1.0);
+  // Inputs [N, F_i] side by side: [N, Σ F_i] (torch.cat(dim=1)); at least one.
+  ValueId concat(const std::vector<ValueId>& inputs);
+  // Columns begin .. begin + width of x [N, F]: [N, width].
+  ValueId slice_cols(ValueId x, int64_t begin, int64_t width);
+  // Sigmoid, SiLU or tanh-approximated GELU (ops::Activation), elementwise.
+  ValueId activation(ValueId x, ops::Activation kind);
   // Drops with probability p, keyed by (run seed, run step, key, global row,
   // col); p = 0 returns x itself. Rows are nodes, or the edges of `graph`
   // when given; in a partitioned program their global ids key the mask, so
@@ -202,6 +215,7 @@ class Builder {
   ValueId relu_grad(ValueId x, ValueId g);
   ValueId leaky_relu_grad(ValueId x, ValueId g, double slope);
   ValueId elu_grad(ValueId x, ValueId g, double alpha);
+  ValueId activation_grad(ValueId x, ValueId g, ops::Activation kind);
   ValueId dropout_grad(ValueId g, ValueId keep, double p);
   ValueId log_softmax_grad(ValueId out, ValueId g);
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);

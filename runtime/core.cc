@@ -120,7 +120,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
       }
     }
     std::vector<ValueId> reduced = c.grads;
-    if (b.program().partitioned) {
+    if (b.program().partitioned || b.program().replicated) {
       // Every rank applies the same step: the all-reduced gradients.
       Program with_buckets = b.take();
       reduced = bucket_gradients(with_buckets, c.grads, options.bucket_bytes, &c.passes.buckets);

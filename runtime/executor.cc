@@ -463,6 +463,22 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kElu:
       ops::elu_forward<T>(in(0), slope, f());
       return 0;
+    case OpKind::kConcat: {
+      std::vector<std::span<const T>> inputs;
+      std::vector<int64_t> widths;
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        inputs.push_back(in(i));
+        widths.push_back(cols(op.inputs[i]));
+      }
+      ops::concat_cols<T>(inputs, widths, rows(out), f());
+      return 0;
+    }
+    case OpKind::kSliceCols:
+      ops::slice_cols<T>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), a.begin(), a.width(), f());
+      return 0;
+    case OpKind::kActivation:
+      ops::activation_forward<T>(static_cast<ops::Activation>(a.activation()), in(0), f());
+      return 0;
     case OpKind::kDropout:
       ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
                               in(0), f(), out_of.template operator()<uint8_t>(1));
@@ -613,6 +629,9 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       return 0;
     case OpKind::kEluGrad:
       ops::elu_backward<T>(in(0), slope, in(1), f());
+      return 0;
+    case OpKind::kActivationGrad:
+      ops::activation_backward<T>(static_cast<ops::Activation>(a.activation()), in(0), in(1), f());
       return 0;
     case OpKind::kDropoutGrad:
       ops::dropout_backward<T>(a.alpha(), in.template operator()<uint8_t>(1), in(0), f());

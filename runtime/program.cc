@@ -80,6 +80,7 @@ std::string Program::describe(std::size_t op_index) const {
 std::string Program::to_text() const {
   std::string text = fmt::format("program {} float={} partitioned={} local_nodes={}\n", name,
                                  gnnrt::to_string(float_type), partitioned, local_nodes);
+  if (replicated) text += "replicated\n";
   for (const GraphInfo& g : graphs) {
     text += fmt::format("graph {} src={} dst={} edges={}\n", g.name, g.num_src, g.num_dst,
                         g.num_edges);

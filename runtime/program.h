@@ -62,6 +62,9 @@ struct GraphInfo {
   X(kRelu, "relu")                                                                      \
   X(kLeakyRelu, "leaky_relu")                                                           \
   X(kElu, "elu")                                                                        \
+  X(kActivation, "activation")            /* (x): sigmoid | silu | gelu_tanh */         \
+  X(kConcat, "concat")                    /* (x...) side by side along columns */       \
+  X(kSliceCols, "slice_cols")             /* (x) -> columns begin .. begin + width */   \
   X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \
   X(kLogSoftmax, "log_softmax")                                                         \
   X(kNllLoss, "nll_loss")                 /* (logp, labels, mask[, count]) */           \
@@ -90,6 +93,7 @@ struct GraphInfo {
   X(kReluGrad, "relu_grad")                                                             \
   X(kLeakyReluGrad, "leaky_relu_grad")                                                  \
   X(kEluGrad, "elu_grad")                                                               \
+  X(kActivationGrad, "activation_grad")   /* (x, g) */                                  \
   X(kDropoutGrad, "dropout_grad")         /* (g, keep) */                               \
   X(kLogSoftmaxGrad, "log_softmax_grad")                                                \
   X(kNllLossGrad, "nll_loss_grad")        /* (logp, labels, mask, g[, count]) */        \
@@ -176,6 +180,10 @@ struct Program {
   // and all-reduce ops), and the train step all-reduces gradients.
   bool partitioned = false;
   int64_t local_nodes = 0;  // partitioned: the rows of the rank's vertex tensors
+  // One rank's share of a data-parallel batch (replicated parameters, each
+  // rank its own graphs): losses divide by the global count of real rows
+  // ("<mask>.count" inputs) and the train step all-reduces gradients.
+  bool replicated = false;
   std::vector<ValueInfo> values;
   std::vector<GraphInfo> graphs;
   std::vector<Op> ops;

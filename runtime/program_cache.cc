@@ -33,6 +33,7 @@ proto::CompiledProgram to_proto(const CompiledProgram& c, std::string_view versi
   m.set_float_type(std::string(to_string(c.program.float_type)));
   m.set_partitioned(c.program.partitioned);
   m.set_local_nodes(c.program.local_nodes);
+  m.set_replicated(c.program.replicated);
   for (const ValueInfo& v : c.program.values) {
     auto* pv = m.add_values();
     pv->set_name(v.name);
@@ -77,6 +78,7 @@ CompiledProgram from_proto(const proto::CompiledProgram& m) {
   c.program.float_type = parse_dtype(m.float_type());
   c.program.partitioned = m.partitioned();
   c.program.local_nodes = m.local_nodes();
+  c.program.replicated = m.replicated();
   for (const auto& pv : m.values()) {
     c.program.values.push_back(ValueInfo{pv.name(), parse_dtype(pv.dtype()),
                                          {pv.shape().begin(), pv.shape().end()},

@@ -214,6 +214,24 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<double> x(3), out(4);
                    elu_forward<double>(x, 1.0, out);
                  }, "elu: out has 4 elements, expected len(x) = 3"});
+    v.push_back({"concat_input_size", [] {
+                   std::vector<float> a(6), b(5), out(12);
+                   const std::vector<std::span<const float>> in{a, b};
+                   const std::vector<int64_t> widths{2, 2};
+                   concat_cols<float>(in, widths, 3, out);
+                 }, "concat: input 1 has 5 elements, expected rows*width = 6"});
+    v.push_back({"slice_cols_range", [] {
+                   std::vector<float> x(12), out(6);
+                   slice_cols<float>(x, 3, 4, 3, 2, out);
+                 }, "slice_cols: columns 3 .. 5 exceed the 4 of x"});
+    v.push_back({"silu_out_size", [] {
+                   std::vector<float> x(3), out(4);
+                   activation_forward<float>(Activation::kSilu, x, out);
+                 }, "silu: out has 4 elements, expected len(x) = 3"});
+    v.push_back({"gelu_tanh_grad_size", [] {
+                   std::vector<double> x(3), g(2), gx(3);
+                   activation_backward<double>(Activation::kGeluTanh, x, g, gx);
+                 }, "gelu_tanh_backward: grad_out has 2 elements, expected len(x) = 3"});
     v.push_back({"log_softmax_x_size", [] {
                    std::vector<float> x(5), out(6);
                    log_softmax_forward<float>(x, 2, 3, out);

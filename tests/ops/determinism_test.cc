@@ -215,6 +215,13 @@ const std::vector<Recipe>& recipes() {
             .upstream("out", {N, F}).build();
       });
     }
+    add("concat", [=] {
+      return Synthetic(golden("concat/small")).floats("a", {N, F}).floats("b", {N, 3}).floats("c", {N, 1})
+          .upstream("out", {N, F + 4}).build();
+    });
+    add("slice_cols", [=] {
+      return Synthetic(golden("slice_cols/middle")).floats("x", {N, 9}).upstream("out", {N, 2}).build();
+    });
     add("scale", [=] {
       return Synthetic(golden("scale/small")).floats("x", {N, F}).upstream("out", {N, F}).build();
     });
@@ -222,7 +229,7 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("bias_add/small")).floats("x", {N, F}).floats("bias", {F})
           .upstream("out", {N, F}).build();
     });
-    for (const std::string op : {"relu", "leaky_relu", "elu", "log_softmax"}) {
+    for (const std::string op : {"relu", "leaky_relu", "elu", "sigmoid", "silu", "gelu_tanh", "log_softmax"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/small")).floats("x", {N, F}).upstream("out", {N, F}).build();
       });

@@ -260,6 +260,12 @@ const std::map<std::string, Recipe<T>>& recipes() {
       {"leaky_relu",
        [](Build<T>& t) { t.out("out", t.b.leaky_relu(t.x("x"), t.p("negative_slope"))); }},
       {"elu", [](Build<T>& t) { t.out("out", t.b.elu(t.x("x"), t.p("alpha"))); }},
+      {"concat", [](Build<T>& t) { t.out("out", t.b.concat({t.x("a"), t.x("b"), t.x("c")})); }},
+      {"slice_cols",
+       [](Build<T>& t) { t.out("out", t.b.slice_cols(t.x("x"), t.c().param("begin"), t.c().param("width"))); }},
+      {"sigmoid", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kSigmoid)); }},
+      {"silu", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kSilu)); }},
+      {"gelu_tanh", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kGeluTanh)); }},
       {"log_softmax", [](Build<T>& t) { t.out("out", t.b.log_softmax(t.x("x"))); }},
       {"nll_loss",
        [](Build<T>& t) {

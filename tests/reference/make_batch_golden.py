@@ -12,16 +12,21 @@ Layout under --out (default tests/golden/batch/):
   <case>/params_init/    <state_dict key>.npy float32, drawn here
   <case>/epoch_losses.npy float64 [epochs]: the mean of each epoch's batch losses
   <case>/params_final/   after every step of every epoch
+  <case>/outputs/        <module>.npy: the model's outputs with params_final,
+                         eval mode, every graph in order (what `gnnrt infer`
+                         writes): per graph [G, W], per node [rows, W]
 
 Steps run in float64 from the float32 initial values (the exact result a
 float32 implementation is compared with). Cases:
   gin_sum_pool    two GINConv layers over "atom"/"bond", sum pooling,
                   an MLP head, MSE on the graph target.
-  hetero          two node sets a and b; SAGE over a->a (mean) and the
-                  bipartite a->b (PyG's (x_src, x_dst)), a residual add of
-                  a Linear of b.x, ReLU, mean pooling, broadcast back to b,
-                  another residual, max pooling, an MLP head (graph MSE)
-                  plus 0.5 x a per-node MSE on b.y through a Linear.
+  hetero          two node sets a and b; SAGE over a->a (mean, then SiLU)
+                  and the bipartite a->b (PyG's (x_src, x_dst)), a residual
+                  add of a Linear of b.x, ReLU, mean pooling, broadcast back
+                  to b, another residual, a concatenation with the
+                  broadcast, LayerNorm, tanh-GELU, a slice of the features,
+                  max pooling, an MLP head (graph MSE) plus 0.5 x a per-node
+                  MSE on b.y through a Linear.
 
 Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -126,7 +131,7 @@ def torch_linear_init(gen, out, inp):
     return w, b
 
 
-def train(case_dir, params32, forward, batches, epochs, lr, job_text):
+def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None):
     params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in params32.items()}
     opt = torch.optim.Adam(params.values(), lr=lr, weight_decay=0.0)
     epoch_losses = []
@@ -145,6 +150,13 @@ def train(case_dir, params32, forward, batches, epochs, lr, job_text):
         np.save(case_dir / "params_init" / f"{k}.npy", v.numpy())
         np.save(case_dir / "params_final" / f"{k}.npy", params[k].detach().to(torch.float32).numpy())
     np.save(case_dir / "epoch_losses.npy", np.array(epoch_losses, dtype=np.float64))
+    if outputs is not None:
+        (case_dir / "outputs").mkdir()
+        with torch.no_grad():
+            per_batch = [outputs(params, b) for b in batches]
+        for name in per_batch[0]:
+            value = torch.cat([o[name] for o in per_batch]).to(torch.float32).numpy()
+            np.save(case_dir / "outputs" / f"{name}.npy", value)
     (case_dir / "job.pbtxt").write_text(job_text)
 
 
@@ -196,13 +208,16 @@ def case_gin(out):
     batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
                for s in range(0, graphs, batch_size)]
 
-    def forward(params, b):
+    def outputs(params, b):
         x, _, gidx = b["nodes"]["atom"]
         ei = b["edges"]["bond"]
         h = torch.relu(gin(params, "conv1", x, x, ei))
         h = gin(params, "conv2", h, h, ei)
         g = scatter(h, gidx, len(b["y"]), "sum")
-        return mse(mlp(params, "head", g, 2), b["y"])
+        return {"head": mlp(params, "head", g, 2), "conv2": h}
+
+    def forward(params, b):
+        return mse(outputs(params, b)["head"], b["y"])
 
     job = f"""name: "batch_gin_sum_pool"
 dataset {{ path: "DATA" }}
@@ -218,7 +233,7 @@ optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job)
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
 def case_hetero(out):
@@ -246,36 +261,51 @@ def case_hetero(out):
     p["head.0.weight"], p["head.0.bias"] = torch_linear_init(gen, 8, 8)
     p["head.2.weight"], p["head.2.bias"] = torch_linear_init(gen, 1, 8)
     p["node_head.weight"], p["node_head.bias"] = torch_linear_init(gen, 1, 8)
+    p["norm.weight"] = 1 + 0.1 * torch.randn(16, generator=gen, dtype=torch.float32)
+    p["norm.bias"] = 0.1 * torch.randn(16, generator=gen, dtype=torch.float32)
     batch_size, epochs = 3, 3
     batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
                for s in range(0, graphs, batch_size)]
 
-    def forward(params, bt):
+    def outputs(params, bt):
         xa, _, _ = bt["nodes"]["a"]
         xb, yb, gb = bt["nodes"]["b"]
         g = len(bt["y"])
-        h1 = sage(params, "s1", xa, xa, bt["edges"]["aa"], "mean")
+        h1 = torch.nn.functional.silu(sage(params, "s1", xa, xa, bt["edges"]["aa"], "mean"))
         hb = sage(params, "s2", h1, xb, bt["edges"]["ab"], "mean")
         r = torch.relu(hb + linear(params, "skip", xb))
         pooled = scatter(r, gb, g, "mean")
         r3 = r + pooled[gb]
-        top = scatter(r3, gb, g, "max")
-        graph_loss = mse(mlp(params, "head", top, 2), bt["y"])
-        node_loss = mse(linear(params, "node_head", r3), yb) if len(yb) else torch.zeros(())
+        mix = torch.cat([r3, pooled[gb]], dim=1)
+        normed = torch.nn.functional.layer_norm(mix, (16,), params["norm.weight"], params["norm.bias"], 1e-5)
+        act = torch.nn.functional.gelu(normed, approximate="tanh")
+        top = scatter(act[:, 4:12], gb, g, "max")
+        return {"head": mlp(params, "head", top, 2), "node_head": linear(params, "node_head", r3)}
+
+    def forward(params, bt):
+        o = outputs(params, bt)
+        _, yb, _ = bt["nodes"]["b"]
+        graph_loss = mse(o["head"], bt["y"])
+        node_loss = mse(o["node_head"], yb) if len(yb) else torch.zeros(())
         return graph_loss + 0.5 * node_loss
 
     job = f"""name: "batch_hetero"
 dataset {{ path: "DATA" }}
 model {{
   module {{ name: "s1" input: "a.x" sage {{ edges: "aa" out: 8 aggr: "mean" }} }}
-  module {{ name: "s2" input: "s1" input: "b.x" sage {{ edges: "ab" out: 8 aggr: "mean" }} }}
+  module {{ name: "s1_act" input: "s1" activation {{ kind: SILU }} }}
+  module {{ name: "s2" input: "s1_act" input: "b.x" sage {{ edges: "ab" out: 8 aggr: "mean" }} }}
   module {{ name: "skip" input: "b.x" linear {{ out: 8 }} }}
   module {{ name: "sum1" input: "s2" input: "skip" add {{}} }}
   module {{ name: "r" input: "sum1" relu {{}} }}
   module {{ name: "pooled" input: "r" pool {{ reduce: "mean" }} }}
   module {{ name: "back" input: "pooled" broadcast {{ node_set: "b" }} }}
   module {{ name: "r3" input: "r" input: "back" add {{}} }}
-  module {{ name: "top" input: "r3" pool {{ reduce: "max" }} }}
+  module {{ name: "mix" input: "r3" input: "back" concat {{}} }}
+  module {{ name: "norm" input: "mix" layer_norm {{}} }}
+  module {{ name: "act" input: "norm" activation {{ kind: GELU_TANH }} }}
+  module {{ name: "part" input: "act" slice {{ begin: 4 width: 8 }} }}
+  module {{ name: "top" input: "part" pool {{ reduce: "max" }} }}
   module {{ name: "head" input: "top" mlp {{ hidden: 8 out: 1 }} }}
   module {{ name: "node_head" input: "r3" linear {{ out: 1 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
@@ -285,7 +315,7 @@ optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job)
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
 def main():

@@ -398,11 +398,16 @@ def gen_dense(w, rng):
         for act, fn, params in [("relu", torch.relu, {}),
                                 ("leaky_relu", lambda t: torch.nn.functional.leaky_relu(t, 0.2),
                                  {"negative_slope": 0.2}),
-                                ("elu", lambda t: torch.nn.functional.elu(t, 1.0), {"alpha": 1.0})]:
-            xt = leaf(x)
+                                ("elu", lambda t: torch.nn.functional.elu(t, 1.0), {"alpha": 1.0}),
+                                ("sigmoid", torch.sigmoid, {}),
+                                ("silu", torch.nn.functional.silu, {}),
+                                ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), {})]:
+            # The smooth activations see 4x wider inputs, into their saturation.
+            xa = x if act in ("relu", "leaky_relu", "elu") else 4 * x
+            xt = leaf(xa)
             out = fn(xt)
             out.backward(f32(gout))
-            w.case(act, name, dict(params, rows=r, cols=c), {"x": x}, {"out": out}, {"out": gout},
+            w.case(act, name, dict(params, rows=r, cols=c), {"x": xa}, {"out": out}, {"out": gout},
                    {"x": xt.grad})
 
         if c > 0:
@@ -426,6 +431,30 @@ def gen_dense(w, rng):
                 w.case("nll_loss", name, {"rows": r, "classes": c},
                        {"log_prob": logp, "labels": labels, "mask": mask},
                        {"loss": loss.reshape(1)}, {}, {"log_prob": lt.grad})
+
+
+def gen_columns(w, rng):
+    """concat (torch.cat along columns) of three inputs, one of them of
+    width 0 in one case, and slice_cols (x[:, begin:begin + width]) at the
+    left edge, the middle, the right edge and of width 0."""
+    for name, rows, widths in [("small", 5, (2, 3, 1)), ("wide", 3, (70, 1, 65)), ("zero_width", 4, (2, 0, 3)),
+                               ("no_rows", 0, (2, 3, 1))]:
+        xs = [rng.standard_normal((rows, c)).astype(np.float32) for c in widths]
+        gout = rng.standard_normal((rows, sum(widths))).astype(np.float32)
+        ts = [leaf(x) for x in xs]
+        out = torch.cat(ts, dim=1)
+        out.backward(f32(gout))
+        w.case("concat", name, {"rows": rows, "widths": list(widths)}, {"a": xs[0], "b": xs[1], "c": xs[2]},
+               {"out": out}, {"out": gout}, {"a": ts[0].grad, "b": ts[1].grad, "c": ts[2].grad},
+               fd=rows > 0 and 0 not in widths)
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    for name, begin, width in [("left", 0, 4), ("middle", 3, 2), ("right", 5, 4), ("all", 0, 9), ("empty", 4, 0)]:
+        gout = rng.standard_normal((6, width)).astype(np.float32)
+        xt = leaf(x)
+        out = xt[:, begin:begin + width]
+        out.backward(f32(gout))
+        w.case("slice_cols", name, {"begin": begin, "width": width}, {"x": x}, {"out": out}, {"out": gout},
+               {"x": xt.grad}, fd=width > 0)
 
 
 def gen_losses(w, rng):
@@ -806,7 +835,7 @@ def main():
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
                 gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
                 gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul, gen_attention_softmax,
-                gen_cross_entropy]:
+                gen_cross_entropy, gen_columns]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 

@@ -1,0 +1,39 @@
+// `gnnrt infer` on a batch dataset: the job's module graph in eval mode over
+// every graph in dataset order, batch_size graphs at a time, each batch
+// padded to its bucket and run by that bucket's inference program (compiled
+// on first use, through the program cache). Writes the real rows of the
+// requested module outputs as .npy in dataset order: [graphs, width] for a
+// per-graph output, [rows of the node set, width] for a per-node one.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/job.pb.h"
+#include "runtime/core.h"
+
+namespace gnnrt::model {
+
+struct InferOptions {
+  std::filesystem::path params_in;  // required: <state_dict key>.npy, loaded strictly
+  bool params_non_strict = false;
+  std::filesystem::path out;        // folder for <output>.npy
+  std::vector<std::string> outputs; // module names; empty: every loss term's input
+  std::filesystem::path cache_dir;
+  bool no_cache = false;
+  int threads = 0;
+};
+
+struct InferResult {
+  int64_t graphs = 0, batches = 0;
+  std::map<std::string, std::vector<int64_t>> shapes;  // written outputs
+  // The mean over batches of each loss term (the dataset has its targets).
+  std::vector<double> term_losses;
+  runtime::Counters counters;
+};
+
+InferResult infer_batches(const proto::Job& job, const InferOptions& options);
+
+}  // namespace gnnrt::model

@@ -1,0 +1,13 @@
+// The smooth activations one kernel pair computes (ops/dense.h,
+// activation_forward): their names, shared by the kernels, the runtime's
+// op attributes (op_attrs.proto: the same numbers) and the model's modules.
+#pragma once
+
+#include <string_view>
+
+namespace gnnrt::ops {
+
+enum class Activation { kSigmoid = 0, kSilu = 1, kGeluTanh = 2 };
+std::string_view to_string(Activation a);
+
+}  // namespace gnnrt::ops
