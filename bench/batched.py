@@ -193,7 +193,7 @@ def run_torch(data, threads):
 data = OUT / "data"
 make_dataset(data, args.graphs)
 job = OUT / "job.pbtxt"
-job.write_text(job_text(data, args.epochs))
+job.write_text(job_text(data.resolve(), args.epochs))
 steps = (args.graphs + args.batch - 1) // args.batch
 cache = OUT / "cache"
 

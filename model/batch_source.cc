@@ -311,6 +311,30 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
       stats->padded_edges += edges;
     }
     const int64_t ns = shape.node_rows[es.source], nd = shape.node_rows[es.destination];
+    if (es.source == es.destination) {
+      // Without its self loops, then one loop a row (padded rows and the
+      // sink included), the slots left as sink loops: the capacity is
+      // static (model/modules.h, self_loop_graph). In edge-id order each
+      // destination's loop follows its other edges, as PyG appends them.
+      std::vector<int32_t> ls, ld;
+      ls.reserve(static_cast<size_t>(edges + ns));
+      ld.reserve(static_cast<size_t>(edges + ns));
+      for (int64_t i = 0; i < at; ++i) {
+        if (src[i] == dst[i]) continue;
+        ls.push_back(src[i]);
+        ld.push_back(dst[i]);
+      }
+      for (int64_t r = 0; r < ns; ++r) {
+        ls.push_back(static_cast<int32_t>(r));
+        ld.push_back(static_cast<int32_t>(r));
+      }
+      while (static_cast<int64_t>(ls.size()) < edges + ns) {
+        ls.push_back(sink_src);
+        ld.push_back(sink_src);
+      }
+      core.bind_graph(self_loop_graph_name(es.name),
+                      std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ls, ld, ns, ns)));
+    }
     core.bind_graph(es.name, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, ns, nd)));
     core.bind_graph(reversed_graph_name(es.name),
                     std::make_shared<const Core::Adjacency>(Core::Adjacency::build(dst, src, nd, ns)));

@@ -72,6 +72,55 @@ Port sage(ModuleContext& c) {
   return c.nodes(in.dst.set, out, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false)));
 }
 
+// GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph.
+Port gcn(ModuleContext& c) {
+  const auto& m = c.module.gcn();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const auto& info = c.schema.edge_sets[in.edges];
+  if (info.source != info.destination) {
+    c.fail(fmt::format("GCN needs an edge set that joins a node set to itself; '{}' is bipartite", info.name));
+  }
+  const int64_t width = in.src.width, out = positive(c, m.out(), "out");
+  const int32_t g = c.self_loop_graph(in.edges);
+  ValueId h = c.b.linear(in.src.value, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
+  h = c.b.aggregate(ops::Reduce::kSum, g, h, c.b.gcn_norm(g));
+  if (m.bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kZeros, width, out));
+  return c.nodes(in.dst.set, out, h);
+}
+
+// GATConv; bipartite: lin_src on the sources, lin_dst on the destinations,
+// no self loops (PyG's add_self_loops=False, required for (x_src, x_dst)).
+Port gat(ModuleContext& c) {
+  const auto& m = c.module.gat();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const auto& info = c.schema.edge_sets[in.edges];
+  const int64_t channels = positive(c, m.out(), "out"), heads = positive(c, m.heads(), "heads");
+  if (!(m.attention_dropout() >= 0 && m.attention_dropout() < 1)) {
+    c.fail(fmt::format("attention_dropout = {} is not in [0, 1)", m.attention_dropout()));
+  }
+  const bool bipartite = info.source != info.destination;
+  const int64_t hc = heads * channels;
+  const int32_t g = bipartite ? c.graph(in.edges) : c.self_loop_graph(in.edges);
+  const ValueId h_src = c.b.linear(
+      in.src.value, c.param("lin_src.weight", {hc, in.src.width}, Init::kGlorot, in.src.width, hc));
+  const ValueId h_dst = bipartite ? c.b.linear(in.dst.value, c.param("lin_dst.weight", {hc, in.dst.width},
+                                                                      Init::kGlorot, in.dst.width, hc))
+                                  : h_src;
+  const ValueId att_src = c.param("att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
+  const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
+  const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), c.b.head_dot(h_dst, att_dst, heads));
+  ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
+  if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g);
+  ValueId out = c.b.aggregate(ops::Reduce::kSum, g, h_src, alpha);
+  int64_t width = hc;
+  if (!m.concat()) {
+    if (heads > 1) out = c.b.head_mean(out, heads);
+    width = channels;
+  }
+  if (m.bias()) out = c.b.bias_add(out, c.param("bias", {width}, Init::kZeros, in.src.width, width));
+  return c.nodes(in.dst.set, width, out);
+}
+
 // ---- dense modules: same rows in and out ----
 Port one_input(ModuleContext& c) {
   c.expect_inputs(1, 1);
@@ -217,7 +266,7 @@ Port gather(ModuleContext& c) {
 
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 15> kKinds{{
+const std::array<ModuleKind, 17> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -233,6 +282,8 @@ const std::array<ModuleKind, 15> kKinds{{
     {"activation", activation},
     {"concat", concat},
     {"slice", slice},
+    {"gcn", gcn},
+    {"gat", gat},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,
@@ -256,6 +307,7 @@ std::string target_name(const std::string& set) { return set + ".y"; }
 std::string pool_graph_name(const std::string& set) { return set + ".pool"; }
 std::string broadcast_graph_name(const std::string& set) { return set + ".broadcast"; }
 std::string reversed_graph_name(const std::string& edges) { return edges + ".reversed"; }
+std::string self_loop_graph_name(const std::string& edges) { return edges + ".self_loops"; }
 
 int Schema::node_set(const std::string& name) const {
   for (size_t i = 0; i < node_sets.size(); ++i) {
@@ -316,6 +368,16 @@ int32_t ModuleContext::reversed_graph(int e) {
   int32_t id;
   find_or_declare_graph(b, reversed_graph_name(info.name), shape.node_rows[info.destination],
                         shape.node_rows[info.source], shape.edge_rows[e], id);
+  return id;
+}
+
+int32_t ModuleContext::self_loop_graph(int e) {
+  const auto& info = schema.edge_sets[e];
+  const int64_t rows = shape.node_rows[info.source];
+  int32_t id;
+  // Capacity: every edge slot and one loop a row (the slots of dropped
+  // loops and padding are sink loops).
+  find_or_declare_graph(b, self_loop_graph_name(info.name), rows, rows, shape.edge_rows[e] + rows, id);
   return id;
 }
 

@@ -56,6 +56,7 @@ std::string target_name(const std::string& set);       // "<set>.y"
 std::string pool_graph_name(const std::string& set);   // "<set>.pool": rows -> graphs
 std::string broadcast_graph_name(const std::string& set);  // "<set>.broadcast": graphs -> rows
 std::string reversed_graph_name(const std::string& edges);  // "<edges>.reversed"
+std::string self_loop_graph_name(const std::string& edges);  // "<edges>.self_loops"
 inline constexpr const char* kGraphSet = "graph";  // "graph.mask", "graph.y"
 
 // A tensor a module reads or writes: its rows are a node set's, an edge
@@ -90,6 +91,9 @@ class ModuleContext {
   runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);
   int32_t graph(int edge_set);             // the edge set's adjacency
   int32_t reversed_graph(int edge_set);    // its edges reversed, same ids
+  // A homogeneous edge set without its self loops, plus one loop per row
+  // (GCNConv's and GATConv's graph): "<edges>.self_loops".
+  int32_t self_loop_graph(int edge_set);
   int32_t pool_graph(int node_set);
   int32_t broadcast_graph(int node_set);
   int edge_set(const std::string& name);   // index, or fail()

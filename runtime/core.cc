@@ -1,6 +1,7 @@
 #include "runtime/core.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -87,12 +88,29 @@ void Core::bind_graph(const std::string& name, std::shared_ptr<const Adjacency> 
   graphs_[name] = std::move(adjacency);
 }
 
+namespace {
+
+std::string structure_key(const Program& p) {
+  std::string text = p.name;
+  for (const Op& op : p.ops) {
+    text += '\n';
+    text += to_string(op.kind);
+    text += ' ';
+    text += op.attrs.SerializeAsString();
+    text += fmt::format(" {} {}", op.inputs.size(), op.outputs.size());
+  }
+  return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
+}
+
+}  // namespace
+
 std::shared_ptr<const CompiledProgram> Core::compile(Program program,
                                                      const CompileOptions& options) {
   const std::string key = cache_key(program, options, profile_, options_.debug);
   const ProgramCache cache(options_.cache_dir);
   if (auto hit = cache.load(key)) {
     ++counters_.cache_hits;
+    hit->tuning_key = structure_key(hit->program);
     return std::make_shared<const CompiledProgram>(std::move(*hit));
   }
   ++counters_.compiles;
@@ -145,6 +163,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
   c.plan = plan_memory(program);
   check_capacity(program, c.plan, profile_);
   c.program = std::move(program);
+  c.tuning_key = structure_key(c.program);
   try {
     cache.store(c);
   } catch (const std::exception& e) {

@@ -87,6 +87,11 @@ struct CompiledProgram {
   MemoryPlan plan;
   PassStats passes;
   std::string key;  // the cache key, 16 hex digits
+  // The program's structure without its sizes (op kinds and attributes in
+  // order): programs that differ only in sizes (the shape buckets of a batch
+  // job) share one thread plan (Core::run), so a job with several buckets
+  // measures its threads once.
+  std::string tuning_key;
   ValueId loss = kNoValue;
   std::vector<ValueId> params, grads;
   bool from_cache = false;
@@ -246,6 +251,7 @@ class Core {
   // Per program key: the per-op thread choice and the samples behind it.
   struct ThreadPlan {
     int threads = 0;  // omp_get_max_threads() it was measured with
+    std::size_t ops = 0;  // the program's op count
     int runs = 0;     // runs so far, the warm-up included
     std::vector<std::vector<double>> op_seconds[2];  // [0]: one thread, [1]: all; per op
     std::vector<int> mix;                            // each op's faster count

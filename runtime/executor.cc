@@ -210,7 +210,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
-  const auto it = thread_plans_.find(compiled.key);
+  const auto it = thread_plans_.find(compiled.tuning_key.empty() ? compiled.key : compiled.tuning_key);
   return it == thread_plans_.end() ? std::vector<int>{} : it->second.op_threads;
 }
 
@@ -248,10 +248,13 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   FlushDenormals flush(options_.flush_denormals);
   ThreadPlan* plan = nullptr;
   if (options_.tune_threads && threads.all() > 1 && !p.ops.empty()) {
-    plan = &thread_plans_[compiled.key];
-    if (plan->threads != threads.all()) {  // new, or OpenMP's count changed since
+    plan = &thread_plans_[compiled.tuning_key.empty() ? compiled.key : compiled.tuning_key];
+    // New, or OpenMP's count changed since, or (a plan shared by structure)
+    // another op count.
+    if (plan->threads != threads.all() || plan->ops != p.ops.size()) {
       *plan = ThreadPlan{};
       plan->threads = threads.all();
+      plan->ops = p.ops.size();
       for (auto& s : plan->op_seconds) s.assign(p.ops.size(), {});
     }
   }

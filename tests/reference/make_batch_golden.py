@@ -27,6 +27,11 @@ float32 implementation is compared with). Cases:
                   broadcast, LayerNorm, tanh-GELU, a slice of the features,
                   max pooling, an MLP head (graph MSE) plus 0.5 x a per-node
                   MSE on b.y through a Linear.
+  gcn_gat         GCNConv and GATConv (2 heads, concatenated) over a->a
+                  (with some self loops, which both drop, adding one per
+                  row), a bipartite GATConv a->b (3 heads averaged, its own
+                  lin_src and lin_dst, no self loops), ELU, mean pooling over
+                  b, a Linear head (graph MSE).
 
 Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -35,8 +40,13 @@ import argparse
 import shutil
 from pathlib import Path
 
+import sys
+
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gnn_reference as ref  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -69,6 +79,29 @@ def gin(p, name, x_src, x_dst, ei, eps=0.0):
 def sage(p, name, x_src, x_dst, ei, aggr):
     agg = scatter(x_src[ei[0]], ei[1], x_dst.shape[0], aggr)
     return linear(p, name + ".lin_l", agg) + linear(p, name + ".lin_r", x_dst, bias=False)
+
+
+def gcn(p, name, x, ei):
+    n = x.shape[0]
+    src, dst = ref.with_self_loops(ei, n)
+    deg = torch.bincount(dst, minlength=n).to(x.dtype).pow(-0.5)
+    deg = deg.masked_fill(torch.isinf(deg), 0.0)
+    h = x @ p[name + ".lin.weight"].T
+    return scatter((deg[src] * deg[dst]).view(-1, 1) * h[src], dst, n, "sum") + p[name + ".bias"]
+
+
+def gat(p, name, x_src, x_dst, ei, heads, channels, concat, bipartite, slope=0.2):
+    ns, nd = x_src.shape[0], x_dst.shape[0]
+    hs = (x_src @ p[name + ".lin_src.weight"].T).view(ns, heads, channels)
+    hd = (x_dst @ p[name + ".lin_dst.weight"].T).view(nd, heads, channels) if bipartite else hs
+    src, dst = ei if bipartite else ref.with_self_loops(ei, ns)
+    a_s = (hs * p[name + ".att_src"]).sum(-1)
+    a_d = (hd * p[name + ".att_dst"]).sum(-1)
+    e = torch.nn.functional.leaky_relu(a_s[src] + a_d[dst], slope)
+    alpha = ref.segment_softmax(e, dst, nd)
+    out = torch.zeros(nd, heads, channels).index_add(0, dst, hs[src] * alpha.unsqueeze(-1))
+    out = out.reshape(nd, heads * channels) if concat else out.mean(dim=1)
+    return out + p[name + ".bias"]
 
 
 def mlp(p, name, x, layers):
@@ -318,6 +351,69 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
+def case_gcn_gat(out):
+    rng = np.random.default_rng(13)
+    graphs, fa, fb = 10, 5, 3
+    _, ptr_a = random_graphs(rng, graphs, 2, 8)
+    _, ptr_b = random_graphs(rng, graphs, 1, 4)
+    xa = rng.normal(size=(ptr_a[-1], fa))
+    xb = rng.normal(size=(ptr_b[-1], fb))
+    aa, aa_ptr = edges_within(rng, ptr_a, ptr_a, lambda ns, nd: 2 * ns)  # some land on their own row
+    ab, ab_ptr = edges_within(rng, ptr_a, ptr_b, lambda ns, nd: ns + 2 * nd)
+    graph_y = rng.normal(size=(graphs, 1))
+    node_sets = {"a": (xa, ptr_a, None), "b": (xb, ptr_b, None)}
+    edge_sets = {("a", "aa", "a"): (aa, aa_ptr), ("a", "ab", "b"): (ab, ab_ptr)}
+    case_dir = out / "gcn_gat"
+    write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
+    gen = torch.Generator().manual_seed(3)
+
+    def uni(*shape):
+        return (torch.rand(shape, generator=gen, dtype=torch.float32) * 2 - 1) * 0.5
+
+    p = {"c1.lin.weight": uni(8, fa), "c1.bias": uni(8),
+         "g1.lin_src.weight": uni(8, 8), "g1.att_src": uni(1, 2, 4), "g1.att_dst": uni(1, 2, 4), "g1.bias": uni(8),
+         "g2.lin_src.weight": uni(15, 8), "g2.lin_dst.weight": uni(15, fb), "g2.att_src": uni(1, 3, 5),
+         "g2.att_dst": uni(1, 3, 5), "g2.bias": uni(5)}
+    p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, 5)
+    batch_size, epochs = 4, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
+               for s in range(0, graphs, batch_size)]
+
+    def outputs(params, bt):
+        xa, _, _ = bt["nodes"]["a"]
+        xb, _, gb = bt["nodes"]["b"]
+        h = torch.relu(gcn(params, "c1", xa, bt["edges"]["aa"]))
+        h = gat(params, "g1", h, h, bt["edges"]["aa"], 2, 4, True, False)
+        hb = torch.nn.functional.elu(gat(params, "g2", h, xb, bt["edges"]["ab"], 3, 5, False, True))
+        return {"head": linear(params, "head", scatter(hb, gb, len(bt["y"]), "mean")), "g2": hb}
+
+    def forward(params, bt):
+        return mse(outputs(params, bt)["head"], bt["y"])
+
+    job = f"""name: "batch_gcn_gat"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "c1" input: "a.x" gcn {{ edges: "aa" out: 8 }} }}
+  module {{ name: "r1" input: "c1" relu {{}} }}
+  module {{ name: "g1" input: "r1" gat {{ edges: "aa" out: 4 heads: 2 }} }}
+  module {{ name: "g2" input: "g1" input: "b.x" gat {{ edges: "ab" out: 5 heads: 3 concat: false }} }}
+  module {{ name: "e2" input: "g2" elu {{}} }}
+  module {{ name: "pool" input: "e2" pool {{ reduce: "mean" }} }}
+  module {{ name: "head" input: "pool" linear {{ out: 1 }} }}
+  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+}}
+optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    # gnnrt's output "e2" is what the reference calls g2 after its ELU.
+    def named(params, bt):
+        o = outputs(params, bt)
+        return {"head": o["head"], "e2": o["g2"]}
+
+    train(case_dir, p, forward, batches, epochs, 0.01, job, named)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "golden" / "batch")
@@ -327,6 +423,7 @@ def main():
     args.out.mkdir(parents=True)
     case_gin(args.out)
     case_hetero(args.out)
+    case_gcn_gat(args.out)
 
 
 if __name__ == "__main__":
