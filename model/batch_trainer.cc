@@ -18,6 +18,7 @@
 #include "model/batch_dataset.h"
 #include "model/batch_source.h"
 #include "model/checkpoint.h"
+#include "model/checkpointer.h"
 #include "model/distributed.h"
 #include "model/job.h"
 #include "model/module_graph.h"
@@ -33,11 +34,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string text_of(const google::protobuf::Message& m) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(m, &text);
-  return text;
-}
 
 
 class BatchTrainer {
@@ -45,7 +41,8 @@ class BatchTrainer {
   BatchTrainer(const proto::Job& job, const TrainOptions& options)
       : job_(job), options_(options), comm_(options.communicator),
         replicated_(comm_ && comm_->size() > 1), rank_(comm_ ? comm_->rank() : 0),
-        ranks_(comm_ ? comm_->size() : 1), core_(profile(), core_options()) {}
+        ranks_(comm_ ? comm_->size() : 1), core_(profile(), core_options()),
+        checkpointer_(job, comm_, /*by_step=*/true) {}
 
   TrainResult run();
 
@@ -81,7 +78,7 @@ class BatchTrainer {
   const runtime::CompiledProgram& program(int bucket);
   void init_parameters();
   bool resume();
-  void save(int64_t epoch, int64_t step, bool with_metrics = false) const;
+  void save(int64_t epoch, int64_t at_step, bool with_metrics = false) const;
   void check_parameters(int64_t epoch);
   // A checkpoint after `step`, inside 0-based epoch `epoch`: `epoch` epochs
   // complete, and the metrics so far (summed over the ranks).
@@ -93,6 +90,7 @@ class BatchTrainer {
   const bool replicated_;
   const int rank_, ranks_;
   Core core_;
+  Checkpointer checkpointer_;
   BatchDataset data_;
   std::unique_ptr<BatchSource> source_;
   std::vector<ParamDecl> params_;
@@ -134,73 +132,26 @@ void BatchTrainer::init_parameters() {
   for (const ParamDecl& p : params_) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
 }
 
-// Rank 0 reads the newest checkpoint that loads and sends its path and
-// bytes: the ranks need not share a file system, and all resume alike.
 bool BatchTrainer::resume() {
-  if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
-  std::string bytes;
-  bool found = false;
-  step("reading the checkpoint", [&] {
-    if (!writer()) return;
-    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
-    found = loaded.has_value();
-    if (found) bytes = loaded->path.string() + '\0' + loaded->state.SerializeAsString();
-  });
-  if (replicated_) {
-    std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
-    comm_->broadcast<int64_t>(head, 0);
-    found = head[0] != 0;
-    bytes.resize(static_cast<size_t>(head[1]));
-    std::vector<int32_t> words((bytes.size() + 3) / 4);
-    if (writer() && !bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
-    comm_->broadcast<int32_t>(words, 0);
-    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
-  }
-  if (!found) return false;
-  const size_t nul = bytes.find('\0');
-  const std::string path = bytes.substr(0, nul);
+  const auto loaded = checkpointer_.resume(core_, {"model", "optimizer", "dataset", "batching"});
+  if (!loaded) return false;
   step("resuming from the checkpoint", [&] {
-    proto::CheckpointState state;
-    if (!state.ParseFromArray(bytes.data() + nul + 1, static_cast<int>(bytes.size() - nul - 1))) {
-      throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path));
-    }
-    if (state.seed() != job_.seed()) {
-      throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}", path, state.seed(), job_.seed()));
-    }
-    const proto::Job saved = parse_job(state.job(), path);
-    for (const auto& [what, a, b] : {std::tuple{"model", text_of(saved.model()), text_of(job_.model())},
-                                     std::tuple{"optimizer", text_of(saved.optimizer()), text_of(job_.optimizer())},
-                                     std::tuple{"dataset", text_of(saved.dataset()), text_of(job_.dataset())},
-                                     std::tuple{"batching", text_of(saved.batching()), text_of(job_.batching())}}) {
-      if (a != b) {
-        throw CheckpointError(fmt::format("checkpoint {} was trained with another {}; remove it or set "
-                                          "checkpoint.resume=false", path, what));
-      }
-    }
-    for (const auto& t : state.tensors()) {
-      Tensor a(parse_dtype(t.dtype()), {t.shape().begin(), t.shape().end()});
-      if (a.bytes().size() != t.data().size()) {
-        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}", path, t.name(),
-                                          t.data().size(), runtime::shape_string(a.shape())));
-      }
-      std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
-      core_.memory().put(t.name(), std::move(a));
-    }
     for (const ParamDecl& p : params_) {
       if (!core_.memory().has(p.name) || core_.memory().at(p.name).shape() != p.shape) {
-        throw CheckpointError(fmt::format("checkpoint {}: no parameter '{}' {}", path, p.name, runtime::shape_string(p.shape)));
+        throw CheckpointError(fmt::format("checkpoint {}: no parameter '{}' {}", loaded->path.string(), p.name,
+                                          runtime::shape_string(p.shape)));
       }
     }
-    start_epoch_ = state.epoch();
-    step_ = state.step();
-    // A mid-epoch checkpoint's metrics are the ranks' sum: rank 0 carries
-    // them on, the others start from zero.
-    if (core_.memory().has(kMetrics)) {
-      resumed_metrics_ = true;
-      if (!writer()) core_.memory().at(kMetrics) = Tensor(DType::kF64, core_.memory().at(kMetrics).shape());
-    }
   });
-  if (writer()) spdlog::info("resumed from {} at epoch {}, step {}", path, start_epoch_, step_);
+  start_epoch_ = loaded->state.epoch();
+  step_ = loaded->state.step();
+  // A mid-epoch checkpoint's metrics are the ranks' sum: rank 0 carries
+  // them on, the others start from zero.
+  if (core_.memory().has(kMetrics)) {
+    resumed_metrics_ = true;
+    if (!writer()) core_.memory().at(kMetrics) = Tensor(DType::kF64, core_.memory().at(kMetrics).shape());
+  }
+  if (writer()) spdlog::info("resumed from {} at epoch {}, step {}", loaded->path.string(), start_epoch_, step_);
   return true;
 }
 
@@ -208,20 +159,14 @@ void BatchTrainer::save_mid_epoch(int64_t epoch, int64_t at_step) {
   Tensor& metrics = core_.memory().at(kMetrics);
   Tensor mine = metrics;
   if (replicated_) comm_->allreduce<double>(metrics.values<double>());
-  step("writing the checkpoint", [&] { save(epoch, at_step, /*with_metrics=*/true); });
+  save(epoch, at_step, /*with_metrics=*/true);
   metrics = std::move(mine);
 }
 
-void BatchTrainer::save(int64_t epoch, int64_t step, bool with_metrics) const {
-  if (!writer()) return;  // every rank holds the same parameters and optimizer state
-  proto::CheckpointState state;
-  state.set_job(to_text(job_));
-  state.set_epoch(epoch);
-  state.set_step(step);
-  state.set_seed(job_.seed());
-  state.set_best_epoch(-1);
-  // Parameters and optimizer state: the persistent values of the programs
-  // (every bucket's program has the same ones, by name).
+// Parameters and optimizer state: the persistent values of the programs
+// (every bucket's program has the same ones, by name); the metrics too
+// mid-epoch.
+void BatchTrainer::save(int64_t epoch, int64_t at_step, bool with_metrics) const {
   std::set<std::string> names;
   for (const auto& [bucket, p] : programs_) {
     for (const auto& v : p->program.values) {
@@ -231,16 +176,7 @@ void BatchTrainer::save(int64_t epoch, int64_t step, bool with_metrics) const {
   for (const ParamDecl& p : params_) names.insert(p.name);
   names.erase(kMetrics);
   if (with_metrics) names.insert(kMetrics);
-  for (const std::string& name : names) {
-    if (!core_.memory().has(name)) continue;
-    const Tensor& t = core_.memory().at(name);
-    auto* pt = state.add_tensors();
-    pt->set_name(name);
-    pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
-    for (int64_t d : t.shape()) pt->add_shape(d);
-    pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
-  }
-  save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), /*by_step=*/true);
+  checkpointer_.write(core_, names, epoch, at_step);
 }
 
 // The ranks' parameters must stay the same bits: compared after the first
@@ -281,12 +217,9 @@ TrainResult BatchTrainer::run() {
   for (const auto* path : {&options_.metrics_path, &options_.trace_path}) {
     if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
   }
-  std::ofstream metrics_out;
+  MetricsSink metrics_out;
   step("opening --metrics", [&] {
-    if (options_.metrics_path.empty() || !writer()) return;
-    if (start_epoch_ > 0) keep_metrics_through(options_.metrics_path, start_epoch_);
-    metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
+    if (!options_.metrics_path.empty() && writer()) metrics_out = MetricsSink(options_.metrics_path, start_epoch_);
   });
   const BatchSource& source = *source_;
   if (writer()) {
@@ -339,6 +272,14 @@ TrainResult BatchTrainer::run() {
     v.push_back(options_.stop_requested && options_.stop_requested() ? 1.0 : 0.0);
     if (replicated_) comm_->allreduce<double>(v);
     m.stop = v.back() > 0;
+    // The first cross-entropy term's accuracy over the epoch's real rows.
+    for (int i = 0; i < job_.model().loss_term_size(); ++i) {
+      const auto slot = static_cast<size_t>(correct_slot(job_.model(), i));
+      if (job_.model().loss_term(i).kind() == proto::LossTerm::CROSS_ENTROPY && v[slot + 1] > 0) {
+        m.train_acc = v[slot] / v[slot + 1];
+        break;
+      }
+    }
     m.loss = batches > 0 ? v[0] / static_cast<double>(batches) : 0;
     m.ms = m.train_ms = ms_since(start);
     const runtime::Counters& after = core_.counters();
@@ -354,10 +295,11 @@ TrainResult BatchTrainer::run() {
     result.epochs.push_back(m);
     result.last_loss = m.loss;
     if (options_.progress && writer()) {
-      spdlog::info("epoch {:>4}/{} loss {:.5f} | {} steps, {:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
-                   m.epoch, epochs, m.loss, step_, m.ms, after.compiles, padding.rows_percent(), padding.edges_percent());
+      spdlog::info("epoch {:>4}/{} loss {:.5f}{} | {} steps, {:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
+                   m.epoch, epochs, m.loss, m.train_acc > 0 ? fmt::format(" acc {:.4f}", m.train_acc) : std::string(),
+                   step_, m.ms, after.compiles, padding.rows_percent(), padding.edges_percent());
     }
-    if (metrics_out.is_open()) {
+    if (metrics_out.open()) {
       nlohmann::json j{{"epoch", m.epoch}, {"step", step_}, {"loss", m.loss}, {"lr", m.lr}, {"ms", m.ms},
                        {"simulated_ms", m.simulated_ms}, {"compiles", after.compiles},
                        {"cache_hits", after.cache_hits}, {"buckets_used", used.size()},
@@ -365,25 +307,28 @@ TrainResult BatchTrainer::run() {
                        {"padding_edges_percent", padding.edges_percent()}, {"ranks", ranks_},
                        {"compute_ms", m.compute_ms}, {"grad_ms", m.grad_ms}, {"wait_ms", m.wait_ms}};
       for (int i = 0; i < job_.model().loss_term_size(); ++i) {
-        j[fmt::format("loss_{}", job_.model().loss_term(i).input())] = batches > 0 ? v[1 + i] / static_cast<double>(batches) : 0;
+        const auto& t = job_.model().loss_term(i);
+        j[fmt::format("loss_{}", t.input())] = batches > 0 ? v[1 + i] / static_cast<double>(batches) : 0;
+        const auto slot = static_cast<size_t>(correct_slot(job_.model(), i));
+        if (t.kind() == proto::LossTerm::CROSS_ENTROPY && v[slot + 1] > 0) {
+          j[fmt::format("acc_{}", t.input())] = v[slot] / v[slot + 1];
+        }
       }
-      metrics_out << j.dump() << '\n' << std::flush;
+      metrics_out.write(j.dump());
     }
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
     const bool checkpoint = !job_.checkpoint().dir().empty() &&
                             ((every > 0 && m.epoch % every == 0) || (every_steps > 0 && step_ % every_steps == 0));
-    if (checkpoint) step("writing the checkpoint", [&] { save(m.epoch, step_); });
+    if (checkpoint) save(m.epoch, step_);
     if (m.stop && m.epoch < epochs) {
-      if (!job_.checkpoint().dir().empty() && !checkpoint) step("writing the checkpoint", [&] { save(m.epoch, step_); });
+      if (checkpointer_.enabled() && !checkpoint) save(m.epoch, step_);
       if (writer()) spdlog::info("stopped after epoch {} on request", m.epoch);
       result.stopped = true;
       break;
     }
   }
-  if (!result.stopped && !job_.checkpoint().dir().empty()) {
-    step("writing the checkpoint", [&] { save(std::max(epochs, start_epoch_), step_); });
-  }
+  if (!result.stopped && checkpointer_.enabled()) save(std::max(epochs, start_epoch_), step_);
   step("writing the outputs", [&] {
     if (options_.params_out.empty() || !writer()) return;
     std::filesystem::create_directories(options_.params_out);

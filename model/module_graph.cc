@@ -166,15 +166,17 @@ class ModuleGraphBuilder {
                                                   t.input(), in.width, num_classes));
         }
         const ValueId labels = b_.input_once(t.target(), DType::kI64, {rows});
-        term = b_.nll_loss(b_.log_softmax(in.value), labels, mask);
+        const ValueId log_prob = b_.log_softmax(in.value);
+        term = b_.nll_loss(log_prob, labels, mask);
+        b_.count_correct(metrics, log_prob, labels, mask, static_cast<uint64_t>(correct_slot(model_, i)));
       } else {
-        if (classes) throw std::invalid_argument(fmt::format("{}: mse needs float targets", where));
+        if (classes) throw std::invalid_argument(fmt::format("{}: mse and l1 need float targets", where));
         if (in.width != width) {
           throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, target '{}' has {}", where,
                                                   t.input(), in.width, t.target(), width));
         }
         const ValueId target = b_.input_once(t.target(), DType::kF32, {rows, width});
-        term = b_.mse_loss(in.value, target, mask);
+        term = t.kind() == proto::LossTerm::L1 ? b_.l1_loss(in.value, target, mask) : b_.mse_loss(in.value, target, mask);
       }
       b_.accumulate(metrics, term, static_cast<uint64_t>(1 + i));
       if (t.weight() != 1) term = b_.scale(term, t.weight());

@@ -24,8 +24,11 @@
 
 namespace gnnrt::model {
 
-// metrics[] of a module-graph program: total loss, then one slot per term.
-inline int64_t module_metric_slots(const proto::Model& model) { return 1 + model.loss_term_size(); }
+// metrics[] of a module-graph program: [0] the total loss, [1 + i] term
+// i's loss, then per term (correct, total) rows, counted for
+// cross-entropy terms (argmax equal to the label) and 0 for the others.
+inline int64_t module_metric_slots(const proto::Model& model) { return 1 + 3 * model.loss_term_size(); }
+inline int64_t correct_slot(const proto::Model& model, int term) { return 1 + model.loss_term_size() + 2 * term; }
 
 // replicated: one rank's share of a data-parallel batch (runtime/builder.h).
 Network build_module_train_step(const proto::Model& model, const Schema& schema, const BucketShape& shape,

@@ -336,8 +336,8 @@ void divide_rows(std::span<const T> x, std::span<const int64_t> degree, int64_t 
 
 template <typename T>
 SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
-                            std::span<const uint8_t> mask, int64_t rows, int64_t cols) {
-  constexpr std::string_view op = "mse_loss";
+                            std::span<const uint8_t> mask, int64_t rows, int64_t cols, bool absolute) {
+  const std::string_view op = absolute ? "l1_loss" : "mse_loss";
   expect_mask_and_rows(op, mask, rows, cols);
   expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
   expect_size(op, "target", target.size(), rows * cols, "rows*cols");
@@ -347,7 +347,7 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
     for (int64_t c = 0; c < cols; ++c) {
       const double d = static_cast<double>(pred[static_cast<size_t>(n * cols + c)]) -
                        static_cast<double>(target[static_cast<size_t>(n * cols + c)]);
-      r.sum += d * d;
+      r.sum += absolute ? std::abs(d) : d * d;
     }
     r.count += cols;
   }
@@ -357,8 +357,8 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
 template <typename T>
 void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
                        std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
-                       std::span<T> grad_pred) {
-  constexpr std::string_view op = "mse_loss_backward";
+                       std::span<T> grad_pred, bool absolute) {
+  const std::string_view op = absolute ? "l1_loss_backward" : "mse_loss_backward";
   expect_mask_and_rows(op, mask, rows, cols);
   expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
   expect_size(op, "target", target.size(), rows * cols, "rows*cols");
@@ -368,7 +368,9 @@ void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
     const bool used = mask[static_cast<size_t>(n)] != 0;
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(n * cols + c);
-      grad_pred[i] = used ? T(2) * scale * (pred[i] - target[i]) : T(0);
+      const T d = pred[i] - target[i];
+      const T sign = d > T(0) ? T(1) : d < T(0) ? T(-1) : T(0);
+      grad_pred[i] = !used ? T(0) : absolute ? scale * sign : T(2) * scale * d;
     }
   }
 }
@@ -420,10 +422,10 @@ CorrectCount count_correct(std::span<const T> log_prob, std::span<const int64_t>
   template void divide_rows<T>(std::span<const T>, std::span<const int64_t>, int64_t,          \
                                std::span<T>);                                                  \
   template SquaredSum mse_loss_forward<T>(std::span<const T>, std::span<const T>,              \
-                                          std::span<const uint8_t>, int64_t, int64_t);         \
+                                          std::span<const uint8_t>, int64_t, int64_t, bool);   \
   template void mse_loss_backward<T>(std::span<const T>, std::span<const T>,                   \
                                      std::span<const uint8_t>, int64_t, int64_t, T,            \
-                                     std::span<T>);                                            \
+                                     std::span<T>, bool);                                      \
   template CorrectCount count_correct<T>(std::span<const T>, std::span<const int64_t>,         \
                                          std::span<const uint8_t>, int64_t, int64_t);
 GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)

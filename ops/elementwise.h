@@ -75,15 +75,17 @@ struct SquaredSum {
   double sum = 0;
   int64_t count = 0;
 };
+// absolute: the L1 loss instead, the sum of |pred - target|.
 template <typename T>
 SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
-                            std::span<const uint8_t> mask, int64_t rows, int64_t cols);
+                            std::span<const uint8_t> mask, int64_t rows, int64_t cols, bool absolute = false);
 // grad_pred = scale * 2 (pred - target) on masked rows, 0 elsewhere
-// (scale: the upstream gradient over the count).
+// (scale: the upstream gradient over the count); absolute: scale *
+// sign(pred - target), 0 where they are equal (torch's L1 gradient).
 template <typename T>
 void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
                        std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
-                       std::span<T> grad_pred);
+                       std::span<T> grad_pred, bool absolute = false);
 
 // Rows with mask = 1 whose first largest value is at the label (torch.argmax's
 // rule: the first of equal maxima; NaN counts as largest). Labels of masked

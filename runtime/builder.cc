@@ -386,6 +386,12 @@ ValueId Builder::class_loss(OpKind k, ValueId x, ValueId labels, ValueId mask) {
   return emit_float(k, std::move(inputs), {}, {1});
 }
 
+ValueId Builder::l1_loss(ValueId pred, ValueId target, ValueId mask) {
+  const ValueId loss = mse_loss(pred, target, mask);
+  program_.ops.back().attrs.set_absolute(true);
+  return loss;
+}
+
 ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {
   constexpr OpKind k = OpKind::kMseLoss;
   expect_rank(k, pred, 2, "pred");
@@ -864,10 +870,12 @@ ValueId Builder::cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, Val
 }
 
 ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,
-                               ValueId count) {
+                               ValueId count, bool absolute) {
   std::vector<ValueId> inputs{pred, target, mask, g};
   if (count != kNoValue) inputs.push_back(count);
-  return emit_float(OpKind::kMseLossGrad, std::move(inputs), {}, shape(pred));
+  OpAttrs a;
+  a.set_absolute(absolute);
+  return emit_float(OpKind::kMseLossGrad, std::move(inputs), a, shape(pred));
 }
 
 ValueId Builder::head_dot_grad_x(ValueId att, ValueId g, int64_t heads) {

@@ -130,6 +130,9 @@ class Builder {
   // write the two ops and fuse_cross_entropy makes this one.
   ValueId cross_entropy(ValueId x, ValueId labels, ValueId mask);
   ValueId mse_loss(ValueId pred, ValueId target, ValueId mask);
+  // Mean |pred - target| over the rows with mask = 1 and their columns
+  // (torch's L1Loss): the mse_loss op with `absolute` set.
+  ValueId l1_loss(ValueId pred, ValueId target, ValueId mask);
   // Per-head dot product: x [N, H*C] . att [H*C] -> [N, H].
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
   // Mean over heads: x [N, H*C] -> [N, C].
@@ -220,7 +223,8 @@ class Builder {
   ValueId log_softmax_grad(ValueId out, ValueId g);
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
   ValueId cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g, ValueId count);
-  ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count);
+  ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count,
+                        bool absolute = false);
   ValueId head_dot_grad_x(ValueId att, ValueId g, int64_t heads);
   ValueId head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads);  // att's shape
   ValueId head_mean_grad(ValueId g, int64_t heads);

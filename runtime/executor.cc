@@ -508,7 +508,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kMseLoss: {
       const ValueId pred = op.inputs[0];
       const ops::SquaredSum s = ops::mse_loss_forward<T>(in(0), in(1), in.template operator()<uint8_t>(2),
-                                                         rows(pred), cols(pred));
+                                                         rows(pred), cols(pred), a.absolute());
       const int64_t count = loss_count(2, 3, cols(pred));
       f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
       return 0;
@@ -661,7 +661,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       const int64_t count = loss_count(2, 4, cols(out));
       const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
       ops::mse_loss_backward<T>(in(0), in(1), in.template operator()<uint8_t>(2), rows(out), cols(out),
-                                scale, f());
+                                scale, f(), a.absolute());
       return 0;
     }
     case OpKind::kHeadDotGradX:

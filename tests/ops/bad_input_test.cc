@@ -282,6 +282,11 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> x(4), out(4);
                    divide_rows<float>(x, idx({1, -2}), 2, out);
                  }, "divide_rows: degree[1] = -2 is negative"});
+    v.push_back({"l1_grad_size", [] {
+                   std::vector<float> p(6), t(6), g(5);
+                   std::vector<uint8_t> mask(3);
+                   mse_loss_backward<float>(p, t, mask, 3, 2, 1.0f, g, /*absolute=*/true);
+                 }, "l1_loss_backward: grad_pred has 5 elements, expected rows*cols = 6"});
     v.push_back({"mse_mask_size", [] {
                    std::vector<float> p(6), t(6);
                    std::vector<uint8_t> mask(2);

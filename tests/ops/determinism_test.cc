@@ -242,6 +242,10 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("cross_entropy/some_rows")).floats("x", {N, 7}).ints("labels", {N}, 7)
           .mask("mask", N).build();
     });
+    add("l1_loss", [=] {
+      return Synthetic(golden("l1_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
+          .mask("mask", N).build();
+    });
     add("mse_loss", [=] {
       return Synthetic(golden("mse_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();

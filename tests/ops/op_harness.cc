@@ -277,6 +277,10 @@ const std::map<std::string, Recipe<T>>& recipes() {
          t.out("loss", t.b.cross_entropy(t.x("x"), t.ints("labels", DType::kI64),
                                          t.ints("mask", DType::kBool)));
        }},
+      {"l1_loss",
+       [](Build<T>& t) {
+         t.out("loss", t.b.l1_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
+       }},
       {"mse_loss",
        [](Build<T>& t) {
          t.out("loss", t.b.mse_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));

@@ -152,7 +152,7 @@ def write_folder(folder, node_sets, edge_sets, graph_y):
         np.save(folder / f"{rel}.edge_index.npy", ei)
         np.save(folder / f"{rel}.ptr.npy", eptr)
         lines.append(f'edge_set {{ source: "{s}" relation: "{rel}" destination: "{d}" }}')
-    np.save(folder / "graph.y.npy", graph_y.astype(np.float32))
+    np.save(folder / "graph.y.npy", graph_y if graph_y.dtype == np.int64 else graph_y.astype(np.float32))
     lines.append('graph_target: "graph.y.npy"')
     (folder / "manifest.pbtxt").write_text("\n".join(lines) + "\n")
 
@@ -196,7 +196,8 @@ def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=No
 def batch_of(ids, node_sets, edge_sets, graph_y):
     """PyG-style batch of graphs `ids`: per node set x, y and graph index;
     per edge set edge_index re-offset to the batch's rows."""
-    out = {"nodes": {}, "edges": {}, "y": torch.tensor(graph_y[ids], dtype=torch.float64)}
+    out = {"nodes": {}, "edges": {}, "y": torch.tensor(graph_y[ids], dtype=torch.int64 if graph_y.dtype == np.int64
+                                                       else torch.float64)}
     first = {}
     for name, (x, ptr, y) in node_sets.items():
         rows, gidx, start = [], [], {}
@@ -414,6 +415,60 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, p, forward, batches, epochs, 0.01, job, named)
 
 
+def case_graph_classes(out):
+    """GIN, mean pooling, a Linear to 3 classes, cross-entropy on integer
+    graph labels (graph classification), and an L1 loss on the atoms'
+    degrees through a per-node Linear, weighted 0.3."""
+    rng = np.random.default_rng(17)
+    graphs, types = 13, 4
+    _, ptr = random_graphs(rng, graphs, 3, 8)
+    x = np.eye(types, dtype=np.float32)[rng.integers(0, types, size=ptr[-1])]
+    ei, eptr = edges_within(rng, ptr, ptr, lambda ns, nd: 2 * ns)
+    degree = np.bincount(ei[1], minlength=ptr[-1]).astype(np.float32).reshape(-1, 1)
+    labels = rng.integers(0, 3, size=graphs).astype(np.int64)
+    node_sets = {"atom": (x, ptr, degree)}
+    edge_sets = {("atom", "bond", "atom"): (ei, eptr)}
+    case_dir = out / "graph_classes"
+    write_folder(case_dir / "data", node_sets, edge_sets, labels)
+    gen = torch.Generator().manual_seed(4)
+    p = {}
+    p["conv.nn.0.weight"], p["conv.nn.0.bias"] = torch_linear_init(gen, 12, types)
+    p["conv.nn.2.weight"], p["conv.nn.2.bias"] = torch_linear_init(gen, 12, 12)
+    p["cls.weight"], p["cls.bias"] = torch_linear_init(gen, 3, 12)
+    p["deg.weight"], p["deg.bias"] = torch_linear_init(gen, 1, 12)
+    batch_size, epochs = 5, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, labels)
+               for s in range(0, graphs, batch_size)]
+
+    def outputs(params, b):
+        xa, _, gidx = b["nodes"]["atom"]
+        h = torch.relu(gin(params, "conv", xa, xa, b["edges"]["bond"]))
+        return {"cls": linear(params, "cls", scatter(h, gidx, len(b["y"]), "mean")), "deg": linear(params, "deg", h)}
+
+    def forward(params, b):
+        o = outputs(params, b)
+        _, yd, _ = b["nodes"]["atom"]
+        return (torch.nn.functional.cross_entropy(o["cls"], b["y"]) +
+                0.3 * torch.nn.functional.l1_loss(o["deg"], yd))
+
+    job = f"""name: "batch_graph_classes"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "conv" input: "atom.x" gin {{ edges: "bond" out: 12 }} }}
+  module {{ name: "act" input: "conv" relu {{}} }}
+  module {{ name: "pool" input: "act" pool {{ reduce: "mean" }} }}
+  module {{ name: "cls" input: "pool" linear {{ out: 3 }} }}
+  module {{ name: "deg" input: "act" linear {{ out: 1 }} }}
+  loss_term {{ input: "cls" target: "graph.y" kind: CROSS_ENTROPY }}
+  loss_term {{ input: "deg" target: "atom.y" kind: L1 weight: 0.3 }}
+}}
+optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "golden" / "batch")
@@ -424,6 +479,7 @@ def main():
     case_gin(args.out)
     case_hetero(args.out)
     case_gcn_gat(args.out)
+    case_graph_classes(args.out)
 
 
 if __name__ == "__main__":

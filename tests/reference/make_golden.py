@@ -492,6 +492,16 @@ def gen_losses(w, rng):
         w.case("mse_loss", name, {"rows": r, "cols": c},
                {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
                {"pred": pt.grad, "target": tt.grad})
+        # torch's L1Loss on the same rows (mean of |pred - target|).
+        pt, tt = leaf(pred), leaf(target)
+        if sel.any():
+            loss = torch.nn.functional.l1_loss(pt[sel], tt[sel])
+        else:
+            loss = (pt * 0).sum() + (tt * 0).sum()
+        loss.backward()
+        w.case("l1_loss", name, {"rows": r, "cols": c},
+               {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"pred": pt.grad, "target": tt.grad})
 
     lp = rng.standard_normal((12, 5)).astype(np.float32)
     lp[3, :] = 1.0            # all tied: the first class

@@ -1,0 +1,136 @@
+#include "model/checkpointer.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/text_format.h>
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "collectives/communicator.h"
+#include "model/checkpoint.h"
+#include "model/distributed.h"
+#include "model/job.h"
+#include "model/trainer.h"
+
+namespace gnnrt::model {
+namespace {
+
+std::string section_text(const proto::Job& job, const std::string& section) {
+  const auto* field = job.GetDescriptor()->FindFieldByName(section);
+  if (field == nullptr) throw std::logic_error("no job section " + section);
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(job.GetReflection()->GetMessage(job, field), &text);
+  return text;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step)
+    : job_(job), comm_(std::move(comm)), by_step_(by_step) {}
+
+bool Checkpointer::many() const { return comm_ && comm_->size() > 1; }
+
+template <typename Fn>
+void Checkpointer::agreed(std::string_view what, Fn&& fn) const {
+  if (many()) {
+    on_every_rank(*comm_, what, std::forward<Fn>(fn));
+  } else {
+    fn();
+  }
+}
+
+std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
+                                                         const std::vector<std::string>& sections) const {
+  if (!enabled() || !job_.checkpoint().resume()) return std::nullopt;
+  const bool writer = !comm_ || comm_->rank() == 0;
+  // Rank 0 sends the path, a NUL, then the serialized state.
+  std::string bytes;
+  bool found = false;
+  agreed("reading the checkpoint", [&] {
+    if (!writer) return;
+    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
+    found = loaded.has_value();
+    if (found) bytes = loaded->path.string() + '\0' + loaded->state.SerializeAsString();
+  });
+  if (many()) {
+    std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
+    comm_->broadcast<int64_t>(head, 0);
+    found = head[0] != 0;
+    bytes.resize(static_cast<size_t>(head[1]));
+    std::vector<int32_t> words((bytes.size() + 3) / 4);
+    if (writer && !bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
+    comm_->broadcast<int32_t>(words, 0);
+    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
+  }
+  if (!found) return std::nullopt;
+  Loaded loaded;
+  const size_t nul = bytes.find('\0');
+  loaded.path = bytes.substr(0, nul);
+  const std::string path = loaded.path.string();
+  agreed("resuming from the checkpoint", [&] {
+    proto::CheckpointState& state = loaded.state;
+    if (!state.ParseFromArray(bytes.data() + nul + 1, static_cast<int>(bytes.size() - nul - 1))) {
+      throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path));
+    }
+    if (state.seed() != job_.seed()) {
+      throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}", path,
+                                        state.seed(), job_.seed()));
+    }
+    const proto::Job saved = parse_job(state.job(), path);
+    for (const std::string& section : sections) {
+      if (section_text(saved, section) != section_text(job_, section)) {
+        throw CheckpointError(fmt::format("checkpoint {} was trained with another {}; remove it or set "
+                                          "checkpoint.resume=false", path, section));
+      }
+    }
+    for (const auto& t : state.tensors()) {
+      Tensor a(parse_dtype(t.dtype()), {t.shape().begin(), t.shape().end()});
+      if (a.bytes().size() != t.data().size()) {
+        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}", path, t.name(),
+                                          t.data().size(), runtime::shape_string(a.shape())));
+      }
+      std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
+      core.memory().put(t.name(), std::move(a));
+    }
+  });
+  return loaded;
+}
+
+void Checkpointer::write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch,
+                         int64_t step) const {
+  agreed("writing the checkpoint", [&] {
+    if (comm_ && comm_->rank() != 0) return;
+    proto::CheckpointState state;
+    state.set_job(to_text(job_));
+    state.set_epoch(epoch);
+    state.set_step(step);
+    state.set_seed(job_.seed());
+    state.set_best_epoch(-1);
+    for (const std::string& name : names) {
+      if (!core.memory().has(name)) continue;
+      const Tensor& t = core.memory().at(name);
+      auto* pt = state.add_tensors();
+      pt->set_name(name);
+      pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
+      for (int64_t d : t.shape()) pt->add_shape(d);
+      pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
+    }
+    save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), by_step_);
+  });
+}
+
+MetricsSink::MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch) : path_(path) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  if (resumed_epoch > 0) keep_metrics_through(path, resumed_epoch);
+  out_ = std::make_unique<std::ofstream>(path, resumed_epoch > 0 ? std::ios::app : std::ios::trunc);
+  if (!*out_) throw std::runtime_error("cannot write --metrics " + path.string());
+}
+
+void MetricsSink::write(const std::string& json_line) {
+  if (!out_) return;
+  *out_ << json_line << '\n' << std::flush;
+  if (!*out_) throw std::runtime_error("cannot write --metrics " + path_.string());
+}
+
+}  // namespace gnnrt::model

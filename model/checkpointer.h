@@ -1,0 +1,75 @@
+// The checkpoints of a run on one rank or many (model/checkpoint.h holds
+// the file format): rank 0 reads the newest checkpoint that loads and sends
+// it to every rank, so the ranks need not share a file system and all
+// resume alike; rank 0 writes, since every rank holds the same state. Each
+// step that can fail on one rank ends in an agreed verdict (an error on
+// every rank, model/distributed.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.pb.h"
+#include "model/job.pb.h"
+#include "runtime/core.h"
+
+namespace gnnrt::collectives {
+class Communicator;
+}
+
+namespace gnnrt::model {
+
+class Checkpointer {
+ public:
+  // by_step: files named by the global step (batch jobs), else by epoch.
+  Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step);
+
+  struct Loaded {
+    std::filesystem::path path;
+    proto::CheckpointState state;
+  };
+
+  // The newest checkpoint of checkpoint.dir on every rank (none when the
+  // job has no dir, resume is off, or there is none), checked against the
+  // job: the same seed and the same `sections` (top-level job fields, e.g.
+  // "model", "batching"); its tensors put on the core.
+  std::optional<Loaded> resume(runtime::Core& core, const std::vector<std::string>& sections) const;
+
+  // Rank 0 writes the core's tensors `names` with the epochs completed and
+  // the global step (atomically; the newest checkpoint.keep stay).
+  void write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch, int64_t step) const;
+
+  bool enabled() const { return !job_.checkpoint().dir().empty(); }
+
+ private:
+  template <typename Fn>
+  void agreed(std::string_view what, Fn&& fn) const;
+  bool many() const;
+
+  const proto::Job& job_;
+  std::shared_ptr<collectives::Communicator> comm_;
+  bool by_step_;
+};
+
+// --metrics: JSON lines, one per epoch, written by rank 0. After a resume
+// the records of epochs past the checkpoint (written by the run that died)
+// are dropped first, so every epoch has one record.
+class MetricsSink {
+ public:
+  MetricsSink() = default;
+  MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch);
+  void write(const std::string& json_line);
+  bool open() const { return out_ != nullptr; }
+
+ private:
+  std::unique_ptr<std::ofstream> out_;
+  std::filesystem::path path_;
+};
+
+}  // namespace gnnrt::model
