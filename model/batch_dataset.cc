@@ -73,6 +73,7 @@ Targets read_targets(const Array& a, int64_t rows) {
     return y;
   }
   y.values = float_matrix(a, rows, y.width, "targets");
+  if (y.width < 1) throw DatasetError(a.where, "targets have no columns");
   return y;
 }
 
@@ -214,6 +215,9 @@ BatchDataset load_batch_folder(const fs::path& dir) {
   for (int i = 0; i < m.node_set_size(); ++i) {
     const auto& f = m.node_set(i);
     if (f.name().empty()) throw DatasetError(where, fmt::format("node_set[{}] has no name", i));
+    if (f.name().find('.') != std::string::npos || f.name() == "graph") {
+      throw DatasetError(where, fmt::format("node_set[{}]: name '{}' may not contain '.' or be 'graph'", i, f.name()));
+    }
     if (d.node_set(f.name()) >= 0) throw DatasetError(where, fmt::format("node set '{}' is named twice", f.name()));
     NodeSet n;
     n.name = f.name();
@@ -239,6 +243,10 @@ BatchDataset load_batch_folder(const fs::path& dir) {
     const std::string w = fmt::format("{}: edge_set[{}]", where, i);
     if (f.relation().empty()) throw DatasetError(w, "has no relation (its name)");
     if (d.edge_set(f.relation()) >= 0) throw DatasetError(w, fmt::format("relation '{}' is named twice", f.relation()));
+    if (d.node_set(f.relation()) >= 0 || f.relation() == "graph" || f.relation().find('.') != std::string::npos) {
+      throw DatasetError(w, fmt::format("relation '{}' may not contain '.', be 'graph' or a node set's name",
+                                        f.relation()));
+    }
     EdgeSet e;
     e.name = f.relation();
     e.source = d.node_set(f.source());
@@ -344,10 +352,10 @@ MoleculeSpec parse_molecule_spec(std::string_view spec) {
                                                "atom_types, ring_rate, seed)", key));
     if (!ok) throw DatasetError(where, fmt::format("{}='{}' is not a number", key, value));
   }
-  if (s.graphs < 1 || s.min_nodes < 2 || s.max_nodes < s.min_nodes || s.atom_types < 1 ||
-      !(s.ring_rate >= 0 && s.ring_rate <= 1) || s.graphs * s.max_nodes > (int64_t{1} << 30)) {
-    throw DatasetError(where, "needs graphs >= 1, 2 <= min_nodes <= max_nodes, atom_types >= 1, "
-                              "ring_rate in [0, 1], graphs * max_nodes < 2^30");
+  if (s.graphs < 1 || s.min_nodes < 2 || s.max_nodes < s.min_nodes || s.atom_types < 1 || s.atom_types > 4096 ||
+      !(s.ring_rate >= 0 && s.ring_rate <= 1) || s.max_nodes > (int64_t{1} << 30) / s.graphs) {
+    throw DatasetError(where, "needs graphs >= 1, 2 <= min_nodes <= max_nodes, 1 <= atom_types <= 4096, "
+                              "ring_rate in [0, 1], graphs * max_nodes <= 2^30");
   }
   return s;
 }

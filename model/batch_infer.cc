@@ -34,8 +34,15 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   runtime::Core core(runtime::DeviceProfile::named(job.device().profile()), co);
 
   // Checked on the smallest bucket before anything runs.
-  const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, options.outputs);
-  std::vector<std::string> outputs = options.outputs;
+  std::vector<std::string> requested;  // each name once
+  for (const std::string& name : options.outputs) {
+    if (std::find(requested.begin(), requested.end(), name) == requested.end()) requested.push_back(name);
+  }
+  const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, requested);
+  std::vector<std::string> outputs;
+  for (const std::string& name : options.outputs) {
+    if (std::find(outputs.begin(), outputs.end(), name) == outputs.end()) outputs.push_back(name);
+  }
   if (outputs.empty()) {
     for (const auto& t : job.model().loss_term()) {
       if (std::find(outputs.begin(), outputs.end(), t.input()) == outputs.end()) outputs.push_back(t.input());
@@ -72,7 +79,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     const auto graphs = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
     const int bucket = source.bucket_for(graphs);
     auto& p = programs[bucket];
-    if (!p) p = core.compile(build_module_inference(job.model(), schema, source.buckets()[bucket], false, options.outputs).program, {});
+    if (!p) p = core.compile(build_module_inference(job.model(), schema, source.buckets()[bucket], false, requested).program, {});
     source.bind(core, graphs, graphs, bucket, nullptr);
     core.run(*p, {.step = 1, .lr = 0, .seed = job.seed()});
     ++result.batches;

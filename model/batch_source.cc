@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include "ops/rng.h"
@@ -66,11 +67,13 @@ bool BatchSource::fits(const BucketShape& b, const std::vector<int64_t>& s) cons
 void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, int ranks) {
   const bool shuffle = batching.shuffle();
   const size_t n = data_.node_sets.size(), sets = n + data_.edge_sets.size();
+  // A rank's share holds at most ceil(batch / ranks) graphs.
+  const int64_t most = (std::min(batch_size_, data_.num_graphs) + ranks - 1) / ranks;
   const auto shape_of = [&](const std::vector<int64_t>& caps) {
     BucketShape b;
     for (size_t i = 0; i < n; ++i) b.node_rows.push_back(caps[i] + 1);
     for (size_t e = n; e < sets; ++e) b.edge_rows.push_back(caps[e]);
-    b.graph_rows = batch_size_ + 1;
+    b.graph_rows = most + 1;
     return b;
   };
   // The largest graph's sizes, and a full batch of such graphs: every batch
@@ -80,8 +83,6 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, in
     const std::vector<int64_t> s = sizes(std::span<const int64_t>(&g, 1));
     for (size_t i = 0; i < sets; ++i) largest[i] = std::max(largest[i], s[i]);
   }
-  // A rank's share holds at most ceil(batch / ranks) graphs.
-  const int64_t most = (std::min(batch_size_, data_.num_graphs) + ranks - 1) / ranks;
   std::vector<int64_t> top(sets);
   for (size_t i = 0; i < sets; ++i) top[i] = std::max<int64_t>(1, largest[i] * most);
 
@@ -109,7 +110,9 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, in
     std::stable_sort(buckets_.begin(), buckets_.end(), [](const BucketShape& a, const BucketShape& b) {
       int64_t sa = 0, sb = 0;
       for (int64_t r : a.node_rows) sa += r;
+      for (int64_t r : a.edge_rows) sa += r;
       for (int64_t r : b.node_rows) sb += r;
+      for (int64_t r : b.edge_rows) sb += r;
       return sa < sb;
     });
   } else {
@@ -184,15 +187,30 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, in
     }
     for (const auto& caps : ladder) buckets_.push_back(shape_of(caps));
   }
-  // A graph larger than the largest bucket is an error now, not mid-epoch.
+  // Kernels index rows and edges with int32 (the self-loop graph has a
+  // bucket's edges plus its rows).
+  for (const BucketShape& b : buckets_) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t loops = b.node_rows[i];
+      for (size_t e = 0; e < data_.edge_sets.size(); ++e) {
+        if (data_.edge_sets[e].source == static_cast<int>(i)) loops = std::max(loops, b.node_rows[i] + b.edge_rows[e]);
+      }
+      if (loops > std::numeric_limits<int32_t>::max()) {
+        throw std::invalid_argument(fmt::format("job: a bucket of {} rows of '{}' (with its edges {}) exceeds the "
+                                                "2^31 - 1 a core indexes; lower batching.batch_size",
+                                                b.node_rows[i], schema_.node_sets[i].name, loops));
+      }
+    }
+  }
+  // A graph larger than every bucket is an error now, not mid-epoch.
   for (int64_t g = 0; g < data_.num_graphs; ++g) {
     const std::vector<int64_t> s = sizes(std::span<const int64_t>(&g, 1));
-    if (!fits(buckets_.back(), s)) {
+    if (std::none_of(buckets_.begin(), buckets_.end(), [&](const BucketShape& b) { return fits(b, s); })) {
       std::vector<std::string> parts;
       for (size_t i = 0; i < sets; ++i) {
         parts.push_back(fmt::format("{} {}", s[i], i < n ? schema_.node_sets[i].name : schema_.edge_sets[i - n].name));
       }
-      throw std::invalid_argument(fmt::format("graph {} ({}) does not fit the largest bucket", g, fmt::join(parts, ", ")));
+      throw std::invalid_argument(fmt::format("graph {} ({}) does not fit any bucket", g, fmt::join(parts, ", ")));
     }
   }
 }
@@ -222,7 +240,13 @@ int BatchSource::bucket_for(std::span<const int64_t> graphs) const {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (fits(buckets_[b], s)) return static_cast<int>(b);
   }
-  throw std::invalid_argument(fmt::format("a batch of {} graphs fits no bucket", graphs.size()));
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t n = data_.node_sets.size();
+    parts.push_back(fmt::format("{} {}", s[i], i < n ? schema_.node_sets[i].name : schema_.edge_sets[i - n].name));
+  }
+  throw std::invalid_argument(fmt::format("a batch of {} graphs ({}) fits no bucket of batching.bucket; add a larger "
+                                          "one", graphs.size(), fmt::join(parts, ", ")));
 }
 
 void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
@@ -274,6 +298,9 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
       }
       mem.put(target_name(n.name), std::move(y));
     }
+    Tensor real(DType::kI64, {rows});
+    for (int64_t r = 0; r < at; ++r) real.values<int64_t>()[r] = 1;
+    mem.put(real_rows_name(n.name), std::move(real));
     mem.put(features_name(n.name), std::move(x));
     mem.put(mask_name(n.name), std::move(mask));
     int64_t global_rows = 0;

@@ -256,12 +256,23 @@ TrainResult BatchTrainer::run() {
     for (size_t at = static_cast<size_t>(done) * batch; at < order.size(); at += batch) {
       const auto global = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
       const auto mine = BatchSource::share(global, rank_, ranks_);
-      const int bucket = source.bucket_for(mine);
-      used.insert(bucket);
-      const runtime::CompiledProgram& p = program(bucket);
-      source.bind(core_, mine, global, bucket, &padding);
+      // Each rank picks, compiles (on first use) and binds its own bucket:
+      // on many ranks a failure there is agreed on, so no rank waits in the
+      // step's all-reduce for one that has left.
+      const runtime::CompiledProgram* p = nullptr;
+      const auto prepare = [&] {
+        const int bucket = source.bucket_for(mine);
+        used.insert(bucket);
+        p = &program(bucket);
+        source.bind(core_, mine, global, bucket, &padding);
+      };
+      if (replicated_) {
+        step("preparing the batch", prepare);
+      } else {
+        prepare();
+      }
       const double lr = per_step ? learning_rate(job_, step_, epochs * per_epoch) : m.lr;
-      core_.run(p, {.step = ++step_, .lr = lr, .seed = job_.seed()});
+      core_.run(*p, {.step = ++step_, .lr = lr, .seed = job_.seed()});
       ++batches;
       if (every_steps > 0 && step_ % every_steps == 0 && batches < per_epoch) save_mid_epoch(e, step_);
     }
@@ -299,6 +310,7 @@ TrainResult BatchTrainer::run() {
                    m.epoch, epochs, m.loss, m.train_acc > 0 ? fmt::format(" acc {:.4f}", m.train_acc) : std::string(),
                    step_, m.ms, after.compiles, padding.rows_percent(), padding.edges_percent());
     }
+    std::string line;
     if (metrics_out.open()) {
       nlohmann::json j{{"epoch", m.epoch}, {"step", step_}, {"loss", m.loss}, {"lr", m.lr}, {"ms", m.ms},
                        {"simulated_ms", m.simulated_ms}, {"compiles", after.compiles},
@@ -314,8 +326,9 @@ TrainResult BatchTrainer::run() {
           j[fmt::format("acc_{}", t.input())] = v[slot] / v[slot + 1];
         }
       }
-      metrics_out.write(j.dump());
+      line = j.dump();
     }
+    step("writing --metrics", [&] { metrics_out.write(line); });
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
     const bool checkpoint = !job_.checkpoint().dir().empty() &&
@@ -328,7 +341,10 @@ TrainResult BatchTrainer::run() {
       break;
     }
   }
-  if (!result.stopped && checkpointer_.enabled()) save(std::max(epochs, start_epoch_), step_);
+  // Only when this run trained: a resumed run with nothing left to do has
+  // compiled no program and would write a checkpoint without its optimizer
+  // state over the complete one.
+  if (!result.stopped && checkpointer_.enabled() && !programs_.empty()) save(std::max(epochs, start_epoch_), step_);
   step("writing the outputs", [&] {
     if (options_.params_out.empty() || !writer()) return;
     std::filesystem::create_directories(options_.params_out);

@@ -79,6 +79,13 @@ class ModuleGraphBuilder {
       const int set = schema_.node_set(t.target().substr(0, t.target().rfind('.')));
       targets = targets && (t.target() == target_name(kGraphSet) ? schema_.graph_target
                             : set >= 0 && schema_.node_sets[set].target);
+      // Labels beyond the model's logits (another dataset): no eval loss.
+      if (targets && t.kind() == proto::LossTerm::CROSS_ENTROPY) {
+        const int64_t classes = t.target() == target_name(kGraphSet) ? schema_.graph_num_classes
+                                                                     : schema_.node_sets[set].num_classes;
+        const auto found = ports_.find(t.input());
+        targets = found != ports_.end() && found->second.width >= classes;
+      }
     }
     if (targets) losses();
     return finish(runtime::kNoValue);
@@ -161,9 +168,10 @@ class ModuleGraphBuilder {
       ValueId term;
       if (t.kind() == proto::LossTerm::CROSS_ENTROPY) {
         if (!classes) throw std::invalid_argument(fmt::format("{}: cross_entropy needs integer targets", where));
-        if (in.width != num_classes) {
-          throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, the target has {} classes", where,
-                                                  t.input(), in.width, num_classes));
+        // The labels need not use every class the model gives logits for.
+        if (in.width < num_classes) {
+          throw std::invalid_argument(fmt::format("{}: input '{}' gives {} logits, the target's labels go up to {}",
+                                                  where, t.input(), in.width, num_classes - 1));
         }
         const ValueId labels = b_.input_once(t.target(), DType::kI64, {rows});
         const ValueId log_prob = b_.log_softmax(in.value);

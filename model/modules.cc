@@ -56,7 +56,7 @@ Port gin(ModuleContext& c) {
   const ValueId agg = c.b.aggregate(ops::Reduce::kSum, c.graph(in.edges), in.src.value);
   ValueId h = c.b.add(m.eps() == 0 ? in.dst.value : c.b.scale(in.dst.value, 1 + m.eps()), agg);
   h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
-  return c.nodes(in.dst.set, out, c.linear("nn.2", h, hidden, out, true));
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.linear("nn.2", h, hidden, out, true)));
 }
 
 // SAGEConv: lin_l(aggr_{j -> i} x_src[j]) + lin_r(x_dst), lin_r without bias.
@@ -69,7 +69,7 @@ Port sage(ModuleContext& c) {
   }
   const ValueId agg = c.b.aggregate(ops::parse_reduce(m.aggr()), c.graph(in.edges), in.src.value);
   const ValueId h = c.linear("lin_l", agg, in.src.width, out, true);
-  return c.nodes(in.dst.set, out, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false)));
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false))));
 }
 
 // GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph.
@@ -85,7 +85,7 @@ Port gcn(ModuleContext& c) {
   ValueId h = c.b.linear(in.src.value, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
   h = c.b.aggregate(ops::Reduce::kSum, g, h, c.b.gcn_norm(g));
   if (m.bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kZeros, width, out));
-  return c.nodes(in.dst.set, out, h);
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, h));
 }
 
 // GATConv; bipartite: lin_src on the sources, lin_dst on the destinations,
@@ -118,7 +118,7 @@ Port gat(ModuleContext& c) {
     width = channels;
   }
   if (m.bias()) out = c.b.bias_add(out, c.param("bias", {width}, Init::kZeros, in.src.width, width));
-  return c.nodes(in.dst.set, width, out);
+  return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, out));
 }
 
 // ---- dense modules: same rows in and out ----
@@ -308,6 +308,7 @@ std::string pool_graph_name(const std::string& set) { return set + ".pool"; }
 std::string broadcast_graph_name(const std::string& set) { return set + ".broadcast"; }
 std::string reversed_graph_name(const std::string& edges) { return edges + ".reversed"; }
 std::string self_loop_graph_name(const std::string& edges) { return edges + ".self_loops"; }
+std::string real_rows_name(const std::string& set) { return set + ".real"; }
 
 int Schema::node_set(const std::string& name) const {
   for (size_t i = 0; i < node_sets.size(); ++i) {
@@ -416,6 +417,11 @@ int ModuleContext::node_set(const std::string& name) {
 }
 
 Port ModuleContext::nodes(int set, int64_t width, ValueId v) const { return Port{Domain::kNodes, set, width, v, ""}; }
+
+ValueId ModuleContext::zero_padding(int set, ValueId v) {
+  const ValueId real = b.input_once(real_rows_name(schema.node_sets[set].name), DType::kI64, {shape.node_rows[set]});
+  return b.divide_rows(v, real);
+}
 
 std::string ModuleContext::describe(const Port& p) const {
   const std::string rows = p.domain == Domain::kNodes   ? fmt::format("rows of node set '{}'", schema.node_sets[p.set].name)

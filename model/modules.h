@@ -57,6 +57,7 @@ std::string pool_graph_name(const std::string& set);   // "<set>.pool": rows -> 
 std::string broadcast_graph_name(const std::string& set);  // "<set>.broadcast": graphs -> rows
 std::string reversed_graph_name(const std::string& edges);  // "<edges>.reversed"
 std::string self_loop_graph_name(const std::string& edges);  // "<edges>.self_loops"
+std::string real_rows_name(const std::string& set);  // "<set>.real": i64 1 on real rows, 0 on padding
 inline constexpr const char* kGraphSet = "graph";  // "graph.mask", "graph.y"
 
 // A tensor a module reads or writes: its rows are a node set's, an edge
@@ -99,6 +100,10 @@ class ModuleContext {
   int edge_set(const std::string& name);   // index, or fail()
   int node_set(const std::string& name);
   Port nodes(int set, int64_t width, runtime::ValueId v) const;
+  // v [rows of node set `set`, F] with its padded rows zeroed (real rows
+  // keep their bits: x / 1): a convolution's output, so the sink row, which
+  // every padded edge feeds, cannot grow layer after layer to Inf.
+  runtime::ValueId zero_padding(int set, runtime::ValueId v);
   std::string describe(const Port& p) const;  // "'atom.x' (rows of node set 'atom', width 16)"
   // Exactly `count` inputs (or between min and max).
   void expect_inputs(size_t min, size_t max) const;
