@@ -41,36 +41,17 @@ class BatchTrainer {
   BatchTrainer(const proto::Job& job, const TrainOptions& options)
       : job_(job), options_(options), comm_(options.communicator),
         replicated_(comm_ && comm_->size() > 1), rank_(comm_ ? comm_->rank() : 0),
-        ranks_(comm_ ? comm_->size() : 1), core_(profile(), core_options()),
+        ranks_(comm_ ? comm_->size() : 1), core_(device_profile(job, options), core_options(job, options)),
         checkpointer_(job, comm_, /*by_step=*/true) {}
 
   TrainResult run();
 
  private:
-  runtime::DeviceProfile profile() const {
-    auto p = runtime::DeviceProfile::named(options_.profile.empty() ? job_.device().profile() : options_.profile);
-    if (options_.hbm_bytes > 0) p.hbm_bytes = options_.hbm_bytes;
-    else if (job_.device().hbm_bytes() > 0) p.hbm_bytes = job_.device().hbm_bytes();
-    return p;
-  }
-  runtime::CoreOptions core_options() const {
-    runtime::CoreOptions o;
-    if (!options_.no_cache) o.cache_dir = options_.cache_dir.empty() ? runtime::default_cache_dir() : options_.cache_dir;
-    o.debug = options_.debug;
-    o.trace = !options_.trace_path.empty();
-    o.flush_denormals = job_.device().flush_denormals();
-    o.communicator = comm_;
-    return o;
-  }
   // Runs fn; on many ranks, agrees on its outcome (model/distributed.h):
   // a failure on one rank is an error on every rank, none left waiting.
   template <typename Fn>
   void step(std::string_view what, Fn&& fn) {
-    if (replicated_) {
-      on_every_rank(*comm_, what, std::forward<Fn>(fn));
-    } else {
-      fn();
-    }
+    agreed_step(comm_, what, std::forward<Fn>(fn));
   }
   bool writer() const { return rank_ == 0; }
 

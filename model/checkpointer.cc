@@ -31,15 +31,6 @@ Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::C
 
 bool Checkpointer::many() const { return comm_ && comm_->size() > 1; }
 
-template <typename Fn>
-void Checkpointer::agreed(std::string_view what, Fn&& fn) const {
-  if (many()) {
-    on_every_rank(*comm_, what, std::forward<Fn>(fn));
-  } else {
-    fn();
-  }
-}
-
 std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
                                                          const std::vector<std::string>& sections) const {
   if (!enabled() || !job_.checkpoint().resume()) return std::nullopt;
@@ -47,7 +38,7 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
   // Rank 0 sends the path, a NUL, then the serialized state.
   std::string bytes;
   bool found = false;
-  agreed("reading the checkpoint", [&] {
+  agreed_step(comm_, "reading the checkpoint", [&] {
     if (!writer) return;
     const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
     found = loaded.has_value();
@@ -68,7 +59,7 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
   const size_t nul = bytes.find('\0');
   loaded.path = bytes.substr(0, nul);
   const std::string path = loaded.path.string();
-  agreed("resuming from the checkpoint", [&] {
+  agreed_step(comm_, "resuming from the checkpoint", [&] {
     proto::CheckpointState& state = loaded.state;
     if (!state.ParseFromArray(bytes.data() + nul + 1, static_cast<int>(bytes.size() - nul - 1))) {
       throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path));
@@ -99,7 +90,7 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
 
 void Checkpointer::write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch,
                          int64_t step) const {
-  agreed("writing the checkpoint", [&] {
+  agreed_step(comm_, "writing the checkpoint", [&] {
     if (comm_ && comm_->rank() != 0) return;
     proto::CheckpointState state;
     state.set_job(to_text(job_));

@@ -48,8 +48,6 @@ class Checkpointer {
   bool enabled() const { return !job_.checkpoint().dir().empty(); }
 
  private:
-  template <typename Fn>
-  void agreed(std::string_view what, Fn&& fn) const;
   bool many() const;
 
   const proto::Job& job_;

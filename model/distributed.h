@@ -54,6 +54,16 @@ void on_every_rank(collectives::Communicator& comm, std::string_view what, Fn&& 
   agree(comm, what, local);
 }
 
+// on_every_rank when `comm` has more than one rank; else fn alone.
+template <typename Fn>
+void agreed_step(const std::shared_ptr<collectives::Communicator>& comm, std::string_view what, Fn&& fn) {
+  if (comm && comm->size() > 1) {
+    on_every_rank(*comm, what, std::forward<Fn>(fn));
+  } else {
+    fn();
+  }
+}
+
 // Puts a shard on the core as network.h's programs expect it on a rank of
 // a partitioned graph: the local graphs, features, labels, master masks, and
 // the global ids, degrees and mask counts the partitioned programs read.

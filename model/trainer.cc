@@ -102,40 +102,15 @@ class Trainer {
       : job_(job), options_(options), comm_(options.communicator),
         distributed_((comm_ && comm_->size() > 1) || !job.partition().shards().empty()),
         rank_(comm_ ? comm_->rank() : 0), ranks_(comm_ ? comm_->size() : 1),
-        core_(profile(), core_options()) {}
+        core_(device_profile(job, options), core_options(job, options)) {}
 
   TrainResult run();
 
  private:
-  runtime::DeviceProfile profile() const {
-    auto p = runtime::DeviceProfile::named(options_.profile.empty() ? job_.device().profile()
-                                                                    : options_.profile);
-    if (options_.hbm_bytes > 0) {
-      p.hbm_bytes = options_.hbm_bytes;
-    } else if (job_.device().hbm_bytes() > 0) {
-      p.hbm_bytes = job_.device().hbm_bytes();
-    }
-    return p;
-  }
-  runtime::CoreOptions core_options() const {
-    runtime::CoreOptions o;
-    if (!options_.no_cache) {
-      o.cache_dir = options_.cache_dir.empty() ? runtime::default_cache_dir() : options_.cache_dir;
-    }
-    o.debug = options_.debug;
-    o.trace = !options_.trace_path.empty();
-    o.flush_denormals = job_.device().flush_denormals();
-    o.communicator = comm_;
-    return o;
-  }
   // Runs fn; on many ranks, agrees on its outcome (distributed.h).
   template <typename Fn>
   void step(std::string_view what, Fn&& fn) {
-    if (comm_ && comm_->size() > 1) {
-      on_every_rank(*comm_, what, std::forward<Fn>(fn));
-    } else {
-      fn();
-    }
+    agreed_step(comm_, what, std::forward<Fn>(fn));
   }
   bool writer() const { return rank_ == 0; }
 
@@ -760,6 +735,28 @@ void initialize_parameters(Core& core, const std::vector<ParamDecl>& params, uin
     init_param(params[i], seed, i, a.values<float>());
     core.memory().put(params[i].name, std::move(a));
   }
+}
+
+runtime::DeviceProfile device_profile(const proto::Job& job, const TrainOptions& options) {
+  auto p = runtime::DeviceProfile::named(options.profile.empty() ? job.device().profile() : options.profile);
+  if (options.hbm_bytes > 0) {
+    p.hbm_bytes = options.hbm_bytes;
+  } else if (job.device().hbm_bytes() > 0) {
+    p.hbm_bytes = job.device().hbm_bytes();
+  }
+  return p;
+}
+
+runtime::CoreOptions core_options(const proto::Job& job, const TrainOptions& options) {
+  runtime::CoreOptions o;
+  if (!options.no_cache) {
+    o.cache_dir = options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir;
+  }
+  o.debug = options.debug;
+  o.trace = !options.trace_path.empty();
+  o.flush_denormals = job.device().flush_denormals();
+  o.communicator = options.communicator;
+  return o;
 }
 
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& o) {

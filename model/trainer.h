@@ -126,6 +126,12 @@ void bind_sparse_features(runtime::Core& core, const SparseFeatures& x, int64_t 
 
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& optimizer);
 
+// The core a job trains on: the job's device profile (options.profile and
+// hbm_bytes override it) and the core's options (cache, debug, trace,
+// subnormals, the communicator).
+runtime::DeviceProfile device_profile(const proto::Job& job, const TrainOptions& options);
+runtime::CoreOptions core_options(const proto::Job& job, const TrainOptions& options);
+
 // Puts freshly initialised parameters on the core (ParamDecl::Init; Philox
 // keyed by (seed, parameter index): the same values on every machine).
 void initialize_parameters(runtime::Core& core, const std::vector<ParamDecl>& params, uint64_t seed);
