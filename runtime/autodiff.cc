@@ -5,24 +5,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/op_defs.h"
+
 namespace gnnrt::runtime {
 namespace {
 
-// Ops whose outputs carry no gradient: constants, integer results and
-// shifts that cancel out of what uses them.
+// Ops whose results carry no gradient: the flag of their definition, and a
+// halo max of values only (a softmax's shift).
 bool stops_gradient(const Op& op) {
-  switch (op.kind) {
-    case OpKind::kFill:
-    case OpKind::kGcnNorm:
-    case OpKind::kSegmentMax:
-    case OpKind::kLayerNormMoments:
-    case OpKind::kSparseDropout:  // of input features: nothing upstream is trained
-      return true;
-    case OpKind::kHaloMax:
-      return op.inputs.size() == 1;  // values only: a softmax's shift
-    default:
-      return false;
-  }
+  return has_flag(op.kind, kNoGradient) || (op.kind == OpKind::kHaloMax && op.inputs.size() == 1);
 }
 
 // An optional input: kNoValue when absent.

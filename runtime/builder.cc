@@ -2,17 +2,13 @@
 
 #include <fmt/format.h>
 
-#include "ops/sparse_matmul.h"
+#include "runtime/op_defs.h"
 
 namespace gnnrt::runtime {
 namespace {
 
 using ops::Reduce;
 using Shape = std::vector<int64_t>;
-
-bool is_edge_weight_shape(const Shape& w, int64_t edges) {
-  return (w.size() == 1 && w[0] == edges) || (w.size() == 2 && w[0] == edges && w[1] >= 1);
-}
 
 OpAttrs with_heads(int64_t heads) {
   OpAttrs a;
@@ -100,35 +96,11 @@ int32_t Builder::graph(std::string name, int64_t num_src, int64_t num_dst, int64
 void Builder::output(ValueId v) { program_.outputs.push_back(v); }
 
 void Builder::fail(OpKind kind, const std::string& what) const {
-  const std::string where = scope_.empty() ? std::string(to_string(kind))
-                                           : fmt::format("{} ({})", to_string(kind), scope_);
-  throw ShapeError(fmt::format("program '{}': {}: {}", program_.name, where, what));
+  throw ShapeError(fmt::format("program '{}': {}: {}", program_.name, where(kind), what));
 }
 
-void Builder::expect_same_shape(OpKind kind, ValueId a, ValueId b, const char* a_name,
-                                const char* b_name) const {
-  if (shape(a) != shape(b)) {
-    fail(kind, fmt::format("{} {} and {} {} must have the same shape", a_name,
-                           shape_string(shape(a)), b_name, shape_string(shape(b))));
-  }
-}
-
-void Builder::expect_dtype(OpKind kind, ValueId v, DType dtype, const char* what) const {
-  if (program_.value(v).dtype != dtype) {
-    fail(kind, fmt::format("{} must be {}, not {}", what, to_string(dtype),
-                           to_string(program_.value(v).dtype)));
-  }
-}
-
-void Builder::expect_rank(OpKind kind, ValueId v, std::size_t rank, const char* what) const {
-  if (shape(v).size() != rank) {
-    fail(kind, fmt::format("{} must have {} dimensions, has shape {}", what, rank,
-                           shape_string(shape(v))));
-  }
-}
-
-void Builder::expect_partitioned(OpKind kind) const {
-  if (!partitioned()) fail(kind, "only a partitioned program exchanges halo rows");
+std::string Builder::where(OpKind kind) const {
+  return scope_.empty() ? std::string(to_string(kind)) : fmt::format("{} ({})", to_string(kind), scope_);
 }
 
 const GraphInfo& Builder::graph_info(OpKind kind, int32_t graph) const {
@@ -145,45 +117,40 @@ OpAttrs Builder::graph_attrs(OpKind kind, int32_t graph) const {
   return a;
 }
 
-// Heads of a per-edge weight for features F: 1 for [E], H for [E, H] (F % H == 0).
-int64_t Builder::edge_heads(OpKind kind, int32_t graph, ValueId edge_weight,
-                            int64_t features) const {
-  if (edge_weight == kNoValue) return 1;
-  const GraphInfo& g = graph_info(kind, graph);
-  const Shape& w = shape(edge_weight);
-  if (!is_edge_weight_shape(w, g.num_edges)) {
-    fail(kind, fmt::format("edge weight {} must be [E] or [E, H] with E = {} (graph '{}')",
-                           shape_string(w), g.num_edges, g.name));
+std::string Builder::temp_name(OpKind kind) const {
+  return scope_.empty() ? std::string(to_string(kind)) : fmt::format("{}/{}", scope_, to_string(kind));
+}
+
+std::vector<ValueId> Builder::emit_op(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
+                                      const std::vector<std::pair<std::string, Shape>>& given) {
+  Op op{kind, std::move(inputs), {}, std::move(attrs), scope_};
+  const size_t values_before = program_.values.size();
+  std::vector<OutputSpec> outputs;
+  if (given.empty()) {
+    outputs = op_outputs(program_, op, where(kind));
+  } else {
+    // Results whose shapes the operands do not fix: declared first, then
+    // checked by the rule (and taken back if it fails).
+    for (const auto& [name, shape] : given) {
+      op.outputs.push_back(new_value(name, float_type(), shape, Role::kTemp));
+    }
+    try {
+      outputs = op_outputs(program_, op, where(kind));
+    } catch (...) {
+      program_.values.resize(values_before);
+      throw;
+    }
+    op.outputs.clear();
+    program_.values.resize(values_before);
   }
-  const int64_t heads = w.size() == 2 ? w[1] : 1;
-  if (features % heads != 0) {
-    fail(kind, fmt::format("features {} are not divisible by the edge weight's {} heads",
-                           features, heads));
+  const std::string base = temp_name(kind);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    std::string name = k < given.size() ? given[k].first : base + outputs[k].suffix;
+    op.outputs.push_back(new_value(std::move(name), outputs[k].dtype, std::move(outputs[k].shape), Role::kTemp));
   }
-  return heads;
-}
-
-ValueId Builder::emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
-                      Shape shape) {
-  std::string name = scope_.empty() ? std::string(to_string(kind))
-                                    : fmt::format("{}/{}", scope_, to_string(kind));
-  const ValueId out = new_value(std::move(name), dtype, std::move(shape), Role::kTemp);
-  program_.ops.push_back(Op{kind, std::move(inputs), {out}, std::move(attrs), scope_});
-  return out;
-}
-
-// Max/min reductions also output the winning edge per element (i32, the
-// output's shape), as a second output of the op just emitted.
-ValueId Builder::arg_output(ops::Reduce reduce, ValueId out) {
-  if (!ops::has_arg(reduce)) return kNoValue;
-  const ValueId arg =
-      new_value(program_.value(out).name + ".arg", DType::kI32, shape(out), Role::kTemp);
-  program_.ops.back().outputs.push_back(arg);
-  return arg;
-}
-
-void Builder::emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs) {
-  program_.ops.push_back(Op{kind, std::move(inputs), {}, std::move(attrs), scope_});
+  std::vector<ValueId> results = op.outputs;
+  program_.ops.push_back(std::move(op));
+  return results;
 }
 
 // ---- a partitioned program's inputs ----
@@ -202,133 +169,76 @@ ValueId Builder::mask_count(ValueId mask) {
   return input_once(count_name(program_.value(mask).name), DType::kI64, {1});
 }
 
+// The loss ops' inputs: a partitioned or data-parallel program's losses
+// divide by the global count of the mask's rows.
+std::vector<ValueId> Builder::with_count(std::vector<ValueId> inputs, ValueId mask) {
+  if (partitioned() || replicated()) inputs.push_back(mask_count(mask));
+  return inputs;
+}
+
 // ---- dense forward ----
 
 ValueId Builder::fill(Shape s, double value) {
   OpAttrs a;
   a.set_alpha(value);
-  return emit_float(OpKind::kFill, {}, a, std::move(s));
+  for (int64_t d : s) a.add_shape(d);
+  return emit(OpKind::kFill, {}, a);
 }
 
 ValueId Builder::matmul(ValueId a, ValueId b, bool trans_a, bool trans_b) {
-  constexpr OpKind k = OpKind::kMatMul;
-  expect_rank(k, a, 2, "a");
-  expect_rank(k, b, 2, "b");
-  expect_float(k, a, "a");
-  expect_float(k, b, "b");
-  const Shape& sa = shape(a);
-  const Shape& sb = shape(b);
-  const int64_t m = trans_a ? sa[1] : sa[0], ka = trans_a ? sa[0] : sa[1];
-  const int64_t kb = trans_b ? sb[1] : sb[0], n = trans_b ? sb[0] : sb[1];
-  if (ka != kb) {
-    fail(k, fmt::format("inner sizes differ: a {}{} times b {}{}", shape_string(sa),
-                        trans_a ? "ᵀ" : "", shape_string(sb), trans_b ? "ᵀ" : ""));
-  }
   OpAttrs attrs;
   attrs.set_trans_a(trans_a);
   attrs.set_trans_b(trans_b);
-  return emit_float(k, {a, b}, attrs, {m, n});
+  return emit(OpKind::kMatMul, {a, b}, attrs);
 }
 
-ValueId Builder::add(ValueId a, ValueId b) {
-  expect_same_shape(OpKind::kAdd, a, b, "a", "b");
-  expect_float(OpKind::kAdd, a, "a");
-  expect_float(OpKind::kAdd, b, "b");
-  return emit_float(OpKind::kAdd, {a, b}, {}, shape(a));
-}
-
-ValueId Builder::mul(ValueId a, ValueId b) {
-  expect_same_shape(OpKind::kMul, a, b, "a", "b");
-  expect_float(OpKind::kMul, a, "a");
-  expect_float(OpKind::kMul, b, "b");
-  return emit_float(OpKind::kMul, {a, b}, {}, shape(a));
-}
+ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b}); }
+ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b}); }
 
 ValueId Builder::scale(ValueId x, double alpha) {
-  expect_float(OpKind::kScale, x, "x");
   OpAttrs a;
   a.set_alpha(alpha);
-  return emit_float(OpKind::kScale, {x}, a, shape(x));
+  return emit(OpKind::kScale, {x}, a);
 }
 
-ValueId Builder::bias_add(ValueId x, ValueId bias) {
-  constexpr OpKind k = OpKind::kBiasAdd;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  expect_float(k, bias, "bias");
-  if (shape(bias) != Shape{shape(x)[1]}) {
-    fail(k, fmt::format("bias {} does not match x {}", shape_string(shape(bias)),
-                        shape_string(shape(x))));
-  }
-  return emit_float(k, {x, bias}, {}, shape(x));
-}
-
-ValueId Builder::relu(ValueId x) {
-  expect_float(OpKind::kRelu, x, "x");
-  return emit_float(OpKind::kRelu, {x}, {}, shape(x));
-}
+ValueId Builder::bias_add(ValueId x, ValueId bias) { return emit(OpKind::kBiasAdd, {x, bias}); }
+ValueId Builder::relu(ValueId x) { return emit(OpKind::kRelu, {x}); }
 
 ValueId Builder::leaky_relu(ValueId x, double slope) {
-  expect_float(OpKind::kLeakyRelu, x, "x");
   OpAttrs a;
   a.set_alpha(slope);
-  return emit_float(OpKind::kLeakyRelu, {x}, a, shape(x));
+  return emit(OpKind::kLeakyRelu, {x}, a);
 }
 
-ValueId Builder::concat(const std::vector<ValueId>& inputs) {
-  constexpr OpKind k = OpKind::kConcat;
-  if (inputs.empty()) fail(k, "no inputs");
-  int64_t width = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    expect_rank(k, inputs[i], 2, "input");
-    expect_float(k, inputs[i], "input");
-    if (rows(inputs[i]) != rows(inputs[0])) {
-      fail(k, fmt::format("input {} {} and input 0 {} differ in rows", i, shape_string(shape(inputs[i])),
-                          shape_string(shape(inputs[0]))));
-    }
-    width += shape(inputs[i])[1];
-  }
-  return emit_float(k, inputs, {}, {rows(inputs[0]), width});
-}
+ValueId Builder::concat(const std::vector<ValueId>& inputs) { return emit(OpKind::kConcat, inputs); }
 
 ValueId Builder::slice_cols(ValueId x, int64_t begin, int64_t width) {
-  constexpr OpKind k = OpKind::kSliceCols;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (begin < 0 || width < 0 || begin + width > shape(x)[1]) {
-    fail(k, fmt::format("columns {} .. {} are not within x {}", begin, begin + width, shape_string(shape(x))));
-  }
   OpAttrs a;
   a.set_begin(begin);
   a.set_width(width);
-  return emit_float(k, {x}, a, {rows(x), width});
+  return emit(OpKind::kSliceCols, {x}, a);
 }
 
 ValueId Builder::activation(ValueId x, ops::Activation kind) {
-  expect_float(OpKind::kActivation, x, "x");
   OpAttrs a;
   a.set_activation(static_cast<proto::Activation>(kind));
-  return emit_float(OpKind::kActivation, {x}, a, shape(x));
+  return emit(OpKind::kActivation, {x}, a);
 }
 
 ValueId Builder::activation_grad(ValueId x, ValueId g, ops::Activation kind) {
-  expect_same_shape(OpKind::kActivationGrad, x, g, "x", "g");
   OpAttrs a;
   a.set_activation(static_cast<proto::Activation>(kind));
-  return emit_float(OpKind::kActivationGrad, {x, g}, a, shape(x));
+  return emit(OpKind::kActivationGrad, {x, g}, a);
 }
 
 ValueId Builder::elu(ValueId x, double alpha) {
-  expect_float(OpKind::kElu, x, "x");
   OpAttrs a;
   a.set_alpha(alpha);
-  return emit_float(OpKind::kElu, {x}, a, shape(x));
+  return emit(OpKind::kElu, {x}, a);
 }
 
 ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph) {
   constexpr OpKind k = OpKind::kDropout;
-  if (!(p >= 0 && p <= 1)) fail(k, fmt::format("p = {} is not in [0, 1]", p));
-  expect_float(k, x, "x");
   if (p == 0) return x;
   if (replicated()) {
     fail(k, "dropout in data-parallel training is not supported yet: its masks are keyed by local rows, "
@@ -339,122 +249,48 @@ ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_gra
   a.set_key(key);
   std::vector<ValueId> inputs{x};
   if (partitioned()) {
-    const ValueId rows = edges_of_graph >= 0 ? graph_input(edges_of_graph, true)
-                                             : node_input(kNodeGlobalId, DType::kI64);
-    if (shape(rows)[0] != this->rows(x)) {
-      fail(k, fmt::format("x {} has another row count than its global ids {}",
-                          shape_string(shape(x)), shape_string(shape(rows))));
-    }
-    inputs.push_back(rows);
+    inputs.push_back(edges_of_graph >= 0 ? graph_input(edges_of_graph, true)
+                                         : node_input(kNodeGlobalId, DType::kI64));
   }
-  const ValueId out = emit_float(k, std::move(inputs), a, shape(x));
-  // Which elements were kept, a byte each, for the backward.
-  const ValueId keep =
-      new_value(program_.value(out).name + ".keep", DType::kBool, shape(x), Role::kTemp);
-  program_.ops.back().outputs.push_back(keep);
-  return out;
+  // The second result, "<out>.keep" (a byte per element), is the mask for the backward.
+  return emit(k, std::move(inputs), a);
 }
 
-ValueId Builder::log_softmax(ValueId x) {
-  expect_rank(OpKind::kLogSoftmax, x, 2, "x");
-  expect_float(OpKind::kLogSoftmax, x, "x");
-  return emit_float(OpKind::kLogSoftmax, {x}, {}, shape(x));
-}
+ValueId Builder::log_softmax(ValueId x) { return emit(OpKind::kLogSoftmax, {x}); }
 
 ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
-  return class_loss(OpKind::kNllLoss, log_prob, labels, mask);
+  return emit(OpKind::kNllLoss, with_count({log_prob, labels, mask}, mask));
 }
 
 ValueId Builder::cross_entropy(ValueId x, ValueId labels, ValueId mask) {
-  return class_loss(OpKind::kCrossEntropy, x, labels, mask);
-}
-
-ValueId Builder::class_loss(OpKind k, ValueId x, ValueId labels, ValueId mask) {
-  const char* x_name = k == OpKind::kNllLoss ? "log_prob" : "x";
-  expect_rank(k, x, 2, x_name);
-  expect_float(k, x, x_name);
-  expect_dtype(k, labels, DType::kI64, "labels");
-  expect_dtype(k, mask, DType::kBool, "mask");
-  const Shape row_shape{rows(x)};
-  if (shape(labels) != row_shape || shape(mask) != row_shape) {
-    fail(k, fmt::format("labels {} and mask {} must be [{}] for {} {}",
-                        shape_string(shape(labels)), shape_string(shape(mask)), row_shape[0],
-                        x_name, shape_string(shape(x))));
-  }
-  std::vector<ValueId> inputs{x, labels, mask};
-  if (partitioned() || replicated()) inputs.push_back(mask_count(mask));
-  return emit_float(k, std::move(inputs), {}, {1});
+  return emit(OpKind::kCrossEntropy, with_count({x, labels, mask}, mask));
 }
 
 ValueId Builder::l1_loss(ValueId pred, ValueId target, ValueId mask) {
-  const ValueId loss = mse_loss(pred, target, mask);
-  program_.ops.back().attrs.set_absolute(true);
-  return loss;
+  OpAttrs a;
+  a.set_absolute(true);
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
 }
 
 ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {
-  constexpr OpKind k = OpKind::kMseLoss;
-  expect_rank(k, pred, 2, "pred");
-  expect_same_shape(k, pred, target, "pred", "target");
-  expect_float(k, pred, "pred");
-  expect_float(k, target, "target");
-  expect_dtype(k, mask, DType::kBool, "mask");
-  if (shape(mask) != Shape{rows(pred)}) {
-    fail(k, fmt::format("mask {} must be [{}]", shape_string(shape(mask)), rows(pred)));
-  }
-  std::vector<ValueId> inputs{pred, target, mask};
-  if (partitioned() || replicated()) inputs.push_back(mask_count(mask));
-  return emit_float(k, std::move(inputs), {}, {1});
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask));
 }
 
 ValueId Builder::head_dot(ValueId x, ValueId att, int64_t heads) {
-  constexpr OpKind k = OpKind::kHeadDot;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  expect_float(k, att, "att");
-  const int64_t f = shape(x)[1];
-  if (heads < 1 || f % heads != 0 || program_.value(att).elements() != f) {
-    fail(k, fmt::format("x {} and att {} do not split into {} heads", shape_string(shape(x)),
-                        shape_string(shape(att)), heads));
-  }
-  return emit_float(k, {x, att}, with_heads(heads), {rows(x), heads});
+  return emit(OpKind::kHeadDot, {x, att}, with_heads(heads));
 }
 
 ValueId Builder::head_mean(ValueId x, int64_t heads) {
-  constexpr OpKind k = OpKind::kHeadMean;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (heads < 1 || shape(x)[1] % heads != 0) {
-    fail(k, fmt::format("x {} does not split into {} heads", shape_string(shape(x)), heads));
-  }
-  return emit_float(k, {x}, with_heads(heads), {rows(x), shape(x)[1] / heads});
+  return emit(OpKind::kHeadMean, {x}, with_heads(heads));
 }
 
 ValueId Builder::layer_norm_moments(ValueId x, ValueId mask) {
-  constexpr OpKind k = OpKind::kLayerNormMoments;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
   std::vector<ValueId> inputs{x};
-  if (mask != kNoValue) {
-    expect_dtype(k, mask, DType::kBool, "mask");
-    if (shape(mask) != Shape{rows(x)}) {
-      fail(k, fmt::format("mask {} must be [{}]", shape_string(shape(mask)), rows(x)));
-    }
-    inputs.push_back(mask);
-  }
-  return emit(k, std::move(inputs), {}, DType::kF64, {3});
+  if (mask != kNoValue) inputs.push_back(mask);
+  return emit(OpKind::kLayerNormMoments, std::move(inputs));
 }
 
 ValueId Builder::layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps) {
-  constexpr OpKind k = OpKind::kLayerNorm;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  const Shape cols{shape(x)[1]};
-  if (shape(gamma) != cols || shape(beta) != cols) {
-    fail(k, fmt::format("weight {} and bias {} must be [{}] for x {}", shape_string(shape(gamma)),
-                        shape_string(shape(beta)), cols[0], shape_string(shape(x))));
-  }
-  if (!(eps > 0)) fail(k, fmt::format("eps = {} must be > 0", eps));
   OpAttrs a;
   a.set_alpha(eps);
   a.set_per_node(per_node);
@@ -468,33 +304,19 @@ ValueId Builder::layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_nod
     inputs.push_back(moments);
     if (mask != kNoValue) inputs.push_back(mask);
   }
-  return emit_float(k, std::move(inputs), a, shape(x));
+  return emit(OpKind::kLayerNorm, std::move(inputs), a);
 }
 
-ValueId Builder::divide_rows(ValueId x, ValueId degree) {
-  constexpr OpKind k = OpKind::kDivideRows;
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  expect_dtype(k, degree, DType::kI64, "degree");
-  if (shape(degree) != Shape{rows(x)}) {
-    fail(k, fmt::format("degree {} must be [{}] for x {}", shape_string(shape(degree)), rows(x),
-                        shape_string(shape(x))));
-  }
-  return emit_float(k, {x, degree}, {}, shape(x));
-}
+ValueId Builder::divide_rows(ValueId x, ValueId degree) { return emit(OpKind::kDivideRows, {x, degree}); }
 
 // ---- graph ops ----
 
 ValueId Builder::gcn_norm(int32_t graph) {
   constexpr OpKind k = OpKind::kGcnNorm;
-  const GraphInfo& g = graph_info(k, graph);
-  if (g.num_src != g.num_dst) {
-    fail(k, fmt::format("graph '{}' joins {} source and {} destination nodes; GCN needs one node set",
-                        g.name, g.num_src, g.num_dst));
-  }
+  OpAttrs a = graph_attrs(k, graph);
   std::vector<ValueId> inputs;
   if (partitioned()) inputs.push_back(graph_input(graph, false));
-  return emit_float(k, std::move(inputs), graph_attrs(k, graph), {g.num_edges});
+  return emit(k, std::move(inputs), a);
 }
 
 ValueId Builder::aggregate(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight) {
@@ -520,379 +342,197 @@ ValueId Builder::softmax(int32_t graph, ValueId score) {
   return segment_softmax_apply(graph, score, m, s);
 }
 
+// Per-edge scores [E, H] and what takes their heads from them.
+ValueId Builder::per_head(OpKind kind, int32_t graph, std::vector<ValueId> inputs, ValueId scores) {
+  OpAttrs a = graph_attrs(kind, graph);
+  if (shape(scores).size() == 2) a.set_heads(shape(scores)[1]);
+  return emit(kind, std::move(inputs), a);
+}
+
 ValueId Builder::segment_softmax(int32_t graph, ValueId score) {
-  constexpr OpKind k = OpKind::kSegmentSoftmax;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, score, 2, "score");
-  expect_float(k, score, "score");
-  if (rows(score) != g.num_edges) {
-    fail(k, fmt::format("score {} must have E = {} rows (graph '{}')", shape_string(shape(score)),
-                        g.num_edges, g.name));
-  }
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(score)[1]);
-  return emit_float(k, {score}, a, shape(score));
+  return per_head(OpKind::kSegmentSoftmax, graph, {score}, score);
 }
 
 ValueId Builder::attention_softmax(int32_t graph, ValueId a, ValueId b, double slope) {
-  constexpr OpKind k = OpKind::kAttentionSoftmax;
-  if (partitioned()) fail(k, "a partitioned program's softmax runs in pieces (Builder::softmax)");
-  OpAttrs attrs = per_endpoint_attrs(k, graph, a, b);
+  OpAttrs attrs = graph_attrs(OpKind::kAttentionSoftmax, graph);
+  if (shape(a).size() == 2) attrs.set_heads(shape(a)[1]);
   attrs.set_alpha(slope);
-  return emit_float(k, {a, b}, attrs, {graph_info(k, graph).num_edges, shape(a)[1]});
+  return emit(OpKind::kAttentionSoftmax, {a, b}, attrs);
 }
 
 ValueId Builder::segment_max(int32_t graph, ValueId score) {
-  constexpr OpKind k = OpKind::kSegmentMax;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, score, 2, "score");
-  expect_float(k, score, "score");
-  if (rows(score) != g.num_edges) {
-    fail(k, fmt::format("score {} must have E = {} rows", shape_string(shape(score)), g.num_edges));
-  }
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(score)[1]);
-  return emit_float(k, {score}, a, {g.num_dst, shape(score)[1]});
+  return per_head(OpKind::kSegmentMax, graph, {score}, score);
 }
 
 ValueId Builder::segment_exp_sum(int32_t graph, ValueId score, ValueId m) {
-  constexpr OpKind k = OpKind::kSegmentExpSum;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, score, 2, "score");
-  const int64_t h = shape(score)[1];
-  if (rows(score) != g.num_edges || shape(m) != Shape{g.num_dst, h}) {
-    fail(k, fmt::format("score {} must be [{}, H] and m {} [{}, H]", shape_string(shape(score)),
-                        g.num_edges, shape_string(shape(m)), g.num_dst));
-  }
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(h);
-  return emit_float(k, {score, m}, a, {g.num_dst, h});
+  return per_head(OpKind::kSegmentExpSum, graph, {score, m}, score);
 }
 
 ValueId Builder::segment_softmax_apply(int32_t graph, ValueId score, ValueId m, ValueId s) {
-  constexpr OpKind k = OpKind::kSegmentSoftmaxApply;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, score, 2, "score");
-  const int64_t h = shape(score)[1];
-  if (rows(score) != g.num_edges || shape(m) != Shape{g.num_dst, h} || shape(s) != shape(m)) {
-    fail(k, fmt::format("score {} must be [{}, H], m {} and s {} [{}, H]",
-                        shape_string(shape(score)), g.num_edges, shape_string(shape(m)),
-                        shape_string(shape(s)), g.num_dst));
-  }
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(h);
-  return emit_float(k, {score, m, s}, a, shape(score));
-}
-
-OpAttrs Builder::per_endpoint_attrs(OpKind k, int32_t graph, ValueId a, ValueId b) {
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, a, 2, "a");
-  expect_rank(k, b, 2, "b");
-  expect_float(k, a, "a");
-  expect_float(k, b, "b");
-  if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1]) {
-    fail(k, fmt::format("a {} must be [{}, H] and b {} [{}, H] (graph '{}')",
-                        shape_string(shape(a)), g.num_src, shape_string(shape(b)), g.num_dst,
-                        g.name));
-  }
-  OpAttrs attrs = graph_attrs(k, graph);
-  attrs.set_heads(shape(a)[1]);
-  return attrs;
+  return per_head(OpKind::kSegmentSoftmaxApply, graph, {score, m, s}, score);
 }
 
 ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
-  constexpr OpKind k = OpKind::kSddmmAdd;
-  return emit_float(k, {a, b}, per_endpoint_attrs(k, graph, a, b),
-                    {graph_info(k, graph).num_edges, shape(a)[1]});
+  return per_head(OpKind::kSddmmAdd, graph, {a, b}, a);
 }
 
 ValueId Builder::sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads) {
-  constexpr OpKind k = OpKind::kSddmmDot;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, a, 2, "a");
-  expect_rank(k, b, 2, "b");
-  expect_float(k, a, "a");
-  expect_float(k, b, "b");
-  if (rows(a) != g.num_src || rows(b) != g.num_dst || shape(a)[1] != shape(b)[1] || heads < 1 ||
-      shape(a)[1] % heads != 0) {
-    fail(k, fmt::format("a {} must be [{}, F] and b {} [{}, F] with F divisible by {} heads "
-                        "(graph '{}')", shape_string(shape(a)), g.num_src, shape_string(shape(b)),
-                        g.num_dst, heads, g.name));
-  }
-  OpAttrs attrs = graph_attrs(k, graph);
+  OpAttrs attrs = graph_attrs(OpKind::kSddmmDot, graph);
   attrs.set_heads(heads);
-  return emit_float(k, {a, b}, attrs, {g.num_edges, heads});
+  return emit(OpKind::kSddmmDot, {a, b}, attrs);
 }
 
 // ---- collectives ----
 
-ValueId Builder::allreduce(ValueId x) {
-  constexpr OpKind k = OpKind::kAllReduce;
-  if (!is_floating(program_.value(x).dtype)) {
-    fail(k, fmt::format("x must be float32 or float64, not {}", to_string(program_.value(x).dtype)));
-  }
-  return emit(k, {x}, {}, program_.value(x).dtype, shape(x));
-}
-
-ValueId Builder::halo_sum(ValueId x) {
-  constexpr OpKind k = OpKind::kHaloSum;
-  expect_partitioned(k);
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (rows(x) != program_.local_nodes) {
-    fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
-                        program_.local_nodes));
-  }
-  return emit_float(k, {x}, {}, shape(x));
-}
+ValueId Builder::allreduce(ValueId x) { return emit(OpKind::kAllReduce, {x}); }
+ValueId Builder::halo_sum(ValueId x) { return emit(OpKind::kHaloSum, {x}); }
 
 std::pair<ValueId, ValueId> Builder::halo_max(Reduce reduce, ValueId x, ValueId arg,
                                               int32_t graph) {
   constexpr OpKind k = OpKind::kHaloMax;
-  expect_partitioned(k);
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (!ops::has_arg(reduce)) fail(k, fmt::format("reduce {} is not max or min", ops::to_string(reduce)));
-  if (rows(x) != program_.local_nodes) {
-    fail(k, fmt::format("x {} must have a row per local vertex ({})", shape_string(shape(x)),
-                        program_.local_nodes));
-  }
   OpAttrs a;
   a.set_reduce(to_proto(reduce));
   std::vector<ValueId> inputs{x};
   if (arg != kNoValue) {
-    expect_dtype(k, arg, DType::kI32, "arg");
-    expect_same_shape(k, x, arg, "x", "arg");
-    a.set_graph(graph);
+    a = graph_attrs(k, graph);
+    a.set_reduce(to_proto(reduce));
     inputs.push_back(arg);
     inputs.push_back(graph_input(graph, true));
   }
-  const ValueId out = emit_float(k, std::move(inputs), a, shape(x));
-  ValueId new_arg = kNoValue;
-  if (arg != kNoValue) {
-    new_arg = new_value(program_.value(out).name + ".arg", DType::kI32, shape(x), Role::kTemp);
-    program_.ops.back().outputs.push_back(new_arg);
-  }
-  return {out, new_arg};
+  const std::vector<ValueId> out = emit_op(k, std::move(inputs), a);
+  return {out[0], out.size() > 1 ? out[1] : kNoValue};
+}
+
+// Heads of a per-edge weight: 1 for none or [E], H for [E, H].
+int64_t Builder::weight_heads(ValueId edge_weight) const {
+  if (edge_weight == kNoValue) return 1;
+  const Shape& w = shape(edge_weight);
+  return w.size() == 2 ? w[1] : 1;
 }
 
 ValueId Builder::gather(int32_t graph, ValueId x) {
-  constexpr OpKind k = OpKind::kGather;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (rows(x) != g.num_src) {
-    fail(k, fmt::format("x {} must have {} rows, the source nodes of graph '{}'",
-                        shape_string(shape(x)), g.num_src, g.name));
-  }
-  return emit_float(k, {x}, graph_attrs(k, graph), {g.num_edges, shape(x)[1]});
+  return emit(OpKind::kGather, {x}, graph_attrs(OpKind::kGather, graph));
 }
 
 ValueId Builder::edge_scale(ValueId messages, ValueId edge_weight) {
-  constexpr OpKind k = OpKind::kEdgeScale;
-  expect_rank(k, messages, 2, "messages");
-  expect_float(k, messages, "messages");
-  expect_float(k, edge_weight, "edge weight");
-  const Shape& w = shape(edge_weight);
-  if (!is_edge_weight_shape(w, rows(messages)) || shape(messages)[1] % (w.size() == 2 ? w[1] : 1)) {
-    fail(k, fmt::format("edge weight {} does not fit messages {}", shape_string(w),
-                        shape_string(shape(messages))));
-  }
-  return emit_float(k, {messages, edge_weight}, with_heads(w.size() == 2 ? w[1] : 1),
-                    shape(messages));
+  return emit(OpKind::kEdgeScale, {messages, edge_weight}, with_heads(weight_heads(edge_weight)));
+}
+
+// The value and, for max/min, the winning edge of a reduction just emitted.
+std::pair<ValueId, ValueId> Builder::reduction(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs) {
+  const std::vector<ValueId> out = emit_op(kind, std::move(inputs), std::move(attrs));
+  return {out[0], out.size() > 1 ? out[1] : kNoValue};
 }
 
 std::pair<ValueId, ValueId> Builder::scatter(Reduce reduce, int32_t graph, ValueId messages) {
-  constexpr OpKind k = OpKind::kScatter;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, messages, 2, "messages");
-  expect_float(k, messages, "messages");
-  if (rows(messages) != g.num_edges) {
-    fail(k, fmt::format("messages {} must have E = {} rows (graph '{}')",
-                        shape_string(shape(messages)), g.num_edges, g.name));
-  }
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kScatter, graph);
   a.set_reduce(to_proto(reduce));
-  const ValueId out = emit_float(k, {messages}, a, {g.num_dst, shape(messages)[1]});
-  return {out, arg_output(reduce, out)};
+  return reduction(OpKind::kScatter, {messages}, a);
 }
 
 std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId x,
                                           ValueId edge_weight) {
-  constexpr OpKind k = OpKind::kSpmm;
-  const GraphInfo& g = graph_info(k, graph);
-  expect_rank(k, x, 2, "x");
-  expect_float(k, x, "x");
-  if (rows(x) != g.num_src) {
-    fail(k, fmt::format("x {} must have {} rows, the source nodes of graph '{}'",
-                        shape_string(shape(x)), g.num_src, g.name));
-  }
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kSpmm, graph);
   a.set_reduce(to_proto(reduce));
-  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
+  a.set_heads(weight_heads(edge_weight));
   std::vector<ValueId> inputs{x};
-  if (edge_weight != kNoValue) {
-    expect_float(k, edge_weight, "edge weight");
-    inputs.push_back(edge_weight);
-  }
-  const ValueId out = emit_float(k, std::move(inputs), a, {g.num_dst, shape(x)[1]});
-  return {out, arg_output(reduce, out)};
+  if (edge_weight != kNoValue) inputs.push_back(edge_weight);
+  return reduction(OpKind::kSpmm, std::move(inputs), a);
 }
 
 // ---- sparse input features ----
 
-// The sparse matrix `matrix` (a graph), after checking that `values` are
-// its stored values: float, [nnz].
-const GraphInfo& Builder::stored_values(OpKind kind, int32_t matrix, ValueId values) const {
-  const GraphInfo& g = graph_info(kind, matrix);
-  expect_float(kind, values, "values");
-  if (shape(values) != Shape{g.num_edges}) {
-    fail(kind, fmt::format("values {} must be [{}], the stored entries of '{}'",
-                           shape_string(shape(values)), g.num_edges, g.name));
-  }
-  return g;
-}
-
 ValueId Builder::sparse_matmul(int32_t matrix, ValueId values, ValueId b, bool trans_b) {
-  constexpr OpKind k = OpKind::kSparseMatMul;
-  const GraphInfo& g = stored_values(k, matrix, values);
-  expect_float(k, b, "b");
-  expect_rank(k, b, 2, "b");
-  const Shape& sb = shape(b);
-  const int64_t kb = trans_b ? sb[1] : sb[0], m = trans_b ? sb[0] : sb[1];
-  if (kb != g.num_src) {
-    fail(k, fmt::format("inner sizes differ: '{}' [{}, {}] times b {}{}", g.name, g.num_dst,
-                        g.num_src, shape_string(sb), trans_b ? "ᵀ" : ""));
-  }
-  OpAttrs a = graph_attrs(k, matrix);
+  OpAttrs a = graph_attrs(OpKind::kSparseMatMul, matrix);
   a.set_trans_b(trans_b);
-  const ValueId out = emit_float(k, {values, b}, a, {g.num_dst, m});
-  // b transposed once per call, so every stored value reads one contiguous row.
-  const ValueId workspace = new_value(program_.value(out).name + ".workspace", float_type(),
-                                      trans_b ? Shape{g.num_src, m} : Shape{0}, Role::kTemp);
-  program_.ops.back().outputs.push_back(workspace);
-  return out;
+  // Results: the product, and b transposed once per call (a workspace).
+  return emit(OpKind::kSparseMatMul, {values, b}, a);
 }
 
 ValueId Builder::sparse_dropout(int32_t matrix, ValueId values, double p, uint64_t key) {
   constexpr OpKind k = OpKind::kSparseDropout;
-  const GraphInfo& g = stored_values(k, matrix, values);
-  if (!(p >= 0 && p <= 1)) fail(k, fmt::format("p = {} is not in [0, 1]", p));
-  if (p == 0) return values;
   OpAttrs a = graph_attrs(k, matrix);
+  if (p == 0) return values;
   a.set_alpha(p);
   a.set_key(key);
   std::vector<ValueId> inputs{values};
-  if (partitioned()) {
-    const ValueId rows = node_input(kNodeGlobalId, DType::kI64);
-    if (shape(rows)[0] != g.num_dst) {
-      fail(k, fmt::format("'{}' has {} rows, its global ids {}", g.name, g.num_dst,
-                          shape_string(shape(rows))));
-    }
-    inputs.push_back(rows);
-  }
-  return emit_float(k, std::move(inputs), a, shape(values));
+  if (partitioned()) inputs.push_back(node_input(kNodeGlobalId, DType::kI64));
+  return emit(k, std::move(inputs), a);
 }
 
 // ---- backward ----
 
-ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g, ValueId b,
+ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g, ValueId /*b*/,
                                       bool trans_b) {
-  constexpr OpKind k = OpKind::kSparseMatMulGradB;
-  const GraphInfo& info = graph_info(k, matrix);
-  expect_rank(k, g, 2, "g");
-  if (rows(g) != info.num_dst) {
-    fail(k, fmt::format("g {} must have {} rows, the rows of '{}'", shape_string(shape(g)),
-                        info.num_dst, info.name));
-  }
-  OpAttrs a = graph_attrs(k, matrix);
+  OpAttrs a = graph_attrs(OpKind::kSparseMatMulGradB, matrix);
   a.set_trans_b(trans_b);
-  const ValueId out = emit_float(k, {values, g}, a, shape(b));
-  // Accumulators for a walk by rows that ends transposed (ops/sparse_matmul.h).
-  const int64_t m = shape(g)[1];
-  const int64_t size = ops::sparse_matmul_backward_b_workspace(info.num_dst, info.num_src, m,
-                                                               trans_b, item_size(float_type()));
-  const ValueId workspace =
-      new_value(program_.value(out).name + ".workspace", float_type(),
-                size > 0 ? Shape{info.num_src, m} : Shape{0}, Role::kTemp);
-  program_.ops.back().outputs.push_back(workspace);
-  return out;
+  // Results: b's gradient, and accumulators for a walk by rows that ends
+  // transposed (ops/sparse_matmul.h).
+  return emit(OpKind::kSparseMatMulGradB, {values, g}, a);
 }
 
-ValueId Builder::bias_grad(ValueId g) {
-  expect_rank(OpKind::kBiasGrad, g, 2, "g");
-  return emit_float(OpKind::kBiasGrad, {g}, {}, {shape(g)[1]});
-}
-
-ValueId Builder::relu_grad(ValueId x, ValueId g) {
-  expect_same_shape(OpKind::kReluGrad, x, g, "x", "g");
-  return emit_float(OpKind::kReluGrad, {x, g}, {}, shape(x));
-}
+ValueId Builder::bias_grad(ValueId g) { return emit(OpKind::kBiasGrad, {g}); }
+ValueId Builder::relu_grad(ValueId x, ValueId g) { return emit(OpKind::kReluGrad, {x, g}); }
 
 ValueId Builder::leaky_relu_grad(ValueId x, ValueId g, double slope) {
-  expect_same_shape(OpKind::kLeakyReluGrad, x, g, "x", "g");
   OpAttrs a;
   a.set_alpha(slope);
-  return emit_float(OpKind::kLeakyReluGrad, {x, g}, a, shape(x));
+  return emit(OpKind::kLeakyReluGrad, {x, g}, a);
 }
 
 ValueId Builder::elu_grad(ValueId x, ValueId g, double alpha) {
-  expect_same_shape(OpKind::kEluGrad, x, g, "x", "g");
   OpAttrs a;
   a.set_alpha(alpha);
-  return emit_float(OpKind::kEluGrad, {x, g}, a, shape(x));
+  return emit(OpKind::kEluGrad, {x, g}, a);
 }
 
 ValueId Builder::dropout_grad(ValueId g, ValueId keep, double p) {
-  expect_same_shape(OpKind::kDropoutGrad, g, keep, "g", "keep");
   OpAttrs a;
   a.set_alpha(p);
-  return emit_float(OpKind::kDropoutGrad, {g, keep}, a, shape(g));
+  return emit(OpKind::kDropoutGrad, {g, keep}, a);
 }
 
-ValueId Builder::log_softmax_grad(ValueId out, ValueId g) {
-  expect_same_shape(OpKind::kLogSoftmaxGrad, out, g, "out", "g");
-  return emit_float(OpKind::kLogSoftmaxGrad, {out, g}, {}, shape(out));
+ValueId Builder::log_softmax_grad(ValueId out, ValueId g) { return emit(OpKind::kLogSoftmaxGrad, {out, g}); }
+
+// (x, labels, mask, g[, count])
+std::vector<ValueId> Builder::loss_grad_inputs(ValueId x, ValueId labels, ValueId mask, ValueId g,
+                                               ValueId count) {
+  std::vector<ValueId> inputs{x, labels, mask, g};
+  if (count != kNoValue) inputs.push_back(count);
+  return inputs;
 }
 
 ValueId Builder::nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g,
                                ValueId count) {
-  std::vector<ValueId> inputs{log_prob, labels, mask, g};
-  if (count != kNoValue) inputs.push_back(count);
-  return emit_float(OpKind::kNllLossGrad, std::move(inputs), {}, shape(log_prob));
+  return emit(OpKind::kNllLossGrad, loss_grad_inputs(log_prob, labels, mask, g, count));
 }
 
 ValueId Builder::cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g,
                                     ValueId count) {
-  std::vector<ValueId> inputs{x, labels, mask, g};
-  if (count != kNoValue) inputs.push_back(count);
-  return emit_float(OpKind::kCrossEntropyGrad, std::move(inputs), {}, shape(x));
+  return emit(OpKind::kCrossEntropyGrad, loss_grad_inputs(x, labels, mask, g, count));
 }
 
 ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,
                                ValueId count, bool absolute) {
-  std::vector<ValueId> inputs{pred, target, mask, g};
-  if (count != kNoValue) inputs.push_back(count);
   OpAttrs a;
   a.set_absolute(absolute);
-  return emit_float(OpKind::kMseLossGrad, std::move(inputs), a, shape(pred));
+  return emit(OpKind::kMseLossGrad, loss_grad_inputs(pred, target, mask, g, count), a);
 }
 
 ValueId Builder::head_dot_grad_x(ValueId att, ValueId g, int64_t heads) {
-  return emit_float(OpKind::kHeadDotGradX, {att, g}, with_heads(heads),
-                    {rows(g), program_.value(att).elements()});
+  return emit(OpKind::kHeadDotGradX, {att, g}, with_heads(heads));
 }
 
 ValueId Builder::head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads) {
-  return emit_float(OpKind::kHeadDotGradAtt, {x, g}, with_heads(heads), shape(att));
+  return emit_op(OpKind::kHeadDotGradAtt, {x, g}, with_heads(heads), {{temp_name(OpKind::kHeadDotGradAtt), shape(att)}})[0];
 }
 
 ValueId Builder::head_mean_grad(ValueId g, int64_t heads) {
-  return emit_float(OpKind::kHeadMeanGrad, {g}, with_heads(heads), {rows(g), shape(g)[1] * heads});
+  return emit(OpKind::kHeadMeanGrad, {g}, with_heads(heads));
 }
 
 ValueId Builder::layer_norm_grad_sums(ValueId x, ValueId gamma, ValueId g, ValueId moments) {
-  return emit(OpKind::kLayerNormGradSums, {x, gamma, g, moments}, {}, DType::kF64, {2});
+  return emit(OpKind::kLayerNormGradSums, {x, gamma, g, moments});
 }
 
 ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, ValueId moments,
@@ -903,189 +543,133 @@ ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, ValueId 
     inputs.push_back(sums);
     if (mask != kNoValue) inputs.push_back(mask);
   }
-  return emit_float(OpKind::kLayerNormGradX, std::move(inputs), forward, shape(x));
+  return emit(OpKind::kLayerNormGradX, std::move(inputs), forward);
 }
 
-ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId gamma, ValueId moments,
+ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId /*gamma*/, ValueId moments,
                                        const OpAttrs& forward) {
   std::vector<ValueId> inputs{x, g};
   if (moments != kNoValue) inputs.push_back(moments);
-  return emit_float(OpKind::kLayerNormGradGamma, std::move(inputs), forward, shape(gamma));
+  return emit(OpKind::kLayerNormGradGamma, std::move(inputs), forward);
 }
 
 ValueId Builder::gather_grad(int32_t graph, ValueId g) {
-  constexpr OpKind k = OpKind::kGatherGrad;
-  return emit_float(k, {g}, graph_attrs(k, graph), {graph_info(k, graph).num_src, shape(g)[1]});
+  return emit(OpKind::kGatherGrad, {g}, graph_attrs(OpKind::kGatherGrad, graph));
 }
 
 ValueId Builder::edge_dot(ValueId g, ValueId messages, ValueId edge_weight) {
-  expect_same_shape(OpKind::kEdgeDot, g, messages, "g", "messages");
-  return emit_float(OpKind::kEdgeDot, {g, messages},
-                    with_heads(shape(edge_weight).size() == 2 ? shape(edge_weight)[1] : 1),
-                    shape(edge_weight));
+  return emit_op(OpKind::kEdgeDot, {g, messages}, with_heads(weight_heads(edge_weight)),
+                 {{temp_name(OpKind::kEdgeDot), shape(edge_weight)}})[0];
 }
 
 ValueId Builder::scatter_grad(Reduce reduce, int32_t graph, ValueId g, ValueId arg) {
-  constexpr OpKind k = OpKind::kScatterGrad;
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kScatterGrad, graph);
   a.set_reduce(to_proto(reduce));
   std::vector<ValueId> inputs{g};
   if (arg != kNoValue) inputs.push_back(arg);
-  return emit_float(k, std::move(inputs), a, {graph_info(k, graph).num_edges, shape(g)[1]});
+  return emit(OpKind::kScatterGrad, std::move(inputs), a);
 }
 
 ValueId Builder::spmm_grad_x(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight,
                              ValueId g, ValueId arg) {
-  constexpr OpKind k = OpKind::kSpmmGradX;
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kSpmmGradX, graph);
   a.set_reduce(to_proto(reduce));
-  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
+  a.set_heads(weight_heads(edge_weight));
   // Inputs: x, g, then the edge weight and the arg when present.
-  return emit_float(k, {x, g, edge_weight, arg}, a, shape(x));
+  return emit(OpKind::kSpmmGradX, {x, g, edge_weight, arg}, a);
 }
 
 ValueId Builder::spmm_grad_w(Reduce reduce, int32_t graph, ValueId x, ValueId g,
                              ValueId edge_weight, ValueId arg) {
-  constexpr OpKind k = OpKind::kSpmmGradW;
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kSpmmGradW, graph);
   a.set_reduce(to_proto(reduce));
-  a.set_heads(edge_heads(k, graph, edge_weight, shape(x)[1]));
+  a.set_heads(weight_heads(edge_weight));
   // Inputs: x, g, the edge weight, the arg when present.
-  return emit_float(k, {x, g, edge_weight, arg}, a, shape(edge_weight));
+  return emit(OpKind::kSpmmGradW, {x, g, edge_weight, arg}, a);
 }
 
 ValueId Builder::sddmm_add_grad_a(int32_t graph, ValueId g) {
-  constexpr OpKind k = OpKind::kSddmmAddGradA;
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(g)[1]);
-  return emit_float(k, {g}, a, {graph_info(k, graph).num_src, shape(g)[1]});
+  return per_head(OpKind::kSddmmAddGradA, graph, {g}, g);
 }
 
 ValueId Builder::sddmm_add_grad_b(int32_t graph, ValueId g) {
-  constexpr OpKind k = OpKind::kSddmmAddGradB;
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(g)[1]);
-  return emit_float(k, {g}, a, {graph_info(k, graph).num_dst, shape(g)[1]});
+  return per_head(OpKind::kSddmmAddGradB, graph, {g}, g);
 }
 
 ValueId Builder::sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads) {
-  constexpr OpKind k = OpKind::kSddmmDotGradA;
-  OpAttrs a = graph_attrs(k, graph);
+  OpAttrs a = graph_attrs(OpKind::kSddmmDotGradA, graph);
   a.set_heads(heads);
-  return emit_float(k, {b, g}, a, {graph_info(k, graph).num_src, shape(b)[1]});
+  return emit(OpKind::kSddmmDotGradA, {b, g}, a);
 }
 
 ValueId Builder::sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads) {
-  constexpr OpKind k = OpKind::kSddmmDotGradB;
-  OpAttrs attrs = graph_attrs(k, graph);
+  OpAttrs attrs = graph_attrs(OpKind::kSddmmDotGradB, graph);
   attrs.set_heads(heads);
-  return emit_float(k, {a, g}, attrs, {graph_info(k, graph).num_dst, shape(a)[1]});
+  return emit(OpKind::kSddmmDotGradB, {a, g}, attrs);
 }
 
 ValueId Builder::segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g) {
-  constexpr OpKind k = OpKind::kSegmentSoftmaxGrad;
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(alpha)[1]);
-  return emit_float(k, {alpha, g}, a, shape(alpha));
+  return per_head(OpKind::kSegmentSoftmaxGrad, graph, {alpha, g}, alpha);
 }
 
 ValueId Builder::attention_softmax_grad(int32_t graph, ValueId a, ValueId b, ValueId alpha,
                                         ValueId g, double slope) {
-  constexpr OpKind k = OpKind::kAttentionSoftmaxGrad;
-  expect_same_shape(k, alpha, g, "alpha", "g");
-  OpAttrs attrs = graph_attrs(k, graph);
-  attrs.set_heads(shape(alpha)[1]);
+  OpAttrs attrs = graph_attrs(OpKind::kAttentionSoftmaxGrad, graph);
+  if (shape(alpha).size() == 2) attrs.set_heads(shape(alpha)[1]);
   attrs.set_alpha(slope);
-  return emit_float(k, {a, b, alpha, g}, attrs, shape(alpha));
+  return emit(OpKind::kAttentionSoftmaxGrad, {a, b, alpha, g}, attrs);
 }
 
 ValueId Builder::segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g) {
-  constexpr OpKind k = OpKind::kSegmentExpSumGrad;
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(score)[1]);
-  return emit_float(k, {score, m, g}, a, shape(score));
+  return per_head(OpKind::kSegmentExpSumGrad, graph, {score, m, g}, score);
 }
 
 ValueId Builder::segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s) {
-  constexpr OpKind k = OpKind::kSegmentSoftmaxApplyGradS;
-  OpAttrs a = graph_attrs(k, graph);
-  a.set_heads(shape(alpha)[1]);
-  return emit_float(k, {alpha, g, s}, a, shape(s));
+  return per_head(OpKind::kSegmentSoftmaxApplyGradS, graph, {alpha, g, s}, alpha);
 }
 
 ValueId Builder::keep_winners(int32_t graph, ValueId g, ValueId arg) {
-  constexpr OpKind k = OpKind::kKeepWinners;
-  expect_same_shape(k, g, arg, "g", "arg");
-  return emit_float(k, {g, arg}, graph_attrs(k, graph), shape(g));
+  return emit(OpKind::kKeepWinners, {g, arg}, graph_attrs(OpKind::kKeepWinners, graph));
 }
 
 // ---- gradient buckets ----
 
 ValueId Builder::bucket_start(const std::vector<ValueId>& grads, uint64_t bucket) {
-  constexpr OpKind k = OpKind::kBucketStart;
-  int64_t elements = 0;
-  for (ValueId g : grads) {
-    expect_float(k, g, "gradient");
-    elements += program_.value(g).elements();
-  }
   OpAttrs a;
   a.set_key(bucket);
-  return emit_float(k, grads, a, {elements});
+  return emit(OpKind::kBucketStart, grads, a);
 }
 
 std::vector<ValueId> Builder::bucket_wait(ValueId bucket_value, const std::vector<ValueId>& grads,
                                           uint64_t bucket) {
   OpAttrs a;
   a.set_key(bucket);
-  std::vector<ValueId> outputs;
-  for (ValueId g : grads) {
-    outputs.push_back(new_value(program_.value(g).name + ".allreduced", float_type(), shape(g),
-                                Role::kTemp));
-  }
-  program_.ops.push_back(Op{OpKind::kBucketWait, {bucket_value}, outputs, a, scope_});
-  return outputs;
+  std::vector<std::pair<std::string, Shape>> given;
+  for (ValueId g : grads) given.emplace_back(program_.value(g).name + ".allreduced", shape(g));
+  return emit_op(OpKind::kBucketWait, {bucket_value}, a, given);
 }
 
 // ---- state updates ----
 
 void Builder::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const OpAttrs& hyper) {
-  expect_same_shape(OpKind::kAdamUpdate, param, grad, "param", "grad");
-  expect_same_shape(OpKind::kAdamUpdate, param, m, "param", "m");
-  expect_same_shape(OpKind::kAdamUpdate, param, v, "param", "v");
-  emit_effect(OpKind::kAdamUpdate, {param, grad, m, v}, hyper);
+  emit_op(OpKind::kAdamUpdate, {param, grad, m, v}, hyper);
 }
 
 void Builder::sgd_update(ValueId param, ValueId grad, ValueId buffer, const OpAttrs& hyper) {
-  expect_same_shape(OpKind::kSgdUpdate, param, grad, "param", "grad");
-  expect_same_shape(OpKind::kSgdUpdate, param, buffer, "param", "momentum buffer");
-  emit_effect(OpKind::kSgdUpdate, {param, grad, buffer}, hyper);
+  emit_op(OpKind::kSgdUpdate, {param, grad, buffer}, hyper);
 }
 
 void Builder::accumulate(ValueId metrics, ValueId scalar, uint64_t slot) {
-  expect_dtype(OpKind::kAccumulate, metrics, DType::kF64, "metrics");
-  if (static_cast<int64_t>(slot) >= program_.value(metrics).elements()) {
-    fail(OpKind::kAccumulate, fmt::format("slot {} is outside metrics {}", slot,
-                                          shape_string(shape(metrics))));
-  }
   OpAttrs a;
   a.set_key(slot);
-  emit_effect(OpKind::kAccumulate, {metrics, scalar}, a);
+  emit_op(OpKind::kAccumulate, {metrics, scalar}, a);
 }
 
 void Builder::count_correct(ValueId metrics, ValueId log_prob, ValueId labels, ValueId mask,
                             uint64_t slot) {
-  constexpr OpKind k = OpKind::kCountCorrect;
-  expect_dtype(k, metrics, DType::kF64, "metrics");
-  expect_float(k, log_prob, "log_prob");
-  expect_dtype(k, labels, DType::kI64, "labels");
-  expect_dtype(k, mask, DType::kBool, "mask");
-  if (static_cast<int64_t>(slot) + 1 >= program_.value(metrics).elements()) {
-    fail(k, fmt::format("slots {}..{} are outside metrics {}", slot, slot + 1,
-                        shape_string(shape(metrics))));
-  }
   OpAttrs a;
   a.set_key(slot);
-  emit_effect(k, {metrics, log_prob, labels, mask}, a);
+  emit_op(OpKind::kCountCorrect, {metrics, log_prob, labels, mask}, a);
 }
 
 }  // namespace gnnrt::runtime

@@ -1,7 +1,8 @@
-// Builder: how model code writes a Program. Each call appends one op after
-// checking its operands' shapes and dtypes, and returns the new value; a
-// mismatch throws ShapeError naming the program, the op (with its layer
-// scope) and both shapes, at build time, before anything runs.
+// Builder: how model code writes a Program. Each call appends one op whose
+// results its shape rule (op_defs.h) gives after checking the operands'
+// shapes and dtypes, and returns the new value; a mismatch throws
+// ShapeError naming the program, the op (with its layer scope) and both
+// shapes, at build time, before anything runs.
 //
 // Layers ask for aggregations (aggregate(), softmax()), never for kernels:
 // aggregate() writes the naive gather -> edge_scale -> scatter form, which
@@ -275,32 +276,27 @@ class Builder {
   void append(Op op) { program_.ops.push_back(std::move(op)); }
 
  private:
-  ValueId new_value(std::string name, DType dtype, std::vector<int64_t> shape, Role role);
-  ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs, DType dtype,
-               std::vector<int64_t> shape);
-  // sddmm_add or attention_softmax: a [N_src, H] and b [N_dst, H] of
-  // `graph` checked; the graph and H as attributes.
-  OpAttrs per_endpoint_attrs(OpKind kind, int32_t graph, ValueId a, ValueId b);
-  // nll_loss or cross_entropy: x [rows, classes], labels and mask [rows].
-  ValueId class_loss(OpKind kind, ValueId x, ValueId labels, ValueId mask);
-  ValueId emit_float(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
-                     std::vector<int64_t> shape) {
-    return emit(kind, std::move(inputs), std::move(attrs), float_type(), std::move(shape));
+  using Shape = std::vector<int64_t>;
+  ValueId new_value(std::string name, DType dtype, Shape shape, Role role);
+  // Appends op `kind` with results by its shape rule (op_defs.h), which
+  // checks the operands first; `given` names and shapes the results of ops
+  // whose operands do not fix them (the rule checks those too). Returns
+  // the results.
+  std::vector<ValueId> emit_op(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs = {},
+                               const std::vector<std::pair<std::string, Shape>>& given = {});
+  ValueId emit(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs = {}) {
+    return emit_op(kind, std::move(inputs), std::move(attrs)).at(0);
   }
-  void emit_effect(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs);
-  ValueId arg_output(ops::Reduce reduce, ValueId out);
+  std::pair<ValueId, ValueId> reduction(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs);
+  ValueId per_head(OpKind kind, int32_t graph, std::vector<ValueId> inputs, ValueId scores);
+  std::vector<ValueId> with_count(std::vector<ValueId> inputs, ValueId mask);
+  static std::vector<ValueId> loss_grad_inputs(ValueId x, ValueId labels, ValueId mask, ValueId g,
+                                               ValueId count);
+  int64_t weight_heads(ValueId edge_weight) const;
+  std::string where(OpKind kind) const;      // "matmul (conv1)"
+  std::string temp_name(OpKind kind) const;  // "conv1/matmul"
   [[noreturn]] void fail(OpKind kind, const std::string& what) const;
-  void expect_same_shape(OpKind kind, ValueId a, ValueId b, const char* a_name,
-                         const char* b_name) const;
-  void expect_dtype(OpKind kind, ValueId v, DType dtype, const char* what) const;
-  void expect_float(OpKind kind, ValueId v, const char* what) const {
-    expect_dtype(kind, v, float_type(), what);
-  }
-  void expect_rank(OpKind kind, ValueId v, std::size_t rank, const char* what) const;
-  void expect_partitioned(OpKind kind) const;
   const GraphInfo& graph_info(OpKind kind, int32_t graph) const;
-  int64_t edge_heads(OpKind kind, int32_t graph, ValueId edge_weight, int64_t features) const;
-  const GraphInfo& stored_values(OpKind kind, int32_t matrix, ValueId values) const;
   OpAttrs graph_attrs(OpKind kind, int32_t graph) const;
   // The partitioned program's inputs (file comment).
   ValueId node_input(const char* name, DType dtype);

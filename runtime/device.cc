@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "ops/sparse_matmul.h"
+#include "runtime/op_defs.h"
 
 namespace gnnrt::runtime {
 
@@ -41,73 +41,13 @@ OpCost op_cost(const Program& p, const Op& op) {
   const double out = op.outputs.empty() ? 0 : static_cast<double>(p.value(op.outputs[0]).elements());
   c.flops = out;
   if (op.attrs.has_graph()) {
-    const GraphInfo& g = p.graphs[static_cast<size_t>(op.attrs.graph())];
-    const double edges = static_cast<double>(g.num_edges);
+    const double edges = static_cast<double>(p.graphs[static_cast<size_t>(op.attrs.graph())].num_edges);
     // Index arrays (4 bytes per edge and endpoint) are read by every graph op.
     c.bytes += 8 * edges;
-    const auto& first = p.value(op.inputs.empty() ? op.outputs[0] : op.inputs[0]);
-    const double f = first.shape.size() > 1 ? static_cast<double>(first.shape[1]) : 1;
-    switch (op.kind) {
-      case OpKind::kSpmm:
-      case OpKind::kSpmmGradX:
-        // Each edge gathers a source row instead of reading x once.
-        c.bytes += edges * f * 4 - static_cast<double>(first.bytes());
-        c.flops = 2 * edges * f;
-        break;
-      case OpKind::kSpmmGradW:
-        c.bytes += 2 * edges * f * 4;
-        c.flops = 2 * edges * f;
-        break;
-      case OpKind::kSparseMatMul:
-      case OpKind::kSparseMatMulGradB: {
-        // A sparse matrix's stored entry (its value, 4 bytes, and its
-        // indices above) meets one row of the dense operand (b, or the
-        // gradient): 2 flops and 4 bytes per element of that row, for each
-        // product of a pair (pair_sparse_products: inputs values, b, b2).
-        const ValueId dense = op.inputs[1];
-        const double products = static_cast<double>(op.inputs.size() - 1);
-        const double m = op.kind == OpKind::kSparseMatMul
-                             ? static_cast<double>(p.value(op.outputs[0]).shape[1])
-                             : static_cast<double>(p.value(dense).shape[1]);
-        c.flops = 2 * edges * m * products;
-        if (op.kind == OpKind::kSparseMatMulGradB &&
-            ops::sparse_matmul_backward_b_by_rows(g.num_dst, static_cast<int64_t>(m),
-                                                  item_size(p.float_type))) {
-          // Walked by rows (ops/sparse_matmul.h): G is read once and the
-          // accumulator rows each entry updates stay in cache: the operands
-          // and results counted above are what moves.
-          break;
-        }
-        c.bytes += (edges * m * 4 - static_cast<double>(p.value(dense).bytes())) * products;
-        break;
-      }
-      case OpKind::kGather:
-      case OpKind::kScatter:
-      case OpKind::kGatherGrad:
-      case OpKind::kScatterGrad:
-        c.flops = edges * f;
-        break;
-      case OpKind::kSegmentSoftmax:
-      case OpKind::kSegmentSoftmaxGrad:
-        c.flops = 5 * edges * f;
-        break;
-      case OpKind::kAttentionSoftmax:
-      case OpKind::kAttentionSoftmaxGrad:
-        // The softmax's and, per logit, sddmm_add's addition and the leaky
-        // ReLU's select; each edge reads its source's row of a.
-        c.flops = 7 * edges * f;
-        c.bytes += edges * f * 4;
-        break;
-      default:
-        c.flops = std::max(out, edges);
-    }
+    c.flops = std::max(out, edges);
   }
-  if (op.kind == OpKind::kMatMul) {
-    const auto& a = p.value(op.inputs[0]).shape;
-    const auto& o = p.value(op.outputs[0]).shape;
-    const double k = static_cast<double>(op.attrs.trans_a() ? a[0] : a[1]);
-    c.flops = 2 * static_cast<double>(o[0]) * static_cast<double>(o[1]) * k;
-  }
+  // The op's own estimate where the generic one is wrong for it (op_defs.cc).
+  if (const auto cost = op_def(op.kind).cost) cost(p, op, c);
   return c;
 }
 

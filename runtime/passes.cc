@@ -1,6 +1,7 @@
 #include "runtime/passes.h"
 
 #include "runtime/builder.h"
+#include "runtime/op_defs.h"
 
 #include <fmt/format.h>
 
@@ -58,7 +59,15 @@ void verify(const Program& p) {
     throw CompileError(fmt::format("program '{}': {}: {}", p.name, p.describe(i), what));
   };
   std::vector<bool> defined(p.values.size(), false);
-  for (size_t v = 0; v < p.values.size(); ++v) defined[v] = is_bound(p.values[v].role);
+  for (size_t v = 0; v < p.values.size(); ++v) {
+    defined[v] = is_bound(p.values[v].role);
+    for (int64_t d : p.values[v].shape) {
+      if (d < 0) {
+        throw CompileError(fmt::format("program '{}': value '{}' has a negative size in {}", p.name,
+                                       p.values[v].name, shape_string(p.values[v].shape)));
+      }
+    }
+  }
   for (size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
     for (ValueId v : op.inputs) {
@@ -86,6 +95,12 @@ void verify(const Program& p) {
     if (op.attrs.has_graph() &&
         (op.attrs.graph() < 0 || static_cast<size_t>(op.attrs.graph()) >= p.graphs.size())) {
       fail(i, fmt::format("graph #{} does not exist", op.attrs.graph()));
+    }
+    // Its results as its shape rule gives them from its operands.
+    try {
+      check_op(p, i);
+    } catch (const ShapeError& e) {
+      throw CompileError(e.what());
     }
   }
   for (ValueId v : p.outputs) {

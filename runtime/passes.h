@@ -21,7 +21,9 @@ class CompileError : public std::runtime_error {
 
 // SSA and reference checks: every op input is defined before use (by an op,
 // or bound: input, parameter, state), every temp is defined exactly once,
-// graph indices exist, outputs are defined.
+// graph indices exist, outputs are defined; and every op's results are
+// what its shape rule (op_defs.h) gives for its operands and attributes.
+// Run on every program compiled and every program loaded from the cache.
 void verify(const Program& p);
 
 // gather -> [edge_scale ->] scatter over the same graph, with intermediates

@@ -40,17 +40,7 @@ OpKind parse_op_kind(std::string_view name) {
   throw std::invalid_argument(fmt::format("unknown op '{}'", name));
 }
 
-bool has_side_effects(OpKind kind) {
-  return kind == OpKind::kAdamUpdate || kind == OpKind::kSgdUpdate ||
-         kind == OpKind::kAccumulate || kind == OpKind::kCountCorrect;
-}
-
 bool is_graph_constant(const Op& op) { return op.kind == OpKind::kGcnNorm && op.inputs.empty(); }
-
-bool is_collective(OpKind kind) {
-  return kind == OpKind::kAllReduce || kind == OpKind::kHaloSum || kind == OpKind::kHaloMax ||
-         kind == OpKind::kBucketStart;
-}
 
 int64_t ValueInfo::elements() const {
   int64_t n = 1;

@@ -50,8 +50,9 @@ struct GraphInfo {
 
 // Every op the core runs: forward ops, then the backward-only ops the
 // autodiff emits, then collectives, then ops with side effects on persistent
-// state. Operands in brackets are optional (kNoValue when absent); the
-// Builder's method of the same name documents shapes and attributes.
+// state. Operands in brackets are optional (kNoValue when absent); each op's
+// row in op_defs.cc holds its shape rule and flags, and the Builder's
+// method of the same name documents it.
 #define GNNRT_FOR_EACH_OP(X)                                                            \
   X(kFill, "fill")                        /* () -> constant */                          \
   X(kMatMul, "matmul")                    /* (a, b) */                                  \
@@ -138,10 +139,11 @@ enum class OpKind : int32_t {
 std::string_view to_string(OpKind kind);
 OpKind parse_op_kind(std::string_view name);  // throws std::invalid_argument
 
-// Ops that write persistent state in place (kept by dead-value elimination).
+// Ops that write persistent state in place (kept by dead-value elimination),
+// and ops that communicate with other ranks: every rank runs them in the
+// same order (never removed or reordered against each other). Both are
+// flags of the op's definition (op_defs.h).
 bool has_side_effects(OpKind kind);
-// Ops that communicate with other ranks: every rank runs them in the same
-// order (they are never removed or reordered against each other).
 bool is_collective(OpKind kind);
 
 // Attributes: runtime/op_attrs.proto's message itself (each op reads the

@@ -646,6 +646,40 @@ TEST(Cache, SecondCompileIsAHitAndAnotherProgramIsAMiss) {
   fs::remove_all(dir);
 }
 
+// A cache entry is re-verified against the shape rules: an entry whose
+// checksum holds but whose program has a result of the wrong shape (as a
+// compiler bug, or an edited file, would leave it) is refused with the op
+// named, and recompiled.
+TEST(Cache, AnEntryThatBreaksAShapeRuleIsRecompiled) {
+  const fs::path dir = fs::path(testing::TempDir()) / "gnnrt_cache_shape_test";
+  fs::remove_all(dir);
+  CoreOptions options;
+  options.cache_dir = dir;
+  std::string key;
+  {
+    Core core(DeviceProfile::named("trn1"), options);
+    key = core.compile(two_layers(300), {})->key;
+  }
+  const ProgramCache cache(dir);
+  std::optional<CompiledProgram> entry = cache.load(key);
+  ASSERT_TRUE(entry);
+  const auto matmul = std::find_if(entry->program.ops.begin(), entry->program.ops.end(),
+                                   [](const Op& op) { return op.kind == OpKind::kMatMul; });
+  ASSERT_NE(matmul, entry->program.ops.end());
+  // One column fewer: the arena still holds it, only the rule can tell.
+  entry->program.value(matmul->outputs[0]).shape[1] -= 1;
+  EXPECT_THAT([&] { verify(entry->program); },
+              testing::ThrowsMessage<CompileError>(AllOf(HasSubstr("matmul (layer1)"),
+                                                         HasSubstr("its shape rule says float32 [50, 6]"))));
+  cache.store(*entry);
+  EXPECT_FALSE(cache.load(key));
+  Core core(DeviceProfile::named("trn1"), options);
+  EXPECT_FALSE(core.compile(two_layers(300), {})->from_cache);
+  EXPECT_EQ(core.counters().compiles, 1);
+  EXPECT_TRUE(cache.load(key));  // overwritten by a good one
+  fs::remove_all(dir);
+}
+
 TEST(Debug, NamesTheFirstOpThatMadeANaN) {
   const Graph g = random_graph(300, 5);
   CoreOptions options;
