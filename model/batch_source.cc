@@ -257,8 +257,8 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
     throw std::invalid_argument(fmt::format("a batch of {} graphs exceeds the bucket's {}", graphs.size(), graph_rows - 1));
   }
   auto& mem = core.memory();
-  // Per node set: where each graph's rows start in the batch.
-  std::vector<std::vector<int64_t>> first(data_.node_sets.size());
+  // Per node set: where each graph's rows start in the batch, and each row's global id.
+  std::vector<std::vector<int64_t>> first(data_.node_sets.size()), global_ids(data_.node_sets.size());
   for (size_t s = 0; s < data_.node_sets.size(); ++s) {
     const NodeSet& n = data_.node_sets[s];
     const int64_t rows = shape.node_rows[s];
@@ -300,6 +300,14 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
     }
     Tensor real(DType::kI64, {rows});
     for (int64_t r = 0; r < at; ++r) real.values<int64_t>()[r] = 1;
+    // Dropout's keys: each row's index in the dataset, the padding's after them.
+    std::vector<int64_t>& ids = global_ids[s];
+    ids.resize(static_cast<size_t>(rows));
+    for (size_t k = 0; k < graphs.size(); ++k) {
+      for (int64_t r = 0; r < n.rows_of(graphs[k]); ++r) ids[first[s][k] + r] = n.ptr[graphs[k]] + r;
+    }
+    for (int64_t r = at; r < rows; ++r) ids[r] = n.ptr.back() + r;
+    mem.put(global_id_name(n.name), Tensor::from<int64_t>(ids, {rows}));
     mem.put(real_rows_name(n.name), std::move(real));
     mem.put(features_name(n.name), std::move(x));
     mem.put(mask_name(n.name), std::move(mask));
@@ -319,6 +327,8 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
     const auto sink_src = static_cast<int32_t>(shape.node_rows[es.source] - 1);
     const auto sink_dst = static_cast<int32_t>(shape.node_rows[es.destination] - 1);
     std::vector<int32_t> src(static_cast<size_t>(edges), sink_src), dst(static_cast<size_t>(edges), sink_dst);
+    std::vector<int64_t> edge_ids(static_cast<size_t>(edges));
+    const int64_t total_edges = es.ptr.back();
     Tensor x = es.width > 0 ? Tensor(DType::kF32, {edges, es.width}) : Tensor();
     int64_t at = 0;
     for (size_t k = 0; k < graphs.size(); ++k) {
@@ -327,6 +337,7 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
       for (int64_t i = es.ptr[g]; i < es.ptr[g + 1]; ++i, ++at) {
         src[at] = static_cast<int32_t>(es.src[i] + ds);
         dst[at] = static_cast<int32_t>(es.dst[i] + dt);
+        edge_ids[at] = i;
       }
       if (es.width > 0) {
         std::copy_n(es.x.begin() + es.ptr[g] * es.width, es.edges_of(g) * es.width,
@@ -337,39 +348,56 @@ void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<co
       stats->real_edges += at;
       stats->padded_edges += edges;
     }
+    for (int64_t i = at; i < edges; ++i) edge_ids[i] = total_edges + i;
     const int64_t ns = shape.node_rows[es.source], nd = shape.node_rows[es.destination];
     if (es.source == es.destination) {
       // Without its self loops, then one loop a row (padded rows and the
       // sink included), the slots left as sink loops: the capacity is
       // static (model/modules.h, self_loop_graph). In edge-id order each
       // destination's loop follows its other edges, as PyG appends them.
+      // Global ids: a kept edge its own; the loop of a row the edge set's
+      // count plus the row's id (padding's after the real rows'); the sink
+      // loops after those.
       std::vector<int32_t> ls, ld;
+      std::vector<int64_t> lids;
       ls.reserve(static_cast<size_t>(edges + ns));
       ld.reserve(static_cast<size_t>(edges + ns));
+      lids.reserve(static_cast<size_t>(edges + ns));
       for (int64_t i = 0; i < at; ++i) {
         if (src[i] == dst[i]) continue;
         ls.push_back(src[i]);
         ld.push_back(dst[i]);
+        lids.push_back(edge_ids[i]);
       }
       for (int64_t r = 0; r < ns; ++r) {
         ls.push_back(static_cast<int32_t>(r));
         ld.push_back(static_cast<int32_t>(r));
+        lids.push_back(total_edges + global_ids[es.source][r]);
       }
+      const int64_t after = total_edges + s.ptr.back() + ns;
       while (static_cast<int64_t>(ls.size()) < edges + ns) {
+        lids.push_back(after + static_cast<int64_t>(ls.size()));
         ls.push_back(sink_src);
         ld.push_back(sink_src);
       }
-      core.bind_graph(self_loop_graph_name(es.name),
-                      std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ls, ld, ns, ns)));
+      const std::string loops = self_loop_graph_name(es.name);
+      core.bind_graph(loops, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ls, ld, ns, ns)));
+      mem.put(runtime::edge_id_name(loops), Tensor::from<int64_t>(lids, {edges + ns}));
     }
     core.bind_graph(es.name, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, ns, nd)));
     core.bind_graph(reversed_graph_name(es.name),
                     std::make_shared<const Core::Adjacency>(Core::Adjacency::build(dst, src, nd, ns)));
     if (es.width > 0) mem.put(features_name(es.name), std::move(x));
+    mem.put(runtime::edge_id_name(es.name), Tensor::from<int64_t>(edge_ids, {edges}));
   }
   Tensor graph_mask(DType::kBool, {graph_rows});
   for (size_t k = 0; k < graphs.size(); ++k) graph_mask.values<uint8_t>()[k] = 1;
   mem.put(mask_name(kGraphSet), std::move(graph_mask));
+  std::vector<int64_t> graph_ids(static_cast<size_t>(graph_rows));
+  for (int64_t k = 0; k < graph_rows; ++k) {
+    graph_ids[k] = k < static_cast<int64_t>(graphs.size()) ? graphs[k] : data_.num_graphs + k;
+  }
+  mem.put(global_id_name(kGraphSet), Tensor::from<int64_t>(graph_ids, {graph_rows}));
   mem.put(runtime::count_name(mask_name(kGraphSet)),
           Tensor::from<int64_t>(std::vector<int64_t>{static_cast<int64_t>(global.size())}, {1}));
   if (!data_.graph_y.empty()) {

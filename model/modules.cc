@@ -110,7 +110,7 @@ Port gat(ModuleContext& c) {
   const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
   const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), c.b.head_dot(h_dst, att_dst, heads));
   ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
-  if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g);
+  if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g, c.edge_ids(g));
   ValueId out = c.b.aggregate(ops::Reduce::kSum, g, h_src, alpha);
   int64_t width = hc;
   if (!m.concat()) {
@@ -179,7 +179,7 @@ Port dropout(ModuleContext& c) {
   const double p = c.module.dropout().p();
   if (!(p >= 0 && p < 1)) c.fail(fmt::format("p = {} is not in [0, 1)", p));
   if (!c.training) return x;
-  return with(x, x.width, c.b.dropout(x.value, p, c.key, x.domain == Domain::kEdges ? c.graph(x.set) : -1));
+  return with(x, x.width, c.b.dropout(x.value, p, c.key, -1, c.row_ids(x)));
 }
 
 Port layer_norm(ModuleContext& c) {
@@ -309,6 +309,7 @@ std::string broadcast_graph_name(const std::string& set) { return set + ".broadc
 std::string reversed_graph_name(const std::string& edges) { return edges + ".reversed"; }
 std::string self_loop_graph_name(const std::string& edges) { return edges + ".self_loops"; }
 std::string real_rows_name(const std::string& set) { return set + ".real"; }
+std::string global_id_name(const std::string& set) { return set + ".global_id"; }
 
 int Schema::node_set(const std::string& name) const {
   for (size_t i = 0; i < node_sets.size(); ++i) {
@@ -421,6 +422,23 @@ Port ModuleContext::nodes(int set, int64_t width, ValueId v) const { return Port
 ValueId ModuleContext::zero_padding(int set, ValueId v) {
   const ValueId real = b.input_once(real_rows_name(schema.node_sets[set].name), DType::kI64, {shape.node_rows[set]});
   return b.divide_rows(v, real);
+}
+
+ValueId ModuleContext::row_ids(const Port& p) {
+  switch (p.domain) {
+    case Domain::kNodes:
+      return b.input_once(global_id_name(schema.node_sets[p.set].name), DType::kI64, {shape.node_rows[p.set]});
+    case Domain::kEdges:
+      return edge_ids(graph(p.set));
+    case Domain::kGraphs:
+      break;
+  }
+  return b.input_once(global_id_name(kGraphSet), DType::kI64, {shape.graph_rows});
+}
+
+ValueId ModuleContext::edge_ids(int32_t g) {
+  const runtime::GraphInfo& info = b.program().graphs.at(static_cast<size_t>(g));
+  return b.input_once(runtime::edge_id_name(info.name), DType::kI64, {info.num_edges});
 }
 
 std::string ModuleContext::describe(const Port& p) const {

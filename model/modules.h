@@ -58,6 +58,11 @@ std::string broadcast_graph_name(const std::string& set);  // "<set>.broadcast":
 std::string reversed_graph_name(const std::string& edges);  // "<edges>.reversed"
 std::string self_loop_graph_name(const std::string& edges);  // "<edges>.self_loops"
 std::string real_rows_name(const std::string& set);  // "<set>.real": i64 1 on real rows, 0 on padding
+// "<set>.global_id" (node sets and "graph"): i64, each row's index in the
+// dataset, padding numbered after them; an edge set's and a self-loop
+// graph's are runtime::edge_id_name(graph): dropout's keys, the same rows
+// drawing the same mask whatever the batch, share or rank count.
+std::string global_id_name(const std::string& set);
 inline constexpr const char* kGraphSet = "graph";  // "graph.mask", "graph.y"
 
 // A tensor a module reads or writes: its rows are a node set's, an edge
@@ -104,6 +109,9 @@ class ModuleContext {
   // keep their bits: x / 1): a convolution's output, so the sink row, which
   // every padded edge feeds, cannot grow layer after layer to Inf.
   runtime::ValueId zero_padding(int set, runtime::ValueId v);
+  // The global ids of p's rows (global_id_name), and of a graph's edges.
+  runtime::ValueId row_ids(const Port& p);
+  runtime::ValueId edge_ids(int32_t graph);
   std::string describe(const Port& p) const;  // "'atom.x' (rows of node set 'atom', width 16)"
   // Exactly `count` inputs (or between min and max).
   void expect_inputs(size_t min, size_t max) const;

@@ -237,20 +237,21 @@ ValueId Builder::elu(ValueId x, double alpha) {
   return emit(OpKind::kElu, {x}, a);
 }
 
-ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph) {
+ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph, ValueId global_rows) {
   constexpr OpKind k = OpKind::kDropout;
   if (p == 0) return x;
-  if (replicated()) {
-    fail(k, "dropout in data-parallel training is not supported yet: its masks are keyed by local rows, "
-            "which differ from one rank's (train on one rank, or set p = 0)");
-  }
   OpAttrs a;
   a.set_alpha(p);
   a.set_key(key);
   std::vector<ValueId> inputs{x};
-  if (partitioned()) {
+  if (global_rows != kNoValue) {
+    inputs.push_back(global_rows);
+  } else if (partitioned()) {
     inputs.push_back(edges_of_graph >= 0 ? graph_input(edges_of_graph, true)
                                          : node_input(kNodeGlobalId, DType::kI64));
+  } else if (replicated()) {
+    // Local rows differ from one rank count to another; the mask must not.
+    fail(k, "a data-parallel program's dropout needs its rows' global ids");
   }
   // The second result, "<out>.keep" (a byte per element), is the mask for the backward.
   return emit(k, std::move(inputs), a);

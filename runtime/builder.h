@@ -64,8 +64,8 @@ class Builder {
   bool partitioned() const { return program_.partitioned; }
   // Marks the program as one rank's share of a data-parallel batch: losses
   // over the global count of real rows ("<mask>.count"), gradients
-  // all-reduced by the train step. Dropout is refused (its masks are keyed
-  // by local rows, which differ from one rank's).
+  // all-reduced by the train step, dropout keyed by the global row ids
+  // its caller gives.
   void replicate() { program_.replicated = true; }
   bool replicated() const { return program_.replicated; }
 
@@ -115,12 +115,15 @@ class Builder {
   // Sigmoid, SiLU or tanh-approximated GELU (ops::Activation), elementwise.
   ValueId activation(ValueId x, ops::Activation kind);
   // Drops with probability p, keyed by (run seed, run step, key, global row,
-  // col); p = 0 returns x itself. Rows are nodes, or the edges of `graph`
-  // when given; in a partitioned program their global ids key the mask, so
-  // every replica and every partition draws the single-core mask. The op's
+  // col); p = 0 returns x itself. The global rows are `global_rows` (i64
+  // [rows]) when given; else, in a partitioned program, the global ids of
+  // the nodes or of the edges of `edges_of_graph`, so every replica and
+  // every partition draws the single-core mask; else the local rows (one
+  // core, one graph). A data-parallel program must give them. The op's
   // second output, "<out>.keep" (bool, x's shape), records the mask for
   // dropout_grad.
-  ValueId dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph = -1);
+  ValueId dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph = -1,
+                  ValueId global_rows = kNoValue);
   ValueId log_softmax(ValueId x);
   // Mean negative log-likelihood over the rows with mask = 1: [1]. In a
   // partitioned program: this rank's rows over the count of all ranks (the

@@ -288,7 +288,7 @@ TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {
   head->add_input("pool");
   head->mutable_linear()->set_out(1);
   auto* bucket = job.mutable_batching()->add_bucket();
-  for (const auto& [set, rows] : {std::pair{"atom", 100000}, std::pair{"bond", 400000}}) {
+  for (const auto& [set, rows] : {std::pair{"atom", 5000}, std::pair{"bond", 20000}}) {
     auto* s = bucket->add_size();
     s->set_set(set);
     s->set_rows(rows);

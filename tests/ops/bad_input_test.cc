@@ -446,6 +446,14 @@ TEST(BadInputTest, BuilderRulesOfOpsWithoutAKernel) {
     b.graph("g", 4, 4, 6);
     b.halo_max(ops::Reduce::kMax, b.input("x", DType::kF32, {4, 2}), b.input("arg", DType::kI32, {4, 3}), 0);
   }, "halo_max: x [4, 2] and arg [4, 3] must have the same shape");
+  expect([](Builder& b) {
+    b.replicate();
+    b.dropout(b.input("x", DType::kF32, {2, 3}), 0.5, 1);
+  }, "dropout: a data-parallel program's dropout needs its rows' global ids");
+  expect([](Builder& b) {
+    b.dropout(b.input("x", DType::kF32, {2, 3}), 0.5, 1, -1, b.input("ids", DType::kI64, {3}));
+  }, "dropout: x [2, 3] has another row count than its global ids [3]");
+  expect([](Builder& b) { b.dropout(b.input("x", DType::kF32, {2, 3}), 1.5, 1); }, "dropout: p = 1.5 is not in [0, 1]");
   expect([](Builder& b) { b.allreduce(b.input("i", DType::kI64, {2})); },
          "allreduce: x must be float32 or float64, not int64");
   expect([](Builder& b) {
