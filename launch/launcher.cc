@@ -228,7 +228,16 @@ class Supervisor : public ControlServer::Handler {
     if (it == session_rank.end()) return;
     auto& r = ranks[static_cast<size_t>(it->second)];
     r.last_heard = Clock::now();
-    if (m.has_progress()) {
+    if (m.has_progress() && m.progress().within_epoch()) {
+      // A batch job's step inside an epoch: progress, not a finished epoch.
+      r.epoch = m.progress().epoch();
+      r.last_progress = Clock::now();
+      if (it->second == 0) {
+        if (!has_latest) latest = m.progress();
+        has_latest = true;
+        latest.set_step(m.progress().step());
+      }
+    } else if (m.has_progress()) {
       r.epoch = m.progress().epoch();
       r.last_progress = Clock::now();
       if (it->second == 0) {
@@ -236,7 +245,11 @@ class Supervisor : public ControlServer::Handler {
           start_epoch = m.progress().epoch() - 1;
           first_progress = now_iso();
         }
+        // An epoch's end keeps the last step reported within it.
+        const std::optional<int64_t> step =
+            latest.has_step() ? std::optional<int64_t>(latest.step()) : std::nullopt;
         latest = m.progress();
+        if (step && !latest.has_step()) latest.set_step(*step);
         has_latest = true;
         epoch_times.emplace_back(m.progress().epoch(), m.progress().ms());
       }
@@ -485,10 +498,10 @@ void Launcher::show_progress(bool final) {
     for (size_t i = times.size() - k; i < times.size(); ++i) ms += times[i].second;
     ms = k ? ms / static_cast<double>(k) : 0;
     const double eta = ms * static_cast<double>(std::max<int64_t>(0, p.epochs() - p.epoch())) / 1e3;
-    line = fmt::format("epoch {}/{} loss {:.4f} train {:.4f} val {:.4f} | {:.1f} ms/epoch | ETA {:.1f} s | "
+    line = fmt::format("epoch {}/{}{} loss {:.4f} train {:.4f} val {:.4f} | {:.1f} ms/epoch | ETA {:.1f} s | "
                        "restarts {}/{}",
-                       p.epoch(), p.epochs(), p.loss(), p.train_acc(), p.val_acc(), ms, eta, restarts_,
-                       c_.max_restarts);
+                       p.epoch(), p.epochs(), p.has_step() ? fmt::format(" step {}", p.step()) : std::string(),
+                       p.loss(), p.train_acc(), p.val_acc(), ms, eta, restarts_, c_.max_restarts);
   }
   if (line == last_progress_line_ && !(tty_ && final)) return;
   if (tty_) {

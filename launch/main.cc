@@ -236,7 +236,7 @@ CLI::App* add_launch_command(CLI::App& app, gnnrt::launch::LaunchCommand& c, std
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--progress-timeout", c.progress_timeout,
-                  "Seconds without a finished epoch on some rank before the job counts as hung (train)")
+                  "Seconds without a finished epoch (a batch job: a step) on some rank before the job counts as hung (train)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--start-timeout", c.start_timeout, "Seconds for every rank to register")
@@ -367,6 +367,8 @@ int main(int argc, char** argv) {
   add_mpi_options(train, train_mpi);
   gnnrt::launch::InferCommand infer_command;
   auto* infer = add_infer_command(app, infer_command);
+  MpiOptions infer_mpi;
+  add_mpi_options(infer, infer_mpi);
   gnnrt::launch::PartitionCommand partition_command;
   auto* partition = add_partition_command(app, partition_command);
 
@@ -527,7 +529,16 @@ int main(int argc, char** argv) {
     }
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
     if (*partition) return gnnrt::launch::run_partition(partition_command);
-    if (*infer) return gnnrt::launch::run_infer(infer_command);
+    if (*infer) {
+      // One rank without mpirun; under it, each rank a share of the batches.
+      gnnrt::collectives::Environment mpi(&argc, &argv);
+      try {
+        infer_command.options.communicator = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(infer_mpi));
+        return gnnrt::launch::run_infer(infer_command);
+      } catch (const std::exception& e) {
+        return end_with_error(e);
+      }
+    }
   } catch (const std::exception& e) {
     print_error(e);
     return gnnrt::launch::exit_status(e);

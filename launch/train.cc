@@ -66,6 +66,14 @@ int run_train(TrainCommand& c) {
       control->progress(p);
       control->inject_fault(m.epoch);
     };
+    c.options.on_step = [control, epochs](int64_t epochs_done, int64_t step) {
+      proto::Progress p;
+      p.set_epoch(epochs_done);
+      p.set_epochs(epochs);
+      p.set_step(step);
+      p.set_within_epoch(true);
+      control->progress(p);
+    };
     c.options.stop_requested = [control] { return control->stop_requested(); };
   }
   if (const char* f = std::getenv("GNNRT_FAULT"); f != nullptr && *f != '\0') {
@@ -139,6 +147,8 @@ int run_infer(InferCommand& c) {
   c.options.out = c.out;
   c.options.cache_dir = c.cache_dir;
   const model::InferResult r = model::infer_batches(job, c.options);
+  const auto& comm = c.options.communicator;
+  if (comm && comm->rank() != 0) return 0;  // rank 0 wrote the outputs and reports
   for (const auto& [name, shape] : r.shapes) {
     spdlog::info("wrote {}/{}.npy [{}]", c.out, name, fmt::join(shape, ", "));
   }
@@ -146,8 +156,10 @@ int run_infer(InferCommand& c) {
     spdlog::info("loss term {} ({} against {}): {:.6f} (mean over {} batches)", i, job.model().loss_term(i).input(),
                  job.model().loss_term(i).target(), r.term_losses[i], r.batches);
   }
-  spdlog::info("{} graphs in {} batches; {} compiles, {} cache hits", r.graphs, r.batches, r.counters.compiles,
-               r.counters.cache_hits);
+  spdlog::info("{} graphs in {} batches on {} rank(s); {} compiles, {} cache hits", r.graphs, r.batches,
+               comm ? comm->size() : 1, r.counters.compiles, r.counters.cache_hits);
+  spdlog::info("batch latency median {:.3f} ms, p90 {:.3f} ms (rank 0's batches; compiles excluded); {:.0f} graphs/s",
+               r.latency_median_ms, r.latency_p90_ms, r.graphs_per_second);
   return 0;
 }
 

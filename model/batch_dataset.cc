@@ -435,14 +435,40 @@ bool is_batch_dataset(std::string_view spec) {
   return !spec.empty() && fs::is_regular_file(fs::path(spec) / kManifest, ec);
 }
 
+BatchDataset one_graph_batch(const Dataset& g) {
+  if (g.x_sparse) {
+    throw DatasetError(g.name, "sparse features are for layer models; a module-graph model reads dense features");
+  }
+  BatchDataset d;
+  d.name = g.name;
+  d.num_graphs = 1;
+  NodeSet node;
+  node.name = "node";
+  node.width = g.num_features;
+  node.x = g.x;
+  node.ptr = {0, g.num_nodes};
+  if (!g.y.empty()) {
+    node.y.classes = true;
+    node.y.num_classes = g.num_classes;
+    node.y.labels = g.y;
+  }
+  EdgeSet edge;
+  edge.name = "edge";
+  edge.src = g.src;
+  edge.dst = g.dst;
+  edge.ptr = {0, g.num_edges()};
+  d.node_sets.push_back(std::move(node));
+  d.edge_sets.push_back(std::move(edge));
+  validate(d, g.name);
+  return d;
+}
+
 BatchDataset load_batch_dataset(std::string_view spec) {
   if (spec == "molecules" || spec.starts_with("molecules:")) return make_molecules(parse_molecule_spec(spec));
   std::error_code ec;
-  if (!fs::is_regular_file(fs::path(spec) / kManifest, ec)) {
-    throw DatasetError(std::string(spec), fmt::format("not a batch dataset: expected molecules[:key=value,...] "
-                                                      "or a folder holding {}", kManifest));
-  }
-  return load_batch_folder(fs::path(spec));
+  if (fs::is_regular_file(fs::path(spec) / kManifest, ec)) return load_batch_folder(fs::path(spec));
+  // A one-graph dataset (folder, CSV, synthetic:...) is the one-set, one-graph case.
+  return one_graph_batch(load_dataset(spec));
 }
 
 uint64_t batch_fingerprint(const BatchDataset& d) {

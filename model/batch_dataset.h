@@ -66,6 +66,12 @@ struct BatchDataset {
 // A folder with manifest.pbtxt.
 BatchDataset load_batch_folder(const std::filesystem::path& dir);
 
+// A one-graph dataset (model/dataset.h) as the one-set, one-graph case: node
+// set "node" (its features; its labels as class targets), edge set "edge"
+// (node -> node), one graph. Its train/val/test masks are not carried: a
+// module-graph model's losses count every row.
+BatchDataset one_graph_batch(const Dataset& g);
+
 // Writes `d` as a folder load_batch_folder reads (the default file names).
 void write_batch_folder(const BatchDataset& d, const std::filesystem::path& dir);
 
@@ -90,6 +96,7 @@ BatchDataset make_molecules(const MoleculeSpec& spec);
 // Whether a dataset spec names a batch dataset: "molecules[:...]", or a
 // folder holding manifest.pbtxt.
 bool is_batch_dataset(std::string_view spec);
+// Any dataset spec: a batch dataset, or a one-graph one (one_graph_batch).
 BatchDataset load_batch_dataset(std::string_view spec);
 
 // An xxHash64 of everything the dataset holds: its identity, compared

@@ -4,13 +4,17 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 
+#include "collectives/communicator.h"
 #include "model/batch_dataset.h"
 #include "model/batch_source.h"
 #include "model/batch_trainer.h"
 #include "model/job.h"
 #include "model/module_graph.h"
+#include "model/trainer.h"
 #include "runtime/npy.h"
 #include "runtime/program_cache.h"
 
@@ -28,10 +32,11 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   const BatchDataset data = load_batch_dataset(job.dataset().path());
   const BatchSource source(data, job.batching(), job.seed());
   const Schema& schema = source.schema();
-  runtime::CoreOptions co;
-  if (!options.no_cache) co.cache_dir = options.cache_dir.empty() ? runtime::default_cache_dir() : options.cache_dir;
-  co.flush_denormals = job.device().flush_denormals();
-  runtime::Core core(runtime::DeviceProfile::named(job.device().profile()), co);
+  // The trainer's core for the same job: its profile, cache and float modes.
+  TrainOptions core_from;
+  core_from.cache_dir = options.cache_dir;
+  core_from.no_cache = options.no_cache;
+  runtime::Core core(device_profile(job, core_from), core_options(job, core_from));
 
   // Checked on the smallest bucket before anything runs.
   std::vector<std::string> requested;  // each name once
@@ -75,11 +80,21 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   core.memory().put(kMetrics, Tensor(DType::kF64, {slots}));
   const std::vector<int64_t> order = source.order(job.seed(), 0, /*shuffle=*/false);
   const auto batch = static_cast<size_t>(source.batch_size());
-  for (size_t at = 0; at < order.size(); at += batch) {
+  // This rank's batches: a contiguous share, so rank order is dataset order.
+  const auto& comm = options.communicator;
+  const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
+  const int64_t batches = (static_cast<int64_t>(order.size()) + static_cast<int64_t>(batch) - 1) /
+                          static_cast<int64_t>(batch);
+  const int64_t first = batches * rank / ranks, last = batches * (rank + 1) / ranks;
+  std::vector<double> latencies;
+  const auto started = std::chrono::steady_clock::now();
+  for (int64_t b = first; b < last; ++b) {
+    const size_t at = static_cast<size_t>(b) * batch;
     const auto graphs = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
     const int bucket = source.bucket_for(graphs);
     auto& p = programs[bucket];
     if (!p) p = core.compile(build_module_inference(job.model(), schema, source.buckets()[bucket], false, requested).program, {});
+    const auto t0 = std::chrono::steady_clock::now();
     source.bind(core, graphs, graphs, bucket, nullptr);
     core.run(*p, {.step = 1, .lr = 0, .seed = job.seed()});
     ++result.batches;
@@ -95,20 +110,61 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
       const auto v = t.values<float>();
       values[name].insert(values[name].end(), v.begin(), v.begin() + rows * width);
     }
+    latencies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::filesystem::create_directories(options.out);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  // The widths come from a bucket's program, which a rank without batches never built.
   for (const std::string& name : outputs) {
-    const int64_t width = widths[name];
-    const std::vector<int64_t> shape{static_cast<int64_t>(values[name].size()) / std::max<int64_t>(width, 1), width};
-    write_npy<float>(options.out / (name + ".npy"), values[name], shape);
-    result.shapes[name] = shape;
+    if (!widths.count(name)) widths[name] = ports.at(name).width;
   }
-  if (programs.begin()->second->program.find(kMetrics) != runtime::kNoValue) {
-    const std::vector<double> v = core.read(kMetrics).to_vector<double>();
-    for (int i = 0; i < job.model().loss_term_size(); ++i) {
-      result.term_losses.push_back(v[1 + i] / static_cast<double>(result.batches));
+  // The eval losses, when the dataset has the targets (every rank's program alike).
+  const bool has_metrics = probe.program.find(kMetrics) != runtime::kNoValue;
+  std::vector<double> sums = programs.empty() || !has_metrics ? std::vector<double>(static_cast<size_t>(slots))
+                                                              : core.read(kMetrics).to_vector<double>();
+  if (ranks > 1) {
+    // Rank 0 gathers each output's rows in rank order (dataset order).
+    for (const std::string& name : outputs) {
+      std::vector<int64_t> mine{static_cast<int64_t>(values[name].size())}, counts(static_cast<size_t>(ranks));
+      comm->allgather<int64_t>(mine, counts);
+      std::vector<std::size_t> send(static_cast<size_t>(ranks)), recv(static_cast<size_t>(ranks));
+      send[0] = static_cast<std::size_t>(mine[0]);
+      int64_t total = 0;
+      for (int r = 0; r < ranks; ++r) {
+        if (rank == 0) recv[static_cast<size_t>(r)] = static_cast<std::size_t>(counts[static_cast<size_t>(r)]);
+        total += counts[static_cast<size_t>(r)];
+      }
+      std::vector<float> all(rank == 0 ? static_cast<size_t>(total) : 0);
+      comm->alltoallv<float>(values[name], send, all, recv);
+      values[name] = std::move(all);
+    }
+    comm->allreduce<double>(sums);
+    std::vector<double> slowest{seconds}, count{static_cast<double>(result.batches)};
+    comm->allreduce<double>(slowest, collectives::ReduceOp::max);
+    comm->allreduce<double>(count);
+    seconds = slowest[0];
+    result.batches = static_cast<int64_t>(count[0]);
+  }
+  if (rank == 0) {
+    std::filesystem::create_directories(options.out);
+    for (const std::string& name : outputs) {
+      const int64_t width = widths[name];
+      const std::vector<int64_t> shape{static_cast<int64_t>(values[name].size()) / std::max<int64_t>(width, 1), width};
+      write_npy<float>(options.out / (name + ".npy"), values[name], shape);
+      result.shapes[name] = shape;
     }
   }
+  if (has_metrics && result.batches > 0) {
+    for (int i = 0; i < job.model().loss_term_size(); ++i) {
+      result.term_losses.push_back(sums[1 + static_cast<size_t>(i)] / static_cast<double>(result.batches));
+    }
+  }
+  if (!latencies.empty()) {
+    std::sort(latencies.begin(), latencies.end());
+    const auto at = [&](double q) { return latencies[static_cast<size_t>(q * static_cast<double>(latencies.size() - 1) + 0.5)]; };
+    result.latency_median_ms = at(0.5);
+    result.latency_p90_ms = at(0.9);
+  }
+  result.graphs_per_second = seconds > 0 ? static_cast<double>(data.num_graphs) / seconds : 0;
   result.counters = core.counters();
   return result;
 }

@@ -4,15 +4,21 @@
 // on first use, through the program cache). Writes the real rows of the
 // requested module outputs as .npy in dataset order: [graphs, width] for a
 // per-graph output, [rows of the node set, width] for a per-node one.
+// Under mpirun the batches are shared out and rank 0 writes.
 #pragma once
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/job.pb.h"
 #include "runtime/core.h"
+
+namespace gnnrt::collectives {
+class Communicator;
+}
 
 namespace gnnrt::model {
 
@@ -24,6 +30,9 @@ struct InferOptions {
   std::filesystem::path cache_dir;
   bool no_cache = false;
   int threads = 0;
+  // Null or one rank: every batch here. On N ranks each runs a contiguous
+  // share of the batches and rank 0 gathers and writes the outputs.
+  std::shared_ptr<collectives::Communicator> communicator;
 };
 
 struct InferResult {
@@ -32,6 +41,9 @@ struct InferResult {
   // The mean over batches of each loss term (the dataset has its targets).
   std::vector<double> term_losses;
   runtime::Counters counters;
+  // Each batch's bind, run and read (compiles excluded), over this rank's
+  // batches; graphs a second over the whole run (the slowest rank's time).
+  double latency_median_ms = 0, latency_p90_ms = 0, graphs_per_second = 0;
 };
 
 InferResult infer_batches(const proto::Job& job, const InferOptions& options);

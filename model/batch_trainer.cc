@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "collectives/communicator.h"
 #include "model/batch_dataset.h"
@@ -221,6 +223,10 @@ TrainResult BatchTrainer::run() {
   const int64_t per_epoch = source.batches_per_epoch();
   const bool per_step = job_.schedule().per_step();
   const int every_steps = job_.checkpoint().dir().empty() ? 0 : job_.checkpoint().every_steps();
+  auto last_step_report = std::chrono::steady_clock::now();
+  // Tests of the launcher's progress check stretch each step (seconds).
+  const char* slow = std::getenv("GNNRT_TEST_SLOW_STEP");
+  const double slow_step = slow != nullptr && *slow != '\0' ? std::atof(slow) : 0;
   for (int64_t e = start_epoch_; e < epochs; ++e) {
     EpochMetrics m;
     m.epoch = e + 1;
@@ -255,6 +261,11 @@ TrainResult BatchTrainer::run() {
       const double lr = per_step ? learning_rate(job_, step_, epochs * per_epoch) : m.lr;
       core_.run(*p, {.step = ++step_, .lr = lr, .seed = job_.seed()});
       ++batches;
+      if (slow_step > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slow_step));
+      if (options_.on_step && ms_since(last_step_report) >= 500) {
+        options_.on_step(e, step_);  // e epochs done
+        last_step_report = std::chrono::steady_clock::now();
+      }
       if (every_steps > 0 && step_ % every_steps == 0 && batches < per_epoch) save_mid_epoch(e, step_);
     }
     if (options_.corrupt_after_epoch == m.epoch) flip_first_parameter_bit(core_, params_, rank_);

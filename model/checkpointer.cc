@@ -76,7 +76,13 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
       }
     }
     for (const auto& t : state.tensors()) {
-      Tensor a(parse_dtype(t.dtype()), {t.shape().begin(), t.shape().end()});
+      DType dtype;
+      try {
+        dtype = parse_dtype(t.dtype());
+      } catch (const TensorError& e) {
+        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path, t.name(), e.what()));
+      }
+      Tensor a(dtype, {t.shape().begin(), t.shape().end()});
       if (a.bytes().size() != t.data().size()) {
         throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}", path, t.name(),
                                           t.data().size(), runtime::shape_string(a.shape())));
@@ -89,7 +95,7 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
 }
 
 void Checkpointer::write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch,
-                         int64_t step) const {
+                         int64_t step, const std::function<void(proto::CheckpointState&)>& more) const {
   agreed_step(comm_, "writing the checkpoint", [&] {
     if (comm_ && comm_->rank() != 0) return;
     proto::CheckpointState state;
@@ -98,6 +104,7 @@ void Checkpointer::write(const runtime::Core& core, const std::set<std::string>&
     state.set_step(step);
     state.set_seed(job_.seed());
     state.set_best_epoch(-1);
+    if (more) more(state);
     for (const std::string& name : names) {
       if (!core.memory().has(name)) continue;
       const Tensor& t = core.memory().at(name);

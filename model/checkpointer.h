@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -42,8 +43,11 @@ class Checkpointer {
   std::optional<Loaded> resume(runtime::Core& core, const std::vector<std::string>& sections) const;
 
   // Rank 0 writes the core's tensors `names` with the epochs completed and
-  // the global step (atomically; the newest checkpoint.keep stay).
-  void write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch, int64_t step) const;
+  // the global step (atomically; the newest checkpoint.keep stay); `more`
+  // sets the caller's own fields of the state (the full-batch trainer's best
+  // epoch). An agreed step: an error on every rank when rank 0's write fails.
+  void write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch, int64_t step,
+             const std::function<void(proto::CheckpointState&)>& more = {}) const;
 
   bool enabled() const { return !job_.checkpoint().dir().empty(); }
 

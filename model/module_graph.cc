@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -59,8 +60,12 @@ class ModuleGraphBuilder {
       for (const auto& t : model_.loss_term()) outputs.push_back(t.input());
     }
     for (const std::string& name : outputs) {
+      // A module's output, never a dataset tensor ("atom.x"); module names
+      // may be nested scopes ("decoder.head").
       const auto found = ports_.find(name);
-      if (found == ports_.end() || name.find('.') != std::string::npos) {
+      const bool module = std::any_of(model_.module().begin(), model_.module().end(),
+                                      [&](const proto::Module& m) { return m.name() == name; });
+      if (found == ports_.end() || !module) {
         throw std::invalid_argument(fmt::format("output '{}' is no module of the model", name));
       }
       ValueId v = found->second.value;

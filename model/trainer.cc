@@ -6,7 +6,6 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
-#include <google/protobuf/text_format.h>
 
 #include <chrono>
 #include <cstring>
@@ -22,6 +21,7 @@
 #include "collectives/halo_exchange.h"
 #include "model/batch_trainer.h"
 #include "model/checkpoint.h"
+#include "model/checkpointer.h"
 #include "model/distributed.h"
 #include "model/shard.h"
 #include "model/dataset.h"
@@ -90,12 +90,6 @@ void init_param(const ParamDecl& p, uint64_t seed, uint64_t index, std::span<flo
   }
 }
 
-std::string to_text_of(const google::protobuf::Message& m) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(m, &text);
-  return text;
-}
-
 class Trainer {
  public:
   Trainer(const proto::Job& job, const TrainOptions& options)
@@ -119,7 +113,7 @@ class Trainer {
   void compile();
   void init_parameters();
   bool resume();
-  void save(int64_t epoch) const;
+  void save(int64_t epoch) const;  // an agreed step: rank 0 writes
   void keep_best();
   void restore_best();
   void write_outputs();
@@ -302,118 +296,51 @@ void Trainer::init_parameters() {
 void Trainer::corrupt_parameters() { flip_first_parameter_bit(core_, train_net_.params, rank_); }
 
 bool Trainer::resume() {
-  if (job_.checkpoint().dir().empty() || !job_.checkpoint().resume()) return false;
-  // Rank 0 reads the newest checkpoint that loads and sends its bytes (its
-  // path first, then a NUL): the ranks need not share a file system, and
-  // every rank resumes from the same state.
-  std::string bytes;
-  bool found = false;
-  step("reading the checkpoint", [&] {
-    if (!writer()) return;
-    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
-    found = loaded.has_value();
-    if (found) {
-      bytes = loaded->path.string() + '\0';
-      bytes += loaded->state.SerializeAsString();
-    }
-  });
-  if (comm_ && comm_->size() > 1) {
-    std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
-    comm_->broadcast<int64_t>(head, 0);
-    found = head[0] != 0;
-    bytes.resize(static_cast<size_t>(head[1]));
-    std::vector<int32_t> words((bytes.size() + 3) / 4);
-    if (writer() && !bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
-    comm_->broadcast<int32_t>(words, 0);
-    if (!bytes.empty()) std::memcpy(bytes.data(), words.data(), bytes.size());
-  }
-  if (!found) return false;
-  const size_t nul = bytes.find('\0');
-  const std::filesystem::path path = bytes.substr(0, nul);
-  bytes.erase(0, nul + 1);
+  const Checkpointer checkpointer(job_, comm_, /*by_step=*/false);
+  // Only the schedule and the partition may change across a resume (more
+  // epochs, another rank count).
+  const auto loaded = checkpointer.resume(core_, {"model", "optimizer", "dataset"});
+  if (!loaded) return false;
+  const std::string path = loaded->path.string();
   step("resuming from the checkpoint", [&] {
-    proto::CheckpointState state;
-    if (!state.ParseFromString(bytes)) throw CheckpointError(fmt::format("checkpoint {}: corrupt state", path.string()));
-    if (state.seed() != job_.seed()) {
-      throw CheckpointError(fmt::format("checkpoint {}: trained with seed {}, the job has seed {}",
-                                        path.string(), state.seed(), job_.seed()));
-    }
-    // Only the schedule and the partition may change across a resume (more
-    // epochs, another rank count).
-    const proto::Job saved = parse_job(state.job(), path.string());
-    for (const auto& [what, a, b] : {std::tuple{"model", to_text_of(saved.model()), to_text_of(job_.model())},
-                                     std::tuple{"optimizer", to_text_of(saved.optimizer()), to_text_of(job_.optimizer())},
-                                     std::tuple{"dataset", to_text_of(saved.dataset()), to_text_of(job_.dataset())}}) {
-      if (a != b) {
-        throw CheckpointError(fmt::format(
-            "checkpoint {} was trained with another {}; remove it or set checkpoint.resume=false",
-            path.string(), what));
-      }
-    }
-    auto& mem = core_.memory();
-    for (const auto& t : state.tensors()) {
-      DType dtype;
-      try {
-        dtype = parse_dtype(t.dtype());
-      } catch (const TensorError& e) {
-        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}': {}", path.string(), t.name(), e.what()));
-      }
-      Tensor a(dtype, {t.shape().begin(), t.shape().end()});
-      if (a.bytes().size() != t.data().size()) {
-        throw CheckpointError(fmt::format("checkpoint {}: tensor '{}' has {} bytes for shape {}",
-                                          path.string(), t.name(), t.data().size(),
-                                          runtime::shape_string(a.shape())));
-      }
-      std::memcpy(a.bytes().data(), t.data().data(), t.data().size());
-      mem.put(t.name(), std::move(a));
-    }
     // Every parameter must come back with the shape this job builds.
+    auto& mem = core_.memory();
     for (const ParamDecl& p : train_net_.params) {
       if (!mem.has(p.name)) {
         throw CheckpointError(fmt::format("checkpoint {}: has no parameter '{}' {}; was it written by "
                                           "a different model?",
-                                          path.string(), p.name, runtime::shape_string(p.shape)));
+                                          path, p.name, runtime::shape_string(p.shape)));
       }
       if (mem.at(p.name).shape() != p.shape) {
-        throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' has shape {}, the model needs {}",
-                                          path.string(), p.name,
-                                          runtime::shape_string(mem.at(p.name).shape()),
+        throw CheckpointError(fmt::format("checkpoint {}: parameter '{}' has shape {}, the model needs {}", path,
+                                          p.name, runtime::shape_string(mem.at(p.name).shape()),
                                           runtime::shape_string(p.shape)));
       }
     }
-    start_epoch_ = state.epoch();
-    best_val_ = state.best_val_acc();
-    best_epoch_ = state.best_epoch();
-    best_test_ = state.best_test_acc();
   });
-  if (writer()) spdlog::info("resumed from {} at epoch {}", path.string(), start_epoch_);
+  const proto::CheckpointState& state = loaded->state;
+  start_epoch_ = state.epoch();
+  best_val_ = state.best_val_acc();
+  best_epoch_ = state.best_epoch();
+  best_test_ = state.best_test_acc();
+  if (writer()) spdlog::info("resumed from {} at epoch {}", path, start_epoch_);
   return true;
 }
 
 void Trainer::save(int64_t epoch) const {
-  if (!writer()) return;  // parameters and optimizer state are the same on every rank
-  proto::CheckpointState state;
-  state.set_job(to_text(job_));
-  state.set_epoch(epoch);
-  state.set_step(epoch);
-  state.set_seed(job_.seed());
-  state.set_best_val_acc(best_val_);
-  state.set_best_epoch(best_epoch_);
-  state.set_best_test_acc(best_test_);
+  // Parameters, optimizer state and best parameters; not the data or the metrics.
+  std::set<std::string> names;
+  const runtime::Program& program = train_step_->program;
   for (const auto& [name, t] : core_.memory().tensors()) {
-    // Parameters, optimizer state and best parameters; not the data.
-    const bool persistent = train_step_->program.find(name) != runtime::kNoValue &&
-                            train_step_->program.value(train_step_->program.find(name)).role !=
-                                runtime::Role::kInput;
-    if (!persistent && name.rfind(kBestPrefix, 0) != 0) continue;
-    if (name == kMetrics) continue;
-    auto* pt = state.add_tensors();
-    pt->set_name(name);
-    pt->set_dtype(std::string(gnnrt::to_string(t.dtype())));
-    for (int64_t d : t.shape()) pt->add_shape(d);
-    pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
+    const runtime::ValueId v = program.find(name);
+    const bool persistent = v != runtime::kNoValue && program.value(v).role != runtime::Role::kInput;
+    if ((persistent || name.rfind(kBestPrefix, 0) == 0) && name != kMetrics) names.insert(name);
   }
-  save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep());
+  Checkpointer(job_, comm_, /*by_step=*/false).write(core_, names, epoch, epoch, [&](proto::CheckpointState& state) {
+    state.set_best_val_acc(best_val_);
+    state.set_best_epoch(best_epoch_);
+    state.set_best_test_acc(best_test_);
+  });
 }
 
 void Trainer::keep_best() {
@@ -640,11 +567,11 @@ TrainResult Trainer::run() {
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
     if (!job_.checkpoint().dir().empty() && every > 0 && m.epoch % every == 0) {
-      step("writing the checkpoint", [&] { save(m.epoch); });
+      save(m.epoch);
     }
     if (m.stop && m.epoch < epochs) {
       if (!job_.checkpoint().dir().empty() && !(every > 0 && m.epoch % every == 0)) {
-        step("writing the checkpoint", [&] { save(m.epoch); });
+        save(m.epoch);
       }
       if (writer()) spdlog::info("stopped after epoch {} on request", m.epoch);
       result_.stopped = true;
@@ -654,7 +581,7 @@ TrainResult Trainer::run() {
     }
   }
   if (!job_.checkpoint().dir().empty()) {
-    step("writing the checkpoint", [&] { save(std::max(epochs, start_epoch_)); });
+    save(std::max(epochs, start_epoch_));
   }
   step("writing the outputs", [&] { write_outputs(); });
   if (!options_.trace_path.empty()) {

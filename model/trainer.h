@@ -61,6 +61,9 @@ struct TrainOptions {
   std::shared_ptr<collectives::Communicator> communicator;
   // Called after every epoch (on every rank), e.g. for a launcher's progress.
   std::function<void(const struct EpochMetrics&)> on_epoch;
+  // Batch jobs: called after a step (on every rank) when half a second has
+  // passed since the last call, with the epochs done and the global step.
+  std::function<void(int64_t epochs_done, int64_t step)> on_step;
   // Polled once per epoch on every rank (e.g. a launcher's stop request);
   // if any rank says yes, every rank writes the checkpoint after that epoch
   // and stops (TrainResult::stopped).

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "launch"))
+from launch_common import rank_pids  # noqa: E402
+
 GNNRT = sys.argv[1]
 MPIRUN = sys.argv[2:]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_batch_cli"))
@@ -56,19 +59,9 @@ def check(ok, what):
         print("FAILED:", what)
 
 
-def run(args, timeout=180):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+def run(args, timeout=180, env=None):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode, p.stdout + p.stderr
-
-
-def rank_pids(run_dir):
-    """rank -> pid of the current attempt, from the launcher's log."""
-    pids = {}
-    log = run_dir / "logs" / "launcher.log"
-    for line in log.read_text().splitlines() if log.exists() else []:
-        if "] rank " in line and " registered: host " in line:
-            pids[int(line.split("] rank ")[1].split()[0])] = int(line.rsplit("pid ", 1)[1])
-    return pids
 
 
 def params(folder):
@@ -113,6 +106,22 @@ for ranks in ([2] if QUICK else [2, 3]):
         want = [r["loss"] for r in metrics(WORK / "m1.jsonl")]
         check(np.allclose(losses, want, rtol=1e-5), f"{ranks} ranks: losses {losses} vs {want}")
 
+# gnnrt infer on 1 rank and shared out over 2 and 3 (7 batches: shares of
+# 3-4 and 2-3): rank 0 writes the same outputs, bitwise (each batch runs the
+# same program on the same rows), and reports its batch latency and throughput.
+infer = ["infer", str(job), "--params-in", str(WORK / "p1"), "--no-cache", "--threads", "1"]
+code, out = run([GNNRT, *infer, "--out", str(WORK / "i1")])
+check(code == 0 and "batch latency median " in out and " p90 " in out and "graphs/s" in out,
+      f"infer on one rank: exit {code}\n{out[-2000:]}")
+want = params(WORK / "i1") if code == 0 else {}
+check(sorted(want) == ["head", "node"] and want["head"].shape == (131, 1), f"infer outputs {sorted(want)}")
+for ranks in ([2] if QUICK else [2, 3]):
+    code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, *infer, "--out", str(WORK / f"i{ranks}")])
+    got = params(WORK / f"i{ranks}") if code == 0 else {}
+    check(code == 0 and sorted(got) == sorted(want) and all(np.array_equal(got[k], want[k]) for k in want),
+          f"infer on {ranks} ranks: exit {code}, outputs differ from one rank's\n{out[-2000:]}")
+    check(out.count("graphs in 7 batches on") == 1, f"infer on {ranks} ranks: not one summary (rank 0's)\n{out[-2000:]}")
+
 # Ranks that disagree on the job stop before any step.
 code, out = run([*MPIRUN, "-np", "1", GNNRT, *common, ":", "-np", "1", GNNRT, *common,
                  "--set", "batching.batch_size=21"])
@@ -129,7 +138,7 @@ if not QUICK:
     ref_dir, run_dir = WORK / "launch_ref", WORK / "launch_run"
     code, out = run([*MPIRUN, "-np", "2", GNNRT, "train", str(long_job), "--no-cache", "--threads", "1",
                      "--params-out", str(WORK / "p_long2")], timeout=300)
-    check(code == 0, f"40 epochs on 2 ranks: exit {code}\n{out[-2000:]}")
+    check(code == 0, f"300 epochs on 2 ranks: exit {code}\n{out[-2000:]}")
     launch = [GNNRT, "launch", "-n", "2", "--max-restarts", "2", "--restart-delay", "0.2", "--run-dir"]
     code, out = run([*launch, str(ref_dir), "--", "train", str(long_job), "--no-cache", "--threads", "1",
                      "--params-out", str(WORK / "p_launch")], timeout=300)
@@ -137,6 +146,32 @@ if not QUICK:
     if code == 0:
         a, b = params(WORK / "p_launch"), params(WORK / "p_long2")
         check(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in b), "launch -n 2 differs from mpirun -np 2")
+
+    # The example job trains on one rank and under the launcher on two, and
+    # gnnrt infer runs on what it wrote (two epochs here).
+    example = Path(__file__).resolve().parent.parent.parent / "examples" / "molecules_gin.pbtxt"
+    short = ["--no-cache", "--threads", "1", "--set", "schedule.epochs=2"]
+    code, out = run([GNNRT, "train", str(example), *short, "--params-out", str(WORK / "ex1")])
+    check(code == 0, f"examples/molecules_gin.pbtxt on one rank: exit {code}\n{out[-2000:]}")
+    code, out = run([GNNRT, "launch", "-n", "2", "--run-dir", str(WORK / "ex_run"), "--", "train", str(example), *short,
+                     "--params-out", str(WORK / "ex2")], timeout=300)
+    check(code == 0, f"examples/molecules_gin.pbtxt under launch -n 2: exit {code}\n{out[-2000:]}")
+    code, out = run([GNNRT, "infer", str(example), "--params-in", str(WORK / "ex2"), "--out", str(WORK / "ex_out"),
+                     "--no-cache"])
+    check(code == 0 and (WORK / "ex_out" / "head.npy").exists(), f"infer on the example: exit {code}\n{out[-2000:]}")
+
+    # An epoch longer than --progress-timeout (7 steps of 0.8 s, stretched
+    # by GNNRT_TEST_SLOW_STEP): the steps it reports are progress, so the
+    # launcher neither calls it hung nor restarts it, and its progress line
+    # shows the step.
+    slow_job = WORK / "slow.pbtxt"
+    slow_job.write_text(JOB.replace("epochs: 3", "epochs: 1"))
+    started = time.time()
+    code, out = run([GNNRT, "launch", "-n", "2", "--max-restarts", "0", "--progress-timeout", "2", "--run-dir",
+                     str(WORK / "slow_run"), "--", "train", str(slow_job), "--no-cache", "--threads", "1"],
+                    timeout=300, env={**os.environ, "GNNRT_TEST_SLOW_STEP": "0.8"})
+    took = time.time() - started
+    check(code == 0 and "epoch 0/1 step " in out, f"a {took:.1f} s epoch under --progress-timeout 2: exit {code}\n{out[-2000:]}")
 
     p = subprocess.Popen([*launch, str(run_dir), "--", "train", str(long_job), "--no-cache", "--threads", "1",
                           "--set", f"checkpoint.dir={WORK / 'ckpt'}", "--set", "checkpoint.every=10",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch_common import check, events, failures, iso, job_processes, params
+from launch_common import check, events, failures, iso, job_processes, params, rank_pids
 
 GNNRT = sys.argv[1]
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 16
@@ -64,17 +64,6 @@ def newest_complete_checkpoint(folder):
             continue
         best = max(best, int(name[5:-5]))
     return best, temporary
-
-
-def rank_pids(run_dir):
-    """rank -> pid of the current attempt, from the launcher's log."""
-    pids = {}
-    log = run_dir / "logs" / "launcher.log"
-    for line in log.read_text().splitlines() if log.exists() else []:
-        if "] rank " in line and " registered: host " in line:
-            rank = int(line.split("] rank ")[1].split()[0])
-            pids[rank] = int(line.rsplit("pid ", 1)[1])
-    return pids
 
 
 def metrics_lines(run_dir):

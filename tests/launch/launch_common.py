@@ -1,6 +1,7 @@
-"""Helpers shared by the launcher's tests (launch_test.py, multihost_checks.py):
-failures collected by check(), the live processes of a run directory, and
-its events, parameters and timestamps."""
+"""Helpers shared by the launcher's tests (launch_test.py, kill_trials.py,
+multihost_checks.py, ../cli/batch_cli_test.py): failures collected by
+check(), the live processes of a run directory and its ranks' pids, and its
+events, parameters and timestamps."""
 import json
 import os
 import time
@@ -33,6 +34,16 @@ def job_processes(run_dir):
             continue
         if marker in env.split(b"\0") and state != "Z":
             pids.append(int(entry.name))
+    return pids
+
+
+def rank_pids(run_dir):
+    """rank -> pid of the current attempt, from the launcher's log."""
+    pids = {}
+    log = Path(run_dir) / "logs" / "launcher.log"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if "] rank " in line and " registered: host " in line:
+            pids[int(line.split("] rank ")[1].split()[0])] = int(line.rsplit("pid ", 1)[1])
     return pids
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from launch_common import check, events, failures, iso, job_processes, params
+from launch_common import check, events, failures, iso, job_processes, params, rank_pids
 
 GNNRT = sys.argv[1]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_launch_test"))
@@ -387,14 +387,6 @@ def progress_frame(epoch):
     return frame(field(3, bytes([0x08]) + varint(epoch)))  # RankMessage{progress{epoch}}
 
 
-def registered_pids():
-    pids = {}
-    for line in log.read_text().splitlines():
-        if "] rank " in line and " registered: host " in line:
-            pids[int(line.split("] rank ")[1].split()[0])] = int(line.rsplit("pid ", 1)[1])
-    return pids
-
-
 def token_of(pid):
     for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
         if v.startswith(b"GNNRT_LAUNCH_TOKEN="):
@@ -414,7 +406,7 @@ def send_and_wait_for(data, line_text, what):
     check(log.read_text().count(line_text) > count, f"control: {what}: launcher.log has no new {line_text!r}")
 
 
-pids0 = registered_pids()
+pids0 = rank_pids(run_dir)
 token1 = token_of(pids0[1]) if 1 in pids0 else None
 check(token1 is not None and len(token1) == 64, f"control: rank 1's token not found in its environment ({token1})")
 check(token1 != token_of(pids0.get(0, 0)), "control: ranks 0 and 1 hold the same token")
@@ -439,7 +431,7 @@ if token1:
                       "attempt 0's token after the restart")
     send_and_wait_for(hello(token1, 1, 2, 1), "wrong token for rank 1 of attempt 1",
                       "attempt 0's token claiming attempt 1 after the restart")
-    new_token = token_of(registered_pids()[1])
+    new_token = token_of(rank_pids(run_dir)[1])
     check(new_token and new_token != token1, "control: rank 1's token did not change with the attempt")
     time.sleep(0.5)
     check(p.poll() is None and epochs_done() > after, "control: the job stopped training")

@@ -1,6 +1,6 @@
 // Module-graph models over batches of small graphs: equal to the PyTorch
 // reference (tests/reference/make_batch_golden.py: PyG-style batching, no
-// padding) after every step of three epochs; padding never changes a
+// padding): each epoch's mean loss and the parameters after three epochs; padding never changes a
 // result; compiles equal the buckets used and a second run compiles
 // nothing; exact resume; the strict parameter loader; bad models and bad
 // batch datasets refused with messages naming what and where.
@@ -266,6 +266,66 @@ TEST_F(Batch, ResumingAFinishedRunKeepsItsCheckpoint) {
 // Padded rows are zeroed after every convolution: the sink row, which every
 // padded edge feeds, stays finite through a deep stack of sum aggregations
 // in a bucket far larger than the batches.
+// Modules named as nested scopes: their parameters carry the scope
+// ("enc.conv1.nn.0.weight", as a torch state_dict would) and a nested
+// module's output is a loss input and an inference output.
+TEST_F(Batch, NestedModuleNamesTrainAndInfer) {
+  proto::Job job = parse_job(R"pb(
+    dataset { path: "molecules:graphs=40,seed=3" }
+    model {
+      module { name: "enc.conv1" input: "atom.x" gin { edges: "bond" out: 8 } }
+      module { name: "enc.pool" input: "enc.conv1" pool { reduce: "sum" } }
+      module { name: "dec.head" input: "enc.pool" linear { out: 1 } }
+      loss_term { input: "dec.head" target: "graph.y" }
+    }
+    schedule { epochs: 1 }
+    batching { batch_size: 16 }
+  )pb", "nested job");
+  options_.params_out = dir_ / "out";
+  train(job, options_);
+  const auto params = read_params(dir_ / "out");
+  EXPECT_TRUE(params.count("enc.conv1.nn.0.weight")) << "keys: " << params.size();
+  EXPECT_TRUE(params.count("dec.head.weight"));
+  InferOptions o;
+  o.params_in = dir_ / "out";
+  o.out = dir_ / "outputs";
+  o.no_cache = true;
+  const InferResult r = infer_batches(job, o);
+  ASSERT_EQ(r.shapes.count("dec.head"), 1u);
+  EXPECT_EQ(r.shapes.at("dec.head"), (std::vector<int64_t>{40, 1}));
+  EXPECT_GT(r.latency_median_ms, 0);
+  EXPECT_GE(r.latency_p90_ms, r.latency_median_ms);
+  EXPECT_GT(r.graphs_per_second, 0);
+  o.outputs = {"atom.x"};  // a dataset tensor, not a module
+  EXPECT_THAT([&] { infer_batches(job, o); }, testing::ThrowsMessage<std::invalid_argument>(
+                                                  testing::HasSubstr("output 'atom.x' is no module of the model")));
+}
+
+// A one-graph dataset is the one-set, one-graph case: node set "node",
+// edge set "edge", class targets "node.y".
+TEST_F(Batch, AOneGraphDatasetIsOneNodeSetAndOneGraph) {
+  const proto::Job job = parse_job(R"pb(
+    dataset { path: "synthetic:nodes=200,classes=3,features=8,avg_degree=6,seed=1" }
+    model {
+      module { name: "conv" input: "node.x" sage { edges: "edge" out: 16 } }
+      module { name: "act" input: "conv" relu {} }
+      module { name: "out" input: "act" linear { out: 3 } }
+      loss_term { input: "out" target: "node.y" kind: CROSS_ENTROPY }
+    }
+    optimizer { lr: 0.02 weight_decay: 0 }
+    schedule { epochs: 30 }
+  )pb", "one-graph job");
+  options_.params_out = dir_ / "out";
+  const TrainResult r = train(job, options_);
+  EXPECT_EQ(r.steps, 30);  // one graph: one batch an epoch
+  EXPECT_LT(r.epochs.back().loss, 0.8 * r.epochs.front().loss);
+  InferOptions o;
+  o.params_in = dir_ / "out";
+  o.out = dir_ / "outputs";
+  o.no_cache = true;
+  EXPECT_EQ(infer_batches(job, o).shapes.at("out"), (std::vector<int64_t>{200, 3}));
+}
+
 TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {
   proto::Job job = molecules_job();
   auto* model = job.mutable_model();
