@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
+#include <optional>
 
 namespace gnnrt::model {
 namespace {
@@ -19,21 +21,23 @@ struct EdgeInputs {
   Port src, dst;
 };
 
-EdgeInputs edge_inputs(ModuleContext& c, const std::string& edges_name) {
+// `extra`: inputs after the node rows (the attention's edge features).
+EdgeInputs edge_inputs(ModuleContext& c, const std::string& edges_name, size_t extra = 0) {
   const int e = c.edge_set(edges_name);
   const Schema::EdgeSetInfo& info = c.schema.edge_sets[e];
   const bool bipartite = info.source != info.destination;
-  c.expect_inputs(1, 2);
-  if (!bipartite && c.inputs.size() == 2) {
+  c.expect_inputs(1 + extra, 2 + extra);
+  const size_t nodes = c.inputs.size() - extra;
+  if (!bipartite && nodes == 2) {
     c.fail(fmt::format("edge set '{}' joins node set '{}' to itself: give one input, not two", info.name,
                        c.schema.node_sets[info.source].name));
   }
-  if (bipartite && c.inputs.size() != 2) {
+  if (bipartite && nodes != 2) {
     c.fail(fmt::format("edge set '{}' joins '{}' to '{}': give two inputs (source rows, destination rows)",
                        info.name, c.schema.node_sets[info.source].name,
                        c.schema.node_sets[info.destination].name));
   }
-  EdgeInputs r{e, c.inputs[0], c.inputs.size() == 2 ? c.inputs[1] : c.inputs[0]};
+  EdgeInputs r{e, c.inputs[0], nodes == 2 ? c.inputs[1] : c.inputs[0]};
   c.expect_domain(r.src, Domain::kNodes, info.source, "its first input (the sources)");
   c.expect_domain(r.dst, Domain::kNodes, info.destination, "its second input (the destinations)");
   return r;
@@ -264,9 +268,111 @@ Port gather(ModuleContext& c) {
   return Port{Domain::kEdges, e, x.width, rows, ""};
 }
 
+// ---- VectorWorld's layers (QCNet's attention) ----
+
+// torch.nn.LayerNorm(width) over each row: "<prefix>.weight", "<prefix>.bias".
+ValueId row_norm(ModuleContext& c, const std::string& prefix, ValueId x, int64_t width) {
+  const ValueId gamma = c.param(prefix + ".weight", {width}, Init::kOnes, width, width);
+  const ValueId beta = c.param(prefix + ".bias", {width}, Init::kZeros, width, width);
+  return c.b.layer_norm(x, gamma, beta, /*per_node=*/true, 1e-5);
+}
+
+Port residual_mlp(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.residual_mlp();
+  const int64_t hidden = positive(c, m.hidden(), "hidden");
+  const int64_t layers = positive(c, m.hidden_layers(), "hidden_layers");
+  if (m.out() < 0) c.fail(fmt::format("out = {} must be >= 0 (0: no output Linear)", m.out()));
+  ValueId h = x.value;
+  for (int64_t i = 0; i < layers; ++i) {
+    h = c.linear(fmt::format("linears.{}", i), h, i == 0 ? x.width : hidden, hidden, true);
+    h = row_norm(c, fmt::format("norms.{}", i), h, hidden);
+    if (i + 1 < layers) h = c.b.relu(h);  // none after the last pair: the residual comes first
+  }
+  const ValueId res = row_norm(c, "transform_norm", c.linear("transform_linear", x.value, x.width, hidden, true), hidden);
+  h = c.b.relu(c.b.add(h, res));
+  if (m.out() == 0) return with(x, hidden, h);
+  return with(x, m.out(), c.linear("linear_out", h, hidden, m.out(), true));
+}
+
+Port attention(ModuleContext& c) {
+  const auto& m = c.module.attention();
+  // The last input is r when it has the edge set's rows.
+  const int e = c.edge_set(m.edges());
+  const auto& info = c.schema.edge_sets[e];
+  std::optional<Port> r;
+  if (!c.inputs.empty() && c.inputs.back().domain == Domain::kEdges) {
+    r = c.inputs.back();
+    c.expect_domain(*r, Domain::kEdges, e, "its last input (the edge features)");
+  }
+  const EdgeInputs in = edge_inputs(c, m.edges(), r ? 1 : 0);
+  const bool bipartite = info.source != info.destination;
+  const int64_t width = in.dst.width;
+  if (in.src.width != width) {
+    c.fail(fmt::format("sources have width {}, destinations {}: the attention's projections take one width",
+                       in.src.width, width));
+  }
+  const int64_t heads = positive(c, m.heads(), "heads");
+  if (m.head_dim() == 0 && width % heads != 0) {
+    c.fail(fmt::format("width {} does not split into {} heads; set head_dim", width, heads));
+  }
+  const int64_t dim = m.head_dim() > 0 ? m.head_dim() : width / heads, hd = heads * dim;
+  const int64_t ff = m.feedforward() > 0 ? m.feedforward() : 4 * width;
+  if (!(m.dropout() >= 0 && m.dropout() < 1)) c.fail(fmt::format("dropout = {} is not in [0, 1)", m.dropout()));
+  const int32_t g = c.graph(e);
+
+  // Pre-norms; a homogeneous edge set's ends share one.
+  const ValueId src_gamma = c.param("attn_prenorm_x_src.weight", {width}, Init::kOnes, width, width);
+  const ValueId src_beta = c.param("attn_prenorm_x_src.bias", {width}, Init::kZeros, width, width);
+  const ValueId xs = c.b.layer_norm(in.src.value, src_gamma, src_beta, /*per_node=*/true, 1e-5);
+  ValueId xd = xs;
+  if (bipartite && m.shared_prenorm()) {
+    // Declared, never used (no gradient: Adam leaves it, as torch does).
+    c.param("attn_prenorm_x_dst.weight", {width}, Init::kOnes, width, width);
+    c.param("attn_prenorm_x_dst.bias", {width}, Init::kZeros, width, width);
+    xd = c.b.layer_norm(in.dst.value, src_gamma, src_beta, /*per_node=*/true, 1e-5);
+  } else if (bipartite) {
+    xd = row_norm(c, "attn_prenorm_x_dst", in.dst.value, width);
+  }
+  const ValueId q = c.linear("to_q", xd, width, hd, true);
+  const ValueId k = c.linear("to_k", xs, width, hd, false);
+  const ValueId v = c.linear("to_v", xs, width, hd, true);
+  // Scores <q[dst], k[src] + to_k_r(r)> per head, over sqrt(dim).
+  ValueId score = c.b.sddmm_dot(g, k, q, heads);
+  ValueId vr = runtime::kNoValue;
+  if (r) {
+    const ValueId rn = row_norm(c, "attn_prenorm_r", r->value, r->width);
+    const ValueId kr = c.linear("to_k_r", rn, r->width, hd, false);
+    vr = c.linear("to_v_r", rn, r->width, hd, true);
+    // q at each edge's destination (the reversed graph keeps the edge ids),
+    // times kr, summed per head (head_dot with ones).
+    const ValueId q_e = c.b.gather(c.reversed_graph(e), q);
+    score = c.b.add(score, c.b.head_dot(c.b.mul(q_e, kr), c.b.fill({hd}, 1.0), heads));
+  }
+  score = c.b.scale(score, 1.0 / std::sqrt(static_cast<double>(dim)));
+  ValueId alpha = c.b.softmax(g, score);
+  if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
+  ValueId agg = c.b.aggregate(ops::Reduce::kSum, g, v, alpha);
+  if (r) agg = c.b.add(agg, c.b.scatter(ops::Reduce::kSum, g, c.b.edge_scale(vr, alpha)).first);
+  // The gated update: agg + sigmoid(to_g([agg, x_dst])) * (to_s(x_dst) - agg).
+  const ValueId gate =
+      c.b.activation(c.linear("to_g", c.b.concat({agg, xd}), hd + width, hd, true), ops::Activation::kSigmoid);
+  const ValueId s = c.linear("to_s", xd, width, hd, true);
+  const ValueId update = c.b.add(agg, c.b.mul(gate, c.b.add(s, c.b.scale(agg, -1.0))));
+  const ValueId attn = c.linear("to_out", update, hd, width, true);
+  ValueId x = c.b.add(in.dst.value, row_norm(c, "attn_postnorm", attn, width));
+  // The feed-forward block: nn.Sequential(Linear 0, ReLU 1, Dropout 2, Linear 3).
+  ValueId h = c.b.relu(c.linear("ff_mlp.0", row_norm(c, "ff_prenorm", x, width), width, ff, true));
+  // Its own masks: a key no module's index takes.
+  if (c.training) h = c.b.dropout(h, m.dropout(), c.key | (uint64_t{1} << 32), -1, c.row_ids(in.dst));
+  h = c.linear("ff_mlp.3", h, ff, width, true);
+  x = c.b.add(x, row_norm(c, "ff_postnorm", h, width));
+  return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, x));
+}
+
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 17> kKinds{{
+const std::array<ModuleKind, 19> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -284,6 +390,8 @@ const std::array<ModuleKind, 17> kKinds{{
     {"slice", slice},
     {"gcn", gcn},
     {"gat", gat},
+    {"residual_mlp", residual_mlp},
+    {"attention", attention},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,

@@ -112,12 +112,13 @@ TEST_P(Golden, InferWritesTheReferenceOutputs) {
   expect_close(read_params(dir_ / "outputs"), read_params(c / "outputs"), 1e-5, 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Batch, Golden, ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes"));
+INSTANTIATE_TEST_SUITE_P(Batch, Golden,
+                         ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers"));
 
 // One bucket far larger than any batch against the derived ladder: the
 // same parameters (padding reaches no real row, output or gradient).
 TEST_F(Batch, PaddedEqualsUnpadded) {
-  for (const std::string name : {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes"}) {
+  for (const std::string name : {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers"}) {
     SCOPED_TRACE(name);
     const fs::path c = kGolden / name;
     options_.params_in = c / "params_init";

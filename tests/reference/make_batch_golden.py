@@ -32,6 +32,10 @@ float32 implementation is compared with). Cases:
                   row), a bipartite GATConv a->b (3 heads averaged, its own
                   lin_src and lin_dst, no self loops), ELU, mean pooling over
                   b, a Linear head (graph MSE).
+  graph_classes   (below) graph classification with a per-node L1 term.
+  scene_layers    VectorWorld's ResidualMLP and QCNet's attention layer
+                  (bipartite and not, with and without edge features, a
+                  shared pre-norm), the EdgeFeatureUpdate pattern (case_scene_layers).
 
 Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -116,6 +120,54 @@ def mse(a, b):
     return ((a - b) ** 2).mean()
 
 
+def layer_norm(p, prefix, x, affine=True):
+    if not affine:
+        return torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=1e-5)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), p[prefix + ".weight"], p[prefix + ".bias"], 1e-5)
+
+
+def residual_mlp(p, name, x, layers, out):
+    """VectorWorld's ResidualMLP (vectorworld/utils/layers.py), from its formulas."""
+    h = x
+    for i in range(layers):
+        h = layer_norm(p, f"{name}.norms.{i}", linear(p, f"{name}.linears.{i}", h))
+        if i < layers - 1:
+            h = torch.relu(h)
+    res = layer_norm(p, f"{name}.transform_norm", linear(p, f"{name}.transform_linear", x))
+    h = torch.relu(h + res)
+    return linear(p, f"{name}.linear_out", h) if out else h
+
+
+def attention(p, name, x_src, x_dst, ei, r, heads, bipartite, shared=False):
+    """QCNet's attention layer as VectorWorld's AttentionLayer computes it:
+    pre-norms, q from the destinations, k (no bias) and v from the sources
+    plus r's projections, per-head scaled dot products, softmax per
+    destination, the gated update, to_out, post-norm and residual, then the
+    feed-forward block."""
+    n = name
+    xs = layer_norm(p, n + ".attn_prenorm_x_src", x_src)
+    xd = layer_norm(p, n + (".attn_prenorm_x_src" if shared else ".attn_prenorm_x_dst"), x_dst) if bipartite else xs
+    hd = p[n + ".to_q.weight"].shape[0]
+    d = hd // heads
+    q = linear(p, n + ".to_q", xd).view(-1, heads, d)
+    k = linear(p, n + ".to_k", xs, bias=False).view(-1, heads, d)
+    v = linear(p, n + ".to_v", xs).view(-1, heads, d)
+    src, dst = ei
+    kj, vj = k[src], v[src]
+    if r is not None:
+        rn = layer_norm(p, n + ".attn_prenorm_r", r)
+        kj = kj + linear(p, n + ".to_k_r", rn, bias=False).view(-1, heads, d)
+        vj = vj + linear(p, n + ".to_v_r", rn).view(-1, heads, d)
+    sim = (q[dst] * kj).sum(dim=-1) * d ** -0.5
+    attn = ref.segment_softmax(sim, dst, x_dst.shape[0])
+    agg = torch.zeros(x_dst.shape[0], heads, d).index_add(0, dst, vj * attn.unsqueeze(-1)).view(-1, hd)
+    g = torch.sigmoid(linear(p, n + ".to_g", torch.cat([agg, xd], dim=-1)))
+    update = agg + g * (linear(p, n + ".to_s", xd) - agg)
+    x = x_dst + layer_norm(p, n + ".attn_postnorm", linear(p, n + ".to_out", update))
+    h = linear(p, n + ".ff_mlp.3", torch.relu(linear(p, n + ".ff_mlp.0", layer_norm(p, n + ".ff_prenorm", x))))
+    return x + layer_norm(p, n + ".ff_postnorm", h)
+
+
 # ---- datasets (numpy; PyG Batch layout: rows concatenated, ptr offsets) ----
 
 def random_graphs(rng, graphs, lo, hi):
@@ -148,10 +200,15 @@ def write_folder(folder, node_sets, edge_sets, graph_y):
             np.save(folder / f"{name}.y.npy", y.astype(np.float32))
             target = f' target: "{name}.y.npy"'
         lines.append(f'node_set {{ name: "{name}"{target} }}')
-    for (s, rel, d), (ei, eptr) in edge_sets.items():
+    for (s, rel, d), es in edge_sets.items():
+        ei, eptr = es[0], es[1]
         np.save(folder / f"{rel}.edge_index.npy", ei)
         np.save(folder / f"{rel}.ptr.npy", eptr)
-        lines.append(f'edge_set {{ source: "{s}" relation: "{rel}" destination: "{d}" }}')
+        features = ""
+        if len(es) > 2:  # edge features
+            np.save(folder / f"{rel}.x.npy", es[2].astype(np.float32))
+            features = f' features: "{rel}.x.npy"'
+        lines.append(f'edge_set {{ source: "{s}" relation: "{rel}" destination: "{d}"{features} }}')
     np.save(folder / "graph.y.npy", graph_y if graph_y.dtype == np.int64 else graph_y.astype(np.float32))
     lines.append('graph_target: "graph.y.npy"')
     (folder / "manifest.pbtxt").write_text("\n".join(lines) + "\n")
@@ -164,9 +221,11 @@ def torch_linear_init(gen, out, inp):
     return w, b
 
 
-def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None):
+def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None, momentum=None):
+    """Adam, or SGD with `momentum` when given."""
     params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in params32.items()}
-    opt = torch.optim.Adam(params.values(), lr=lr, weight_decay=0.0)
+    opt = (torch.optim.Adam(params.values(), lr=lr, weight_decay=0.0) if momentum is None
+           else torch.optim.SGD(params.values(), lr=lr, momentum=momentum))
     epoch_losses = []
     for _ in range(epochs):
         losses = []
@@ -196,8 +255,8 @@ def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=No
 def batch_of(ids, node_sets, edge_sets, graph_y):
     """PyG-style batch of graphs `ids`: per node set x, y and graph index;
     per edge set edge_index re-offset to the batch's rows."""
-    out = {"nodes": {}, "edges": {}, "y": torch.tensor(graph_y[ids], dtype=torch.int64 if graph_y.dtype == np.int64
-                                                       else torch.float64)}
+    out = {"nodes": {}, "edges": {}, "edge_x": {},
+           "y": torch.tensor(graph_y[ids], dtype=torch.int64 if graph_y.dtype == np.int64 else torch.float64)}
     first = {}
     for name, (x, ptr, y) in node_sets.items():
         rows, gidx, start = [], [], {}
@@ -209,13 +268,17 @@ def batch_of(ids, node_sets, edge_sets, graph_y):
         out["nodes"][name] = (torch.tensor(x[rows], dtype=torch.float64),
                               None if y is None else torch.tensor(y[rows], dtype=torch.float64),
                               torch.tensor(gidx, dtype=torch.int64))
-    for (s, rel, d), (ei, eptr) in edge_sets.items():
-        src, dst = [], []
+    for (s, rel, d), es in edge_sets.items():
+        ei, eptr = es[0], es[1]
+        src, dst, picked = [], [], []
         for g in ids:
             for e in range(eptr[g], eptr[g + 1]):
                 src.append(ei[0, e] - first[s][1][g] + first[s][0][g])
                 dst.append(ei[1, e] - first[d][1][g] + first[d][0][g])
+                picked.append(e)
         out["edges"][rel] = torch.tensor([src, dst], dtype=torch.int64).reshape(2, -1)
+        if len(es) > 2:
+            out["edge_x"][rel] = torch.tensor(es[2][picked], dtype=torch.float64).reshape(len(picked), -1)
     return out
 
 
@@ -469,6 +532,151 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
+def init_residual_mlp(gen, p, name, inp, hidden, layers, out):
+    for i in range(layers):
+        p[f"{name}.linears.{i}.weight"], p[f"{name}.linears.{i}.bias"] = torch_linear_init(gen, hidden, inp if i == 0 else hidden)
+        init_norm(gen, p, f"{name}.norms.{i}", hidden)
+    p[f"{name}.transform_linear.weight"], p[f"{name}.transform_linear.bias"] = torch_linear_init(gen, hidden, inp)
+    init_norm(gen, p, f"{name}.transform_norm", hidden)
+    if out:
+        p[f"{name}.linear_out.weight"], p[f"{name}.linear_out.bias"] = torch_linear_init(gen, out, hidden)
+
+
+def init_norm(gen, p, prefix, width):
+    # Near the defaults (1, 0), drawn so that a swapped weight and bias show.
+    p[prefix + ".weight"] = 1 + 0.1 * torch.randn(width, generator=gen, dtype=torch.float32)
+    p[prefix + ".bias"] = 0.1 * torch.randn(width, generator=gen, dtype=torch.float32)
+
+
+def init_attention(gen, p, name, width, heads, ff, bipartite, r_width=0):
+    hd = width  # head_dim = width / heads
+    p[f"{name}.to_q.weight"], p[f"{name}.to_q.bias"] = torch_linear_init(gen, hd, width)
+    p[f"{name}.to_k.weight"], _ = torch_linear_init(gen, hd, width)
+    p[f"{name}.to_v.weight"], p[f"{name}.to_v.bias"] = torch_linear_init(gen, hd, width)
+    if r_width:
+        p[f"{name}.to_k_r.weight"], _ = torch_linear_init(gen, hd, r_width)
+        p[f"{name}.to_v_r.weight"], p[f"{name}.to_v_r.bias"] = torch_linear_init(gen, hd, r_width)
+        init_norm(gen, p, f"{name}.attn_prenorm_r", r_width)
+    p[f"{name}.to_s.weight"], p[f"{name}.to_s.bias"] = torch_linear_init(gen, hd, width)
+    p[f"{name}.to_g.weight"], p[f"{name}.to_g.bias"] = torch_linear_init(gen, hd, hd + width)
+    p[f"{name}.to_out.weight"], p[f"{name}.to_out.bias"] = torch_linear_init(gen, width, hd)
+    p[f"{name}.ff_mlp.0.weight"], p[f"{name}.ff_mlp.0.bias"] = torch_linear_init(gen, ff, width)
+    p[f"{name}.ff_mlp.3.weight"], p[f"{name}.ff_mlp.3.bias"] = torch_linear_init(gen, width, ff)
+    for norm in ["attn_prenorm_x_src"] + (["attn_prenorm_x_dst"] if bipartite else []) + \
+            ["attn_postnorm", "ff_prenorm", "ff_postnorm"]:
+        init_norm(gen, p, f"{name}.{norm}", width)
+
+
+def case_scene_layers(out):
+    """VectorWorld's layers on a small scene-like set: node sets lane and
+    agent; lane->lane edges with connection features, lane->agent,
+    agent->agent. ResidualMLP embeddings (nodes and edges, with and
+    without linear_out); attention over l2l with edge features, bipartite
+    l2a (own pre-norms) and l2a2 (shared pre-norm, attn_prenorm_x_dst
+    unused), a2a without; the EdgeFeatureUpdate pattern (gathers of both
+    endpoints, concatenations, ResidualMLPs) feeding a second l2l
+    attention; a LayerNorm without affine parameters, a sigmoid; mean and
+    sum pooling, a Linear head (graph MSE) plus 0.5 x a per-agent MSE.
+    SGD with momentum, not Adam: with Adam this case's parameters after 9
+    steps hang on near-cancelling moments (one element's second gradient
+    undoes its first), where float32 rounding in the gradients (about 1e-5
+    of their scale, in torch's float32 as in gnnrt's) moves a parameter by
+    far more than the tolerance; SGD keeps the comparison to the formulas."""
+    rng = np.random.default_rng(17)
+    graphs, fl, fa, fr = 9, 6, 5, 3
+    _, ptr_l = random_graphs(rng, graphs, 2, 6)
+    _, ptr_a = random_graphs(rng, graphs, 1, 4)
+    xl = rng.normal(size=(ptr_l[-1], fl))
+    xa = rng.normal(size=(ptr_a[-1], fa))
+    ya = rng.normal(size=(ptr_a[-1], 2))
+    l2l, l2l_ptr = edges_within(rng, ptr_l, ptr_l, lambda ns, nd: 2 * ns)
+    rx = rng.normal(size=(l2l.shape[1], fr))
+    l2a, l2a_ptr = edges_within(rng, ptr_l, ptr_a, lambda ns, nd: ns + nd)
+    a2a, a2a_ptr = edges_within(rng, ptr_a, ptr_a, lambda ns, nd: ns * nd)
+    graph_y = rng.normal(size=(graphs, 1))
+    node_sets = {"lane": (xl, ptr_l, None), "agent": (xa, ptr_a, ya)}
+    edge_sets = {("lane", "l2l", "lane"): (l2l, l2l_ptr, rx), ("lane", "l2a", "agent"): (l2a, l2a_ptr),
+                 ("agent", "a2a", "agent"): (a2a, a2a_ptr)}
+    case_dir = out / "scene_layers"
+    write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
+    gen = torch.Generator().manual_seed(5)
+    p = {}
+    w, heads, ff, rw = 8, 2, 12, 4
+    init_residual_mlp(gen, p, "lane_emb", fl, w, 2, 0)
+    init_residual_mlp(gen, p, "agent_emb", fa, 6, 1, w)
+    init_residual_mlp(gen, p, "conn", fr, rw, 1, 0)
+    init_attention(gen, p, "l2l", w, heads, ff, False, rw)
+    init_attention(gen, p, "l2a", w, heads, ff, True)
+    init_attention(gen, p, "l2a2", w, heads, ff, True)
+    init_attention(gen, p, "a2a", w, heads, ff, False)
+    init_residual_mlp(gen, p, "edge_node", 2 * w, rw, 2, 0)
+    init_residual_mlp(gen, p, "edge_mlp", 2 * rw, rw, 2, 0)
+    init_attention(gen, p, "l2l_b", w, heads, ff, False, rw)
+    p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, 2 * w)
+    p["agent_head.weight"], p["agent_head.bias"] = torch_linear_init(gen, 2, w)
+    batch_size, epochs = 4, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
+               for s in range(0, graphs, batch_size)]
+
+    def outputs(params, bt):
+        xl, _, gl = bt["nodes"]["lane"]
+        xa, _, ga = bt["nodes"]["agent"]
+        g = len(bt["y"])
+        e = bt["edges"]
+        lane = residual_mlp(params, "lane_emb", xl, 2, 0)
+        agent = residual_mlp(params, "agent_emb", xa, 1, w)
+        conn = residual_mlp(params, "conn", bt["edge_x"]["l2l"], 1, 0)
+        lane1 = attention(params, "l2l", lane, lane, e["l2l"], conn, heads, False)
+        agent1 = attention(params, "l2a", lane1, agent, e["l2a"], None, heads, True)
+        agent2 = attention(params, "l2a2", lane1, layer_norm(params, "", agent1, affine=False), e["l2a"], None,
+                           heads, True, shared=True)
+        agent3 = attention(params, "a2a", agent2, agent2, e["a2a"], None, heads, False)
+        src, dst = e["l2l"]
+        node_f = residual_mlp(params, "edge_node", torch.cat([lane1[dst], lane1[src]], dim=1), 2, 0)
+        conn2 = residual_mlp(params, "edge_mlp", torch.cat([node_f, conn], dim=1), 2, 0)
+        lane2 = attention(params, "l2l_b", lane1, lane1, e["l2l"], conn2, heads, False)
+        pooled = torch.cat([scatter(agent3, ga, g, "mean"), torch.sigmoid(scatter(lane2, gl, g, "sum"))], dim=1)
+        return {"head": linear(params, "head", pooled), "agent_head": linear(params, "agent_head", agent3)}
+
+    def forward(params, bt):
+        o = outputs(params, bt)
+        _, ya, _ = bt["nodes"]["agent"]
+        return mse(o["head"], bt["y"]) + 0.5 * mse(o["agent_head"], ya)
+
+    job = f"""name: "batch_scene_layers"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "lane_emb" input: "lane.x" residual_mlp {{ hidden: 8 hidden_layers: 2 }} }}
+  module {{ name: "agent_emb" input: "agent.x" residual_mlp {{ hidden: 6 hidden_layers: 1 out: 8 }} }}
+  module {{ name: "conn" input: "l2l.x" residual_mlp {{ hidden: 4 hidden_layers: 1 }} }}
+  module {{ name: "l2l" input: "lane_emb" input: "conn" attention {{ edges: "l2l" heads: 2 feedforward: 12 }} }}
+  module {{ name: "l2a" input: "l2l" input: "agent_emb" attention {{ edges: "l2a" heads: 2 feedforward: 12 }} }}
+  module {{ name: "plain" input: "l2a" layer_norm {{ affine: false }} }}
+  module {{ name: "l2a2" input: "l2l" input: "plain" attention {{ edges: "l2a" heads: 2 feedforward: 12 shared_prenorm: true }} }}
+  module {{ name: "a2a" input: "l2a2" attention {{ edges: "a2a" heads: 2 feedforward: 12 }} }}
+  module {{ name: "at_dst" input: "l2l" gather {{ edges: "l2l" destination: true }} }}
+  module {{ name: "at_src" input: "l2l" gather {{ edges: "l2l" }} }}
+  module {{ name: "ends" input: "at_dst" input: "at_src" concat {{}} }}
+  module {{ name: "edge_node" input: "ends" residual_mlp {{ hidden: 4 }} }}
+  module {{ name: "edge_in" input: "edge_node" input: "conn" concat {{}} }}
+  module {{ name: "edge_mlp" input: "edge_in" residual_mlp {{ hidden: 4 }} }}
+  module {{ name: "l2l_b" input: "l2l" input: "edge_mlp" attention {{ edges: "l2l" heads: 2 feedforward: 12 }} }}
+  module {{ name: "agents" input: "a2a" pool {{ reduce: "mean" }} }}
+  module {{ name: "lanes" input: "l2l_b" pool {{ reduce: "sum" }} }}
+  module {{ name: "lanes_act" input: "lanes" activation {{ kind: SIGMOID }} }}
+  module {{ name: "both" input: "agents" input: "lanes_act" concat {{}} }}
+  module {{ name: "head" input: "both" linear {{ out: 1 }} }}
+  module {{ name: "agent_head" input: "a2a" linear {{ out: 2 }} }}
+  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+  loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
+}}
+optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "golden" / "batch")
@@ -480,6 +688,7 @@ def main():
     case_hetero(args.out)
     case_gcn_gat(args.out)
     case_graph_classes(args.out)
+    case_scene_layers(args.out)
 
 
 if __name__ == "__main__":
