@@ -370,9 +370,67 @@ Port attention(ModuleContext& c) {
   return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, x));
 }
 
+// torch.nn.LayerNorm(width, elementwise_affine=False, eps).
+ValueId plain_norm(ModuleContext& c, ValueId x, int64_t width, double eps) {
+  return c.b.layer_norm(x, c.b.fill({width}, 1.0), c.b.fill({width}, 0.0), /*per_node=*/true, eps);
+}
+
+// DiT's modulate: x (1 + scale) + shift.
+ValueId modulate(ModuleContext& c, ValueId x, ValueId shift, ValueId scale) {
+  return c.b.add(c.b.add(x, c.b.mul(x, scale)), shift);
+}
+
+Port dit_block(ModuleContext& c) {
+  const auto& m = c.module.dit_block();
+  c.expect_inputs(2, 2);
+  const int e = c.edge_set(m.edges());
+  const auto& info = c.schema.edge_sets[e];
+  if (info.source != info.destination) {
+    c.fail(fmt::format("edge set '{}' joins '{}' to '{}'; a DiT block attends within one node set", info.name,
+                       c.schema.node_sets[info.source].name, c.schema.node_sets[info.destination].name));
+  }
+  const Port x = c.inputs[0], cond = c.inputs[1];
+  c.expect_domain(x, Domain::kNodes, info.source, "its first input (x)");
+  c.expect_domain(cond, Domain::kNodes, info.source, "its second input (the condition c)");
+  const int64_t w = x.width;
+  if (cond.width != w) c.fail(fmt::format("the condition has width {}, x {}: they must match", cond.width, w));
+  const int64_t heads = positive(c, m.heads(), "heads");
+  if (w % heads != 0) c.fail(fmt::format("width {} does not split into {} heads", w, heads));
+  if (!(m.mlp_ratio() > 0)) c.fail(fmt::format("mlp_ratio = {} must be > 0", m.mlp_ratio()));
+  if (!(m.dropout() >= 0 && m.dropout() < 1)) c.fail(fmt::format("dropout = {} is not in [0, 1)", m.dropout()));
+  const auto hidden = static_cast<int64_t>(static_cast<double>(w) * m.mlp_ratio());  // int(), as DiT
+  const int32_t g = c.graph(e);
+  // DiT's initialisation: Xavier-uniform weights, zero biases, and adaLN-Zero.
+  const auto dense = [&](const std::string& prefix, ValueId v, int64_t in, int64_t out, Init weight) {
+    ValueId h = c.b.linear(v, c.param(prefix + ".weight", {out, in}, weight, in, out));
+    return c.b.bias_add(h, c.param(prefix + ".bias", {out}, Init::kZeros, in, out));
+  };
+  const ValueId mod = dense("adaLN_modulation.1", c.b.activation(cond.value, ops::Activation::kSilu), w, 6 * w,
+                            Init::kZeros);
+  const auto chunk = [&](int k) { return c.b.slice_cols(mod, k * w, w); };
+  const ValueId shift_msa = chunk(0), scale_msa = chunk(1), gate_msa = chunk(2);
+  const ValueId shift_mlp = chunk(3), scale_mlp = chunk(4), gate_mlp = chunk(5);
+  // Attention within the edge set, q, k and v from the same modulated rows.
+  const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), shift_msa, scale_msa);
+  const ValueId q = dense("attn.to_q", h, w, w, Init::kGlorot);
+  const ValueId k = dense("attn.to_k", h, w, w, Init::kGlorot);
+  const ValueId v = dense("attn.to_v", h, w, w, Init::kGlorot);
+  const ValueId score = c.b.scale(c.b.sddmm_dot(g, k, q, heads), 1.0 / std::sqrt(static_cast<double>(w / heads)));
+  ValueId alpha = c.b.softmax(g, score);
+  if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
+  ValueId attn = dense("attn.proj", c.b.aggregate(ops::Reduce::kSum, g, v, alpha), w, w, Init::kGlorot);
+  if (c.training) attn = c.b.dropout(attn, m.dropout(), c.key | (uint64_t{1} << 32), -1, c.row_ids(x));
+  ValueId out = c.b.add(x.value, c.b.mul(gate_msa, attn));
+  const ValueId h2 = modulate(c, plain_norm(c, out, w, 1e-6), shift_mlp, scale_mlp);
+  const ValueId mlp = dense("mlp.fc2", c.b.activation(dense("mlp.fc1", h2, w, hidden, Init::kGlorot), ops::Activation::kGeluTanh),
+                            hidden, w, Init::kGlorot);
+  out = c.b.add(out, c.b.mul(gate_mlp, mlp));
+  return c.nodes(x.set, w, c.zero_padding(x.set, out));
+}
+
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 19> kKinds{{
+const std::array<ModuleKind, 20> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -392,6 +450,7 @@ const std::array<ModuleKind, 19> kKinds{{
     {"gat", gat},
     {"residual_mlp", residual_mlp},
     {"attention", attention},
+    {"dit_block", dit_block},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,

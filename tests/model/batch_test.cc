@@ -113,12 +113,13 @@ TEST_P(Golden, InferWritesTheReferenceOutputs) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Batch, Golden,
-                         ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers"));
+                         ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers",
+                                           "dit"));
 
 // One bucket far larger than any batch against the derived ladder: the
 // same parameters (padding reaches no real row, output or gradient).
 TEST_F(Batch, PaddedEqualsUnpadded) {
-  for (const std::string name : {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers"}) {
+  for (const std::string name : {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit"}) {
     SCOPED_TRACE(name);
     const fs::path c = kGolden / name;
     options_.params_in = c / "params_init";
@@ -359,6 +360,37 @@ TEST_F(Batch, AOneGraphDatasetIsOneNodeSetAndOneGraph) {
   o.out = dir_ / "outputs";
   o.no_cache = true;
   EXPECT_EQ(infer_batches(job, o).shapes.at("out"), (std::vector<int64_t>{200, 3}));
+}
+
+// adaLN-Zero: with gnnrt's own initialisation (the modulation Linear zero)
+// a DiT block gives back its input, bit for bit.
+TEST_F(Batch, ADitBlockAtInitialisationIsTheIdentity) {
+  proto::Job job = parse_job(R"pb(
+    model {
+      module { name: "emb" input: "agent.x" linear { out: 8 } }
+      module { name: "pooled" input: "emb" pool { reduce: "mean" } }
+      module { name: "ctx" input: "pooled" linear { out: 8 } }
+      module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
+      module { name: "blk" input: "emb" input: "cond" dit_block { edges: "a2a" heads: 2 } }
+      module { name: "head" input: "blk" linear { out: 1 } }
+      loss_term { input: "head" target: "agent.y" }
+    }
+    batching { batch_size: 3 }
+  )pb", "dit identity job");
+  job.mutable_dataset()->set_path((kGolden / "dit" / "data").string());
+  // No parameters given, non-strict: every one as gnnrt initialises it.
+  fs::create_directories(dir_ / "none");
+  InferOptions o;
+  o.params_in = dir_ / "none";
+  o.params_non_strict = true;
+  o.out = dir_ / "outputs";
+  o.no_cache = true;
+  o.outputs = {"emb", "blk"};
+  infer_batches(job, o);
+  const auto out = read_params(dir_ / "outputs");
+  ASSERT_EQ(out.at("emb").size(), out.at("blk").size());
+  ASSERT_FALSE(out.at("emb").empty());
+  for (size_t i = 0; i < out.at("emb").size(); ++i) ASSERT_EQ(out.at("blk")[i], out.at("emb")[i]) << i;
 }
 
 TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {

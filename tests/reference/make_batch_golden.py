@@ -36,6 +36,8 @@ float32 implementation is compared with). Cases:
   scene_layers    VectorWorld's ResidualMLP and QCNet's attention layer
                   (bipartite and not, with and without edge features, a
                   shared pre-norm), the EdgeFeatureUpdate pattern (case_scene_layers).
+  dit             two DiT blocks with adaLN conditioning on a broadcast
+                  per-graph context (case_dit).
 
 Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -532,6 +534,108 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
+def dit_block(p, name, x, c, ei, heads):
+    """DiT's block with adaLN-Zero conditioning (VectorWorld's DiTBlock
+    without relational bias), from its formulas."""
+    w = x.shape[1]
+    mod = linear(p, name + ".adaLN_modulation.1", torch.nn.functional.silu(c))
+    shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mod.chunk(6, dim=1)
+
+    def modulate(t, shift, scale):
+        return t * (1 + scale) + shift
+
+    def norm(t):
+        return torch.nn.functional.layer_norm(t, (w,), eps=1e-6)
+
+    h = modulate(norm(x), shift_msa, scale_msa)
+    d = w // heads
+    q = linear(p, name + ".attn.to_q", h).view(-1, heads, d)
+    k = linear(p, name + ".attn.to_k", h).view(-1, heads, d)
+    v = linear(p, name + ".attn.to_v", h).view(-1, heads, d)
+    src, dst = ei
+    sim = (q[dst] * k[src]).sum(dim=-1) * d ** -0.5
+    attn = ref.segment_softmax(sim, dst, x.shape[0])
+    agg = torch.zeros(x.shape[0], heads, d).index_add(0, dst, v[src] * attn.unsqueeze(-1)).view(-1, w)
+    x = x + gate_msa * linear(p, name + ".attn.proj", agg)
+    h2 = modulate(norm(x), shift_mlp, scale_mlp)
+    m = linear(p, name + ".mlp.fc2", torch.nn.functional.gelu(linear(p, name + ".mlp.fc1", h2), approximate="tanh"))
+    return x + gate_mlp * m
+
+
+def init_dit_block(gen, p, name, w, hidden):
+    p[f"{name}.adaLN_modulation.1.weight"], p[f"{name}.adaLN_modulation.1.bias"] = torch_linear_init(gen, 6 * w, w)
+    for lin in ("attn.to_q", "attn.to_k", "attn.to_v", "attn.proj"):
+        p[f"{name}.{lin}.weight"], p[f"{name}.{lin}.bias"] = torch_linear_init(gen, w, w)
+    p[f"{name}.mlp.fc1.weight"], p[f"{name}.mlp.fc1.bias"] = torch_linear_init(gen, hidden, w)
+    p[f"{name}.mlp.fc2.weight"], p[f"{name}.mlp.fc2.bias"] = torch_linear_init(gen, w, hidden)
+
+
+def case_dit(out):
+    """Two DiT blocks (adaLN conditioning, drawn non-zero so that every
+    parameter trains from the first step) over agent->agent edges, the
+    condition a per-graph context (mean pooling, a Linear) broadcast to the
+    agents; sum pooling and a Linear head (graph MSE) plus 0.5 x a per-agent
+    MSE. SGD with momentum, as scene_layers."""
+    rng = np.random.default_rng(19)
+    graphs, fa = 8, 5
+    _, ptr = random_graphs(rng, graphs, 1, 6)
+    xa = rng.normal(size=(ptr[-1], fa))
+    ya = rng.normal(size=(ptr[-1], 1))
+    a2a, a2a_ptr = edges_within(rng, ptr, ptr, lambda ns, nd: ns * nd)
+    graph_y = rng.normal(size=(graphs, 1))
+    node_sets = {"agent": (xa, ptr, ya)}
+    edge_sets = {("agent", "a2a", "agent"): (a2a, a2a_ptr)}
+    case_dir = out / "dit"
+    write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
+    gen = torch.Generator().manual_seed(7)
+    p = {}
+    w = 8
+    p["emb.weight"], p["emb.bias"] = torch_linear_init(gen, w, fa)
+    p["ctx.weight"], p["ctx.bias"] = torch_linear_init(gen, w, w)
+    init_dit_block(gen, p, "blk1", w, 16)
+    init_dit_block(gen, p, "blk2", w, 12)
+    p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, w)
+    p["agent_head.weight"], p["agent_head.bias"] = torch_linear_init(gen, 1, w)
+    batch_size, epochs = 3, 3
+    batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
+               for s in range(0, graphs, batch_size)]
+
+    def outputs(params, bt):
+        xa, _, ga = bt["nodes"]["agent"]
+        g = len(bt["y"])
+        emb = linear(params, "emb", xa)
+        cond = linear(params, "ctx", scatter(emb, ga, g, "mean"))[ga]
+        h = dit_block(params, "blk1", emb, cond, bt["edges"]["a2a"], 2)
+        h = dit_block(params, "blk2", h, cond, bt["edges"]["a2a"], 4)
+        return {"head": linear(params, "head", scatter(h, ga, g, "sum")), "agent_head": linear(params, "agent_head", h)}
+
+    def forward(params, bt):
+        o = outputs(params, bt)
+        _, ya, _ = bt["nodes"]["agent"]
+        return mse(o["head"], bt["y"]) + 0.5 * mse(o["agent_head"], ya)
+
+    job = f"""name: "batch_dit"
+dataset {{ path: "DATA" }}
+model {{
+  module {{ name: "emb" input: "agent.x" linear {{ out: 8 }} }}
+  module {{ name: "pooled" input: "emb" pool {{ reduce: "mean" }} }}
+  module {{ name: "ctx" input: "pooled" linear {{ out: 8 }} }}
+  module {{ name: "cond" input: "ctx" broadcast {{ node_set: "agent" }} }}
+  module {{ name: "blk1" input: "emb" input: "cond" dit_block {{ edges: "a2a" heads: 2 mlp_ratio: 2 }} }}
+  module {{ name: "blk2" input: "blk1" input: "cond" dit_block {{ edges: "a2a" heads: 4 mlp_ratio: 1.5 }} }}
+  module {{ name: "sum" input: "blk2" pool {{ reduce: "sum" }} }}
+  module {{ name: "head" input: "sum" linear {{ out: 1 }} }}
+  module {{ name: "agent_head" input: "blk2" linear {{ out: 1 }} }}
+  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+  loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
+}}
+optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
+
+
 def init_residual_mlp(gen, p, name, inp, hidden, layers, out):
     for i in range(layers):
         p[f"{name}.linears.{i}.weight"], p[f"{name}.linears.{i}.bias"] = torch_linear_init(gen, hidden, inp if i == 0 else hidden)
@@ -689,6 +793,7 @@ def main():
     case_gcn_gat(args.out)
     case_graph_classes(args.out)
     case_scene_layers(args.out)
+    case_dit(args.out)
 
 
 if __name__ == "__main__":
