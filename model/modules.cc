@@ -428,9 +428,50 @@ Port dit_block(ModuleContext& c) {
   return c.nodes(x.set, w, c.zero_padding(x.set, out));
 }
 
+Port dit_final(ModuleContext& c) {
+  c.expect_inputs(2, 2);
+  const Port x = c.inputs[0], cond = c.inputs[1];
+  if (cond.domain != x.domain || cond.set != x.set || cond.width != x.width) {
+    c.fail(fmt::format("the condition {} must have the rows and width of x {}", c.describe(cond), c.describe(x)));
+  }
+  const int64_t w = x.width, out = positive(c, c.module.dit_final().out(), "out");
+  ValueId mod = c.b.linear(c.b.activation(cond.value, ops::Activation::kSilu),
+                           c.param("adaLN_modulation.1.weight", {2 * w, w}, Init::kZeros, w, 2 * w));
+  mod = c.b.bias_add(mod, c.param("adaLN_modulation.1.bias", {2 * w}, Init::kZeros, w, 2 * w));
+  const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), c.b.slice_cols(mod, 0, w), c.b.slice_cols(mod, w, w));
+  ValueId y = c.b.linear(h, c.param("linear.weight", {out, w}, Init::kGlorot, w, out));
+  y = c.b.bias_add(y, c.param("linear.bias", {out}, Init::kZeros, w, out));
+  return with(x, out, y);
+}
+
+Port context_fusion(ModuleContext& c) {
+  const auto& m = c.module.context_fusion();
+  c.expect_inputs(2, 2);
+  const Port a = c.inputs[0], b = c.inputs[1];
+  c.expect_domain(a, Domain::kNodes, -1, "its first input");
+  c.expect_domain(b, Domain::kNodes, -1, "its second input");
+  const int64_t w = a.width, out = positive(c, m.out(), "out");
+  // Per-graph means, with the optional second moment: mean + s relu(E[x^2] - mean^2).
+  const auto context = [&](const Port& p, ValueId v) {
+    const int32_t pool = c.pool_graph(p.set);
+    const ValueId mean = c.b.aggregate(ops::Reduce::kMean, pool, v);
+    if (m.var_scale() == 0) return mean;
+    const ValueId m2 = c.b.aggregate(ops::Reduce::kMean, pool, c.b.mul(v, v));
+    const ValueId var = c.b.relu(c.b.add(m2, c.b.scale(c.b.mul(mean, mean), -1.0)));
+    return c.b.add(mean, c.b.scale(var, m.var_scale()));
+  };
+  const ValueId up = c.linear("agent_to_hidden", b.value, b.width, w, true);
+  ValueId h = c.b.concat({context(a, a.value), context(b, up)});
+  h = c.b.activation(c.linear("fuse_mlp.0", h, 2 * w, w, true), ops::Activation::kSilu);
+  h = c.b.linear(h, c.param("fuse_mlp.2.weight", {out, w}, Init::kZeros, w, out));
+  h = c.b.bias_add(h, c.param("fuse_mlp.2.bias", {out}, Init::kZeros, w, out));
+  h = c.b.linear(h, c.param("ctx_to_c.weight", {out, out}, Init::kZeros, out, out));
+  return Port{Domain::kGraphs, 0, out, h, ""};
+}
+
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 20> kKinds{{
+const std::array<ModuleKind, 22> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -451,6 +492,8 @@ const std::array<ModuleKind, 20> kKinds{{
     {"residual_mlp", residual_mlp},
     {"attention", attention},
     {"dit_block", dit_block},
+    {"dit_final", dit_final},
+    {"context_fusion", context_fusion},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,

@@ -36,8 +36,8 @@ float32 implementation is compared with). Cases:
   scene_layers    VectorWorld's ResidualMLP and QCNet's attention layer
                   (bipartite and not, with and without edge features, a
                   shared pre-norm), the EdgeFeatureUpdate pattern (case_scene_layers).
-  dit             two DiT blocks with adaLN conditioning on a broadcast
-                  per-graph context (case_dit).
+  dit             GlobalContextFusion as the condition, two DiT blocks
+                  (adaLN), DiT's final layer (case_dit).
 
 Usage: /usr/bin/python3 tests/reference/make_batch_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -562,6 +562,28 @@ def dit_block(p, name, x, c, ei, heads):
     return x + gate_mlp * m
 
 
+def dit_final(p, name, x, c):
+    """DiT's final layer: linear(LN(x) (1 + scale) + shift), adaLN-conditioned."""
+    shift, scale = linear(p, name + ".adaLN_modulation.1", torch.nn.functional.silu(c)).chunk(2, dim=1)
+    h = torch.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-6) * (1 + scale) + shift
+    return linear(p, name + ".linear", h)
+
+
+def context_fusion(p, name, a, ga, b, gb, graphs, var_scale):
+    """VectorWorld's GlobalContextFusion: per-graph means of a and of
+    agent_to_hidden(b) (each plus var_scale x relu(E[x^2] - E[x]^2)),
+    concatenated, fuse_mlp (Linear, SiLU, Linear), ctx_to_c (no bias)."""
+    def context(v, gi):
+        mean = scatter(v, gi, graphs, "mean")
+        if var_scale:
+            mean = mean + var_scale * torch.relu(scatter(v * v, gi, graphs, "mean") - mean * mean)
+        return mean
+    up = linear(p, name + ".agent_to_hidden", b)
+    h = torch.cat([context(a, ga), context(up, gb)], dim=1)
+    h = linear(p, name + ".fuse_mlp.2", torch.nn.functional.silu(linear(p, name + ".fuse_mlp.0", h)))
+    return linear(p, name + ".ctx_to_c", h, bias=False)
+
+
 def init_dit_block(gen, p, name, w, hidden):
     p[f"{name}.adaLN_modulation.1.weight"], p[f"{name}.adaLN_modulation.1.bias"] = torch_linear_init(gen, 6 * w, w)
     for lin in ("attn.to_q", "attn.to_k", "attn.to_v", "attn.proj"):
@@ -571,19 +593,24 @@ def init_dit_block(gen, p, name, w, hidden):
 
 
 def case_dit(out):
-    """Two DiT blocks (adaLN conditioning, drawn non-zero so that every
-    parameter trains from the first step) over agent->agent edges, the
-    condition a per-graph context (mean pooling, a Linear) broadcast to the
-    agents; sum pooling and a Linear head (graph MSE) plus 0.5 x a per-agent
-    MSE. SGD with momentum, as scene_layers."""
+    """VectorWorld's DiT-side layers: GlobalContextFusion of lanes and
+    agents (with the variance term) as the per-graph condition, broadcast
+    to the agents; two DiT blocks (adaLN conditioning) over agent->agent
+    edges; DiT's final layer. Every parameter drawn non-zero (the zero
+    initialisations would leave most of them without a gradient at the
+    first step). Sum pooling and a Linear head (graph MSE) plus 0.5 x a
+    per-agent MSE through the final layer. SGD with momentum, as
+    scene_layers."""
     rng = np.random.default_rng(19)
-    graphs, fa = 8, 5
+    graphs, fa, fl = 8, 5, 4
     _, ptr = random_graphs(rng, graphs, 1, 6)
+    _, ptr_l = random_graphs(rng, graphs, 1, 5)
     xa = rng.normal(size=(ptr[-1], fa))
     ya = rng.normal(size=(ptr[-1], 1))
+    xl = rng.normal(size=(ptr_l[-1], fl))
     a2a, a2a_ptr = edges_within(rng, ptr, ptr, lambda ns, nd: ns * nd)
     graph_y = rng.normal(size=(graphs, 1))
-    node_sets = {"agent": (xa, ptr, ya)}
+    node_sets = {"agent": (xa, ptr, ya), "lane": (xl, ptr_l, None)}
     edge_sets = {("agent", "a2a", "agent"): (a2a, a2a_ptr)}
     case_dir = out / "dit"
     write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
@@ -591,23 +618,33 @@ def case_dit(out):
     p = {}
     w = 8
     p["emb.weight"], p["emb.bias"] = torch_linear_init(gen, w, fa)
-    p["ctx.weight"], p["ctx.bias"] = torch_linear_init(gen, w, w)
+    p["lane_emb.weight"], p["lane_emb.bias"] = torch_linear_init(gen, w, fl)
+    p["ctx.agent_to_hidden.weight"], p["ctx.agent_to_hidden.bias"] = torch_linear_init(gen, w, w)
+    p["ctx.fuse_mlp.0.weight"], p["ctx.fuse_mlp.0.bias"] = torch_linear_init(gen, w, 2 * w)
+    p["ctx.fuse_mlp.2.weight"], p["ctx.fuse_mlp.2.bias"] = torch_linear_init(gen, w, w)
+    p["ctx.ctx_to_c.weight"], _ = torch_linear_init(gen, w, w)
     init_dit_block(gen, p, "blk1", w, 16)
     init_dit_block(gen, p, "blk2", w, 12)
+    p["fin.adaLN_modulation.1.weight"], p["fin.adaLN_modulation.1.bias"] = torch_linear_init(gen, 2 * w, w)
+    p["fin.linear.weight"], p["fin.linear.bias"] = torch_linear_init(gen, 3, w)
     p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, w)
-    p["agent_head.weight"], p["agent_head.bias"] = torch_linear_init(gen, 1, w)
+    p["agent_head.weight"], p["agent_head.bias"] = torch_linear_init(gen, 1, 3)
     batch_size, epochs = 3, 3
     batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
                for s in range(0, graphs, batch_size)]
 
     def outputs(params, bt):
         xa, _, ga = bt["nodes"]["agent"]
+        xl, _, gl = bt["nodes"]["lane"]
         g = len(bt["y"])
         emb = linear(params, "emb", xa)
-        cond = linear(params, "ctx", scatter(emb, ga, g, "mean"))[ga]
+        lane = linear(params, "lane_emb", xl)
+        cond = context_fusion(params, "ctx", lane, gl, emb, ga, g, 0.5)[ga]
         h = dit_block(params, "blk1", emb, cond, bt["edges"]["a2a"], 2)
         h = dit_block(params, "blk2", h, cond, bt["edges"]["a2a"], 4)
-        return {"head": linear(params, "head", scatter(h, ga, g, "sum")), "agent_head": linear(params, "agent_head", h)}
+        fin = dit_final(params, "fin", h, cond)
+        return {"head": linear(params, "head", scatter(h, ga, g, "sum")),
+                "agent_head": linear(params, "agent_head", fin)}
 
     def forward(params, bt):
         o = outputs(params, bt)
@@ -618,14 +655,15 @@ def case_dit(out):
 dataset {{ path: "DATA" }}
 model {{
   module {{ name: "emb" input: "agent.x" linear {{ out: 8 }} }}
-  module {{ name: "pooled" input: "emb" pool {{ reduce: "mean" }} }}
-  module {{ name: "ctx" input: "pooled" linear {{ out: 8 }} }}
+  module {{ name: "lane_emb" input: "lane.x" linear {{ out: 8 }} }}
+  module {{ name: "ctx" input: "lane_emb" input: "emb" context_fusion {{ out: 8 var_scale: 0.5 }} }}
   module {{ name: "cond" input: "ctx" broadcast {{ node_set: "agent" }} }}
   module {{ name: "blk1" input: "emb" input: "cond" dit_block {{ edges: "a2a" heads: 2 mlp_ratio: 2 }} }}
   module {{ name: "blk2" input: "blk1" input: "cond" dit_block {{ edges: "a2a" heads: 4 mlp_ratio: 1.5 }} }}
+  module {{ name: "fin" input: "blk2" input: "cond" dit_final {{ out: 3 }} }}
   module {{ name: "sum" input: "blk2" pool {{ reduce: "sum" }} }}
   module {{ name: "head" input: "sum" linear {{ out: 1 }} }}
-  module {{ name: "agent_head" input: "blk2" linear {{ out: 1 }} }}
+  module {{ name: "agent_head" input: "fin" linear {{ out: 1 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
   loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
 }}
