@@ -236,7 +236,8 @@ std::vector<int> module_order(const proto::Model& model, const Schema& schema) {
       throw std::invalid_argument(fmt::format("{}: two modules have this name", module_label(model, i)));
     }
     module_kind(model.module(i));  // throws when no kind is set
-    if (model.module(i).input_size() == 0) {
+    // Only a token makes its rows from nothing.
+    if (model.module(i).input_size() == 0 && !model.module(i).has_token()) {
       throw std::invalid_argument(fmt::format("{}: has no input", module_label(model, i)));
     }
     for (const std::string& in : model.module(i).input()) {

@@ -469,9 +469,45 @@ Port context_fusion(ModuleContext& c) {
   return Port{Domain::kGraphs, 0, out, h, ""};
 }
 
+Port token(ModuleContext& c) {
+  const auto& m = c.module.token();
+  c.expect_inputs(0, 0);
+  const int set = c.node_set(m.node_set());
+  const int64_t width = positive(c, m.width(), "width");
+  const ValueId row = c.param("", {1, width}, Init::kGlorot, width, 1);
+  // Every row the same: ones [rows, 1] times the row [1, width].
+  const ValueId ones = c.b.fill({c.shape.node_rows[static_cast<size_t>(set)], 1}, 1.0);
+  return c.nodes(set, width, c.zero_padding(set, c.b.matmul(ones, row)));
+}
+
+Port mul(ModuleContext& c) {
+  if (c.inputs.size() < 2) c.fail(fmt::format("needs at least 2 inputs, has {}", c.inputs.size()));
+  Port product = c.inputs[0];
+  for (size_t i = 1; i < c.inputs.size(); ++i) {
+    const Port& p = c.inputs[i];
+    if (p.domain != product.domain || p.set != product.set || p.width != product.width) {
+      c.fail(fmt::format("cannot multiply {} and {}", c.describe(c.inputs[0]), c.describe(p)));
+    }
+    product.value = c.b.mul(product.value, p.value);
+  }
+  return product;
+}
+
+Port scale(ModuleContext& c) {
+  const Port x = one_input(c);
+  const auto& m = c.module.scale();
+  ValueId v = m.alpha() == 1 ? x.value : c.b.scale(x.value, m.alpha());
+  if (m.beta() != 0) {
+    // + beta on every element: a bias of beta in each column.
+    v = c.b.bias_add(v, c.b.fill({x.width}, m.beta()));
+  }
+  if (v == x.value) v = c.b.scale(x.value, 1.0);  // its own value, named by the module
+  return with(x, x.width, v);
+}
+
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 22> kKinds{{
+const std::array<ModuleKind, 25> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -494,6 +530,9 @@ const std::array<ModuleKind, 22> kKinds{{
     {"dit_block", dit_block},
     {"dit_final", dit_final},
     {"context_fusion", context_fusion},
+    {"token", token},
+    {"mul", mul},
+    {"scale", scale},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,
@@ -554,7 +593,8 @@ ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const B
 
 ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> shape_, Init init, int64_t fan_in,
                              int64_t fan_out) {
-  const std::string name = module.name() + "." + suffix;
+  // No suffix: the parameter is the module itself ("encoder.Q").
+  const std::string name = suffix.empty() ? module.name() : module.name() + "." + suffix;
   const ValueId id = b.parameter(name, shape_);
   params_.push_back(ParamDecl{name, std::move(shape_), init, fan_in, fan_out});
   param_ids_.push_back(id);

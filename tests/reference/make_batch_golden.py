@@ -736,16 +736,26 @@ def case_scene_layers(out):
     l2a, l2a_ptr = edges_within(rng, ptr_l, ptr_a, lambda ns, nd: ns + nd)
     a2a, a2a_ptr = edges_within(rng, ptr_a, ptr_a, lambda ns, nd: ns * nd)
     graph_y = rng.normal(size=(graphs, 1))
-    node_sets = {"lane": (xl, ptr_l, None), "agent": (xa, ptr_a, ya)}
+    # One query row a scene, every lane of the scene pointing at it.
+    ptr_q = np.arange(graphs + 1, dtype=np.int64)
+    xq = np.zeros((graphs, 1))
+    l2q = np.array([[l for g in range(graphs) for l in range(ptr_l[g], ptr_l[g + 1])],
+                    [g for g in range(graphs) for _ in range(ptr_l[g], ptr_l[g + 1])]], dtype=np.int64)
+    l2q_ptr = ptr_l.copy()
+    node_sets = {"lane": (xl, ptr_l, None), "agent": (xa, ptr_a, ya), "query": (xq, ptr_q, None)}
     edge_sets = {("lane", "l2l", "lane"): (l2l, l2l_ptr, rx), ("lane", "l2a", "agent"): (l2a, l2a_ptr),
-                 ("agent", "a2a", "agent"): (a2a, a2a_ptr)}
+                 ("agent", "a2a", "agent"): (a2a, a2a_ptr), ("lane", "l2q", "query"): (l2q, l2q_ptr)}
     case_dir = out / "scene_layers"
     write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
     gen = torch.Generator().manual_seed(5)
     p = {}
     w, heads, ff, rw = 8, 2, 12, 4
     init_residual_mlp(gen, p, "lane_emb", fl, w, 2, 0)
-    init_residual_mlp(gen, p, "agent_emb", fa, 6, 1, w)
+    init_residual_mlp(gen, p, "static_emb", fa, 6, 1, w)
+    init_residual_mlp(gen, p, "motion_emb", fa, w, 2, 0)
+    init_residual_mlp(gen, p, "gate_logit", fa, w, 1, w)
+    p["Q"] = torch.rand((1, w), generator=gen, dtype=torch.float32) * 2 - 1
+    init_attention(gen, p, "l2q", w, heads, ff, True)
     init_residual_mlp(gen, p, "conn", fr, rw, 1, 0)
     init_attention(gen, p, "l2l", w, heads, ff, False, rw)
     init_attention(gen, p, "l2a", w, heads, ff, True)
@@ -754,7 +764,7 @@ def case_scene_layers(out):
     init_residual_mlp(gen, p, "edge_node", 2 * w, rw, 2, 0)
     init_residual_mlp(gen, p, "edge_mlp", 2 * rw, rw, 2, 0)
     init_attention(gen, p, "l2l_b", w, heads, ff, False, rw)
-    p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, 2 * w)
+    p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, 3 * w)
     p["agent_head.weight"], p["agent_head.bias"] = torch_linear_init(gen, 2, w)
     batch_size, epochs = 4, 3
     batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
@@ -766,7 +776,9 @@ def case_scene_layers(out):
         g = len(bt["y"])
         e = bt["edges"]
         lane = residual_mlp(params, "lane_emb", xl, 2, 0)
-        agent = residual_mlp(params, "agent_emb", xa, 1, w)
+        # VectorWorld's agent gating: (1 - g) static + g motion.
+        g_agent = torch.sigmoid(residual_mlp(params, "gate_logit", xa, 1, w))
+        agent = (1 - g_agent) * residual_mlp(params, "static_emb", xa, 1, w) + g_agent * residual_mlp(params, "motion_emb", xa, 2, 0)
         conn = residual_mlp(params, "conn", bt["edge_x"]["l2l"], 1, 0)
         lane1 = attention(params, "l2l", lane, lane, e["l2l"], conn, heads, False)
         agent1 = attention(params, "l2a", lane1, agent, e["l2a"], None, heads, True)
@@ -777,7 +789,8 @@ def case_scene_layers(out):
         node_f = residual_mlp(params, "edge_node", torch.cat([lane1[dst], lane1[src]], dim=1), 2, 0)
         conn2 = residual_mlp(params, "edge_mlp", torch.cat([node_f, conn], dim=1), 2, 0)
         lane2 = attention(params, "l2l_b", lane1, lane1, e["l2l"], conn2, heads, False)
-        pooled = torch.cat([scatter(agent3, ga, g, "mean"), torch.sigmoid(scatter(lane2, gl, g, "sum"))], dim=1)
+        query = attention(params, "l2q", lane2, params["Q"].expand(g, -1), e["l2q"], None, heads, True, shared=True)
+        pooled = torch.cat([scatter(agent3, ga, g, "mean"), torch.sigmoid(scatter(lane2, gl, g, "sum")), query], dim=1)
         return {"head": linear(params, "head", pooled), "agent_head": linear(params, "agent_head", agent3)}
 
     def forward(params, bt):
@@ -789,7 +802,14 @@ def case_scene_layers(out):
 dataset {{ path: "DATA" }}
 model {{
   module {{ name: "lane_emb" input: "lane.x" residual_mlp {{ hidden: 8 hidden_layers: 2 }} }}
-  module {{ name: "agent_emb" input: "agent.x" residual_mlp {{ hidden: 6 hidden_layers: 1 out: 8 }} }}
+  module {{ name: "static_emb" input: "agent.x" residual_mlp {{ hidden: 6 hidden_layers: 1 out: 8 }} }}
+  module {{ name: "motion_emb" input: "agent.x" residual_mlp {{ hidden: 8 }} }}
+  module {{ name: "gate_logit" input: "agent.x" residual_mlp {{ hidden: 8 hidden_layers: 1 out: 8 }} }}
+  module {{ name: "gate" input: "gate_logit" activation {{ kind: SIGMOID }} }}
+  module {{ name: "keep" input: "gate" scale {{ alpha: -1 beta: 1 }} }}
+  module {{ name: "kept" input: "keep" input: "static_emb" mul {{}} }}
+  module {{ name: "moved" input: "gate" input: "motion_emb" mul {{}} }}
+  module {{ name: "agent_emb" input: "kept" input: "moved" add {{}} }}
   module {{ name: "conn" input: "l2l.x" residual_mlp {{ hidden: 4 hidden_layers: 1 }} }}
   module {{ name: "l2l" input: "lane_emb" input: "conn" attention {{ edges: "l2l" heads: 2 feedforward: 12 }} }}
   module {{ name: "l2a" input: "l2l" input: "agent_emb" attention {{ edges: "l2a" heads: 2 feedforward: 12 }} }}
@@ -806,7 +826,10 @@ model {{
   module {{ name: "agents" input: "a2a" pool {{ reduce: "mean" }} }}
   module {{ name: "lanes" input: "l2l_b" pool {{ reduce: "sum" }} }}
   module {{ name: "lanes_act" input: "lanes" activation {{ kind: SIGMOID }} }}
-  module {{ name: "both" input: "agents" input: "lanes_act" concat {{}} }}
+  module {{ name: "Q" token {{ node_set: "query" width: 8 }} }}
+  module {{ name: "l2q" input: "l2l_b" input: "Q" attention {{ edges: "l2q" heads: 2 feedforward: 12 shared_prenorm: true }} }}
+  module {{ name: "queries" input: "l2q" pool {{ reduce: "sum" }} }}
+  module {{ name: "both" input: "agents" input: "lanes_act" input: "queries" concat {{}} }}
   module {{ name: "head" input: "both" linear {{ out: 1 }} }}
   module {{ name: "agent_head" input: "a2a" linear {{ out: 2 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
