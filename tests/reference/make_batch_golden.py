@@ -35,7 +35,8 @@ float32 implementation is compared with). Cases:
   graph_classes   (below) graph classification with a per-node L1 term.
   scene_layers    VectorWorld's ResidualMLP and QCNet's attention layer
                   (bipartite and not, with and without edge features, a
-                  shared pre-norm), the EdgeFeatureUpdate pattern (case_scene_layers).
+                  shared pre-norm), the EdgeFeatureUpdate pattern, the
+                  agent gate and the query token (case_scene_layers).
   dit             GlobalContextFusion as the condition, two DiT blocks
                   (adaLN), DiT's final layer (case_dit).
 
@@ -717,9 +718,11 @@ def case_scene_layers(out):
     l2a (own pre-norms) and l2a2 (shared pre-norm, attn_prenorm_x_dst
     unused), a2a without; the EdgeFeatureUpdate pattern (gathers of both
     endpoints, concatenations, ResidualMLPs) feeding a second l2l
-    attention; a LayerNorm without affine parameters, a sigmoid; mean and
-    sum pooling, a Linear head (graph MSE) plus 0.5 x a per-agent MSE.
-    SGD with momentum, not Adam: with Adam this case's parameters after 9
+    attention; a LayerNorm without affine parameters, a sigmoid; the
+    agents' gated embedding (1 - g) static + g motion (scale, mul, add); a
+    learnable query token per scene (node set query, lane->query edges,
+    attention with a shared pre-norm); mean and sum pooling, a Linear head
+    (graph MSE) plus 0.5 x a per-agent MSE. SGD with momentum, not Adam: with Adam this case's parameters after 9
     steps hang on near-cancelling moments (one element's second gradient
     undoes its first), where float32 rounding in the gradients (about 1e-5
     of their scale, in torch's float32 as in gnnrt's) moves a parameter by
