@@ -270,6 +270,14 @@ Port gather(ModuleContext& c) {
 
 // ---- VectorWorld's layers (QCNet's attention) ----
 
+// A Linear as VectorWorld's weight_init (and DiT's) starts it: Xavier-uniform
+// weight, zero bias.
+ValueId xavier_linear(ModuleContext& c, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias) {
+  ValueId h = c.b.linear(x, c.param(prefix + ".weight", {out, in}, Init::kGlorot, in, out));
+  if (bias) h = c.b.bias_add(h, c.param(prefix + ".bias", {out}, Init::kZeros, in, out));
+  return h;
+}
+
 // torch.nn.LayerNorm(width) over each row: "<prefix>.weight", "<prefix>.bias".
 ValueId row_norm(ModuleContext& c, const std::string& prefix, ValueId x, int64_t width) {
   const ValueId gamma = c.param(prefix + ".weight", {width}, Init::kOnes, width, width);
@@ -285,14 +293,14 @@ Port residual_mlp(ModuleContext& c) {
   if (m.out() < 0) c.fail(fmt::format("out = {} must be >= 0 (0: no output Linear)", m.out()));
   ValueId h = x.value;
   for (int64_t i = 0; i < layers; ++i) {
-    h = c.linear(fmt::format("linears.{}", i), h, i == 0 ? x.width : hidden, hidden, true);
+    h = xavier_linear(c, fmt::format("linears.{}", i), h, i == 0 ? x.width : hidden, hidden, true);
     h = row_norm(c, fmt::format("norms.{}", i), h, hidden);
     if (i + 1 < layers) h = c.b.relu(h);  // none after the last pair: the residual comes first
   }
-  const ValueId res = row_norm(c, "transform_norm", c.linear("transform_linear", x.value, x.width, hidden, true), hidden);
+  const ValueId res = row_norm(c, "transform_norm", xavier_linear(c, "transform_linear", x.value, x.width, hidden, true), hidden);
   h = c.b.relu(c.b.add(h, res));
   if (m.out() == 0) return with(x, hidden, h);
-  return with(x, m.out(), c.linear("linear_out", h, hidden, m.out(), true));
+  return with(x, m.out(), xavier_linear(c, "linear_out", h, hidden, m.out(), true));
 }
 
 Port attention(ModuleContext& c) {
@@ -334,16 +342,16 @@ Port attention(ModuleContext& c) {
   } else if (bipartite) {
     xd = row_norm(c, "attn_prenorm_x_dst", in.dst.value, width);
   }
-  const ValueId q = c.linear("to_q", xd, width, hd, true);
-  const ValueId k = c.linear("to_k", xs, width, hd, false);
-  const ValueId v = c.linear("to_v", xs, width, hd, true);
+  const ValueId q = xavier_linear(c, "to_q", xd, width, hd, true);
+  const ValueId k = xavier_linear(c, "to_k", xs, width, hd, false);
+  const ValueId v = xavier_linear(c, "to_v", xs, width, hd, true);
   // Scores <q[dst], k[src] + to_k_r(r)> per head, over sqrt(dim).
   ValueId score = c.b.sddmm_dot(g, k, q, heads);
   ValueId vr = runtime::kNoValue;
   if (r) {
     const ValueId rn = row_norm(c, "attn_prenorm_r", r->value, r->width);
-    const ValueId kr = c.linear("to_k_r", rn, r->width, hd, false);
-    vr = c.linear("to_v_r", rn, r->width, hd, true);
+    const ValueId kr = xavier_linear(c, "to_k_r", rn, r->width, hd, false);
+    vr = xavier_linear(c, "to_v_r", rn, r->width, hd, true);
     // q at each edge's destination (the reversed graph keeps the edge ids),
     // times kr, summed per head (head_dot with ones).
     const ValueId q_e = c.b.gather(c.reversed_graph(e), q);
@@ -356,16 +364,16 @@ Port attention(ModuleContext& c) {
   if (r) agg = c.b.add(agg, c.b.scatter(ops::Reduce::kSum, g, c.b.edge_scale(vr, alpha)).first);
   // The gated update: agg + sigmoid(to_g([agg, x_dst])) * (to_s(x_dst) - agg).
   const ValueId gate =
-      c.b.activation(c.linear("to_g", c.b.concat({agg, xd}), hd + width, hd, true), ops::Activation::kSigmoid);
-  const ValueId s = c.linear("to_s", xd, width, hd, true);
+      c.b.activation(xavier_linear(c, "to_g", c.b.concat({agg, xd}), hd + width, hd, true), ops::Activation::kSigmoid);
+  const ValueId s = xavier_linear(c, "to_s", xd, width, hd, true);
   const ValueId update = c.b.add(agg, c.b.mul(gate, c.b.add(s, c.b.scale(agg, -1.0))));
-  const ValueId attn = c.linear("to_out", update, hd, width, true);
+  const ValueId attn = xavier_linear(c, "to_out", update, hd, width, true);
   ValueId x = c.b.add(in.dst.value, row_norm(c, "attn_postnorm", attn, width));
   // The feed-forward block: nn.Sequential(Linear 0, ReLU 1, Dropout 2, Linear 3).
-  ValueId h = c.b.relu(c.linear("ff_mlp.0", row_norm(c, "ff_prenorm", x, width), width, ff, true));
+  ValueId h = c.b.relu(xavier_linear(c, "ff_mlp.0", row_norm(c, "ff_prenorm", x, width), width, ff, true));
   // Its own masks: a key no module's index takes.
   if (c.training) h = c.b.dropout(h, m.dropout(), c.key | (uint64_t{1} << 32), -1, c.row_ids(in.dst));
-  h = c.linear("ff_mlp.3", h, ff, width, true);
+  h = xavier_linear(c, "ff_mlp.3", h, ff, width, true);
   x = c.b.add(x, row_norm(c, "ff_postnorm", h, width));
   return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, x));
 }
@@ -439,7 +447,8 @@ Port dit_final(ModuleContext& c) {
                            c.param("adaLN_modulation.1.weight", {2 * w, w}, Init::kZeros, w, 2 * w));
   mod = c.b.bias_add(mod, c.param("adaLN_modulation.1.bias", {2 * w}, Init::kZeros, w, 2 * w));
   const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), c.b.slice_cols(mod, 0, w), c.b.slice_cols(mod, w, w));
-  ValueId y = c.b.linear(h, c.param("linear.weight", {out, w}, Init::kGlorot, w, out));
+  // Zero, as VectorWorld's DiT starts its final layers: the output starts at 0.
+  ValueId y = c.b.linear(h, c.param("linear.weight", {out, w}, Init::kZeros, w, out));
   y = c.b.bias_add(y, c.param("linear.bias", {out}, Init::kZeros, w, out));
   return with(x, out, y);
 }
@@ -460,9 +469,9 @@ Port context_fusion(ModuleContext& c) {
     const ValueId var = c.b.relu(c.b.add(m2, c.b.scale(c.b.mul(mean, mean), -1.0)));
     return c.b.add(mean, c.b.scale(var, m.var_scale()));
   };
-  const ValueId up = c.linear("agent_to_hidden", b.value, b.width, w, true);
+  const ValueId up = xavier_linear(c, "agent_to_hidden", b.value, b.width, w, true);
   ValueId h = c.b.concat({context(a, a.value), context(b, up)});
-  h = c.b.activation(c.linear("fuse_mlp.0", h, 2 * w, w, true), ops::Activation::kSilu);
+  h = c.b.activation(xavier_linear(c, "fuse_mlp.0", h, 2 * w, w, true), ops::Activation::kSilu);
   h = c.b.linear(h, c.param("fuse_mlp.2.weight", {out, w}, Init::kZeros, w, out));
   h = c.b.bias_add(h, c.param("fuse_mlp.2.bias", {out}, Init::kZeros, w, out));
   h = c.b.linear(h, c.param("ctx_to_c.weight", {out, out}, Init::kZeros, out, out));
