@@ -54,7 +54,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     }
   }
   if (outputs.empty()) throw std::invalid_argument("gnnrt infer: the model has no loss term; name outputs with --output");
-  load_state_dict(core, probe.params, options.params_in, !options.params_non_strict);
+  load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict);
   for (const ParamDecl& p : probe.params) {
     if (!core.memory().has(p.name)) initialize_parameters(core, {p}, job.seed());
   }

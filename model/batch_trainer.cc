@@ -77,6 +77,7 @@ class BatchTrainer {
   BatchDataset data_;
   std::unique_ptr<BatchSource> source_;
   std::vector<ParamDecl> params_;
+  std::vector<ParamAlias> aliases_;
   std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs_;
   int64_t start_epoch_ = 0, step_ = 0;
   bool resumed_metrics_ = false;  // the checkpoint held a partial epoch's metrics
@@ -102,7 +103,7 @@ void BatchTrainer::init_parameters() {
       initialize_parameters(core_, params_, job_.seed());
       return;
     }
-    load_state_dict(core_, params_, options_.params_in, !options_.params_non_strict);
+    load_state_dict(core_, params_, aliases_, options_.params_in, !options_.params_non_strict);
     // Non-strict: the keys not in the files start fresh.
     std::vector<ParamDecl> fresh;
     for (const ParamDecl& p : params_) {
@@ -192,7 +193,9 @@ TrainResult BatchTrainer::run() {
     source_ = std::make_unique<BatchSource>(data_, job_.batching(), job_.seed(), ranks_);
     // The model is checked (and its parameters declared) on the smallest
     // bucket before anything runs.
-    params_ = build_module_train_step(job_.model(), source_->schema(), source_->buckets().front(), replicated_).params;
+    Network first = build_module_train_step(job_.model(), source_->schema(), source_->buckets().front(), replicated_);
+    params_ = std::move(first.params);
+    aliases_ = std::move(first.aliases);
     build_module_inference(job_.model(), source_->schema(), source_->buckets().front(), replicated_);
   });
   if (replicated_) check_same(*comm_, identity, "datasets (the same dataset.path read other bytes)");
@@ -339,8 +342,7 @@ TrainResult BatchTrainer::run() {
   if (!result.stopped && checkpointer_.enabled() && !programs_.empty()) save(std::max(epochs, start_epoch_), step_);
   step("writing the outputs", [&] {
     if (options_.params_out.empty() || !writer()) return;
-    std::filesystem::create_directories(options_.params_out);
-    for (const ParamDecl& p : params_) write_npy(options_.params_out / (p.name + ".npy"), core_.read(p.name));
+    write_state_dict(core_, params_, aliases_, options_.params_out);
   });
   if (!options_.trace_path.empty()) core_.write_trace(rank_path(options_.trace_path, rank_));
   result.start_epoch = start_epoch_;
@@ -358,8 +360,8 @@ TrainResult BatchTrainer::run() {
 
 }  // namespace
 
-void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::filesystem::path& dir,
-                     bool strict) {
+void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
+                     const std::filesystem::path& dir, bool strict) {
   std::set<std::string> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -383,6 +385,20 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
     }
     loaded.emplace(p.name, t.cast(DType::kF32));
   }
+  for (const ParamAlias& a : aliases) {
+    const auto p = std::find_if(params.begin(), params.end(), [&](const ParamDecl& d) { return d.name == a.param; });
+    if (p == params.end()) throw std::logic_error("alias " + a.key + " of no parameter " + a.param);
+    if (!files.erase(a.key)) {
+      missing.push_back(fmt::format("{} {}", a.key, runtime::shape_string(p->shape)));
+      continue;
+    }
+    const Tensor t = read_npy(dir / (a.key + ".npy"));
+    if (t.shape() != p->shape || !is_floating(t.dtype())) {
+      mismatched.push_back(fmt::format("{}: {} {} in the file, {} float32 in the model", a.key,
+                                       runtime::shape_string(t.shape()), to_string(t.dtype()),
+                                       runtime::shape_string(p->shape)));
+    }
+  }
   const std::vector<std::string> unexpected(files.begin(), files.end());
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
     const std::string what = fmt::format(
@@ -392,6 +408,13 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
     spdlog::warn("{}; loaded the other {} keys", what, loaded.size());
   }
   for (auto& [name, t] : loaded) core.memory().put(name, std::move(t));
+}
+
+void write_state_dict(const Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
+                      const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  for (const ParamDecl& p : params) write_npy(dir / (p.name + ".npy"), core.memory().at(p.name));
+  for (const ParamAlias& a : aliases) write_npy(dir / (a.key + ".npy"), core.memory().at(a.param));
 }
 
 bool is_batch_job(const proto::Job& job) {

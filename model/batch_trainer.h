@@ -23,7 +23,13 @@ TrainResult train_batches(const proto::Job& job, const TrainOptions& options);
 // --params-in, as torch's load_state_dict: strict, every key loaded or one
 // error listing the missing keys, the unexpected keys and the mismatched
 // shapes; non-strict loads the intersection and lists the rest (warning).
+// An alias key is expected too, with its parameter's shape; the
+// parameter's own key gives the values.
 void load_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
-                     const std::filesystem::path& dir, bool strict);
+                     const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir, bool strict);
+
+// --params-out: <key>.npy for every parameter and alias.
+void write_state_dict(const runtime::Core& core, const std::vector<ParamDecl>& params,
+                      const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir);
 
 }  // namespace gnnrt::model

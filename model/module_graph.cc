@@ -112,7 +112,7 @@ class ModuleGraphBuilder {
       for (const std::string& in : m.input()) inputs.push_back(ports_.at(in));
       Builder::Scope scope(b_, m.name());
       ModuleContext c(b_, schema_, shape_, training_, m, static_cast<uint64_t>(i + 1), std::move(inputs), params_,
-                      param_ids_);
+                      param_ids_, aliases_);
       Port out = module_kind(m).build(c);
       out.name = m.name();
       ports_[m.name()] = out;
@@ -202,6 +202,7 @@ class ModuleGraphBuilder {
   Network finish(ValueId loss) {
     Network n;
     n.params = std::move(params_);
+    n.aliases = std::move(aliases_);
     n.param_ids = std::move(param_ids_);
     n.loss = loss;
     n.program = b_.take();
@@ -215,6 +216,7 @@ class ModuleGraphBuilder {
   const bool training_;
   std::map<std::string, Port> ports_;
   std::vector<ParamDecl> params_;
+  std::vector<ParamAlias> aliases_;
   std::vector<ValueId> param_ids_;
 };
 

@@ -341,6 +341,10 @@ Port attention(ModuleContext& c) {
     xd = c.b.layer_norm(in.dst.value, src_gamma, src_beta, /*per_node=*/true, 1e-5);
   } else if (bipartite) {
     xd = row_norm(c, "attn_prenorm_x_dst", in.dst.value, width);
+  } else {
+    // One norm under two names, as in VectorWorld's state_dict.
+    c.alias("attn_prenorm_x_dst.weight", "attn_prenorm_x_src.weight");
+    c.alias("attn_prenorm_x_dst.bias", "attn_prenorm_x_src.bias");
   }
   const ValueId q = xavier_linear(c, "to_q", xd, width, hd, true);
   const ValueId k = xavier_linear(c, "to_k", xs, width, hd, false);
@@ -596,9 +600,14 @@ const ModuleKind& module_kind(const proto::Module& module) {
 
 ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const BucketShape& sh, bool train,
                              const proto::Module& m, uint64_t k, std::vector<Port> in,
-                             std::vector<ParamDecl>& params, std::vector<ValueId>& param_ids)
+                             std::vector<ParamDecl>& params, std::vector<ValueId>& param_ids,
+                             std::vector<ParamAlias>& aliases)
     : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
-      params_(params), param_ids_(param_ids) {}
+      params_(params), param_ids_(param_ids), aliases_(aliases) {}
+
+void ModuleContext::alias(const std::string& key_suffix, const std::string& param_suffix) {
+  aliases_.push_back(ParamAlias{module.name() + "." + key_suffix, module.name() + "." + param_suffix});
+}
 
 ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> shape_, Init init, int64_t fan_in,
                              int64_t fan_out) {

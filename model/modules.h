@@ -80,7 +80,8 @@ class ModuleContext {
  public:
   ModuleContext(runtime::Builder& b, const Schema& schema, const BucketShape& shape, bool training,
                 const proto::Module& module, uint64_t key, std::vector<Port> inputs,
-                std::vector<ParamDecl>& params, std::vector<runtime::ValueId>& param_ids);
+                std::vector<ParamDecl>& params, std::vector<runtime::ValueId>& param_ids,
+                std::vector<ParamAlias>& aliases);
 
   runtime::Builder& b;
   const Schema& schema;
@@ -93,6 +94,8 @@ class ModuleContext {
   // A parameter "<module>.<suffix>".
   runtime::ValueId param(const std::string& suffix, std::vector<int64_t> shape, ParamDecl::Init init,
                          int64_t fan_in, int64_t fan_out);
+  // "<module>.<key_suffix>" names the parameter "<module>.<param_suffix>" too.
+  void alias(const std::string& key_suffix, const std::string& param_suffix);
   // torch.nn.Linear "<module>.<prefix>.weight" / ".bias" applied to x.
   runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);
   int32_t graph(int edge_set);             // the edge set's adjacency
@@ -121,6 +124,7 @@ class ModuleContext {
  private:
   std::vector<ParamDecl>& params_;
   std::vector<runtime::ValueId>& param_ids_;
+  std::vector<ParamAlias>& aliases_;
 };
 
 struct ModuleKind {

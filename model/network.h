@@ -69,10 +69,19 @@ struct NetworkShape {
 // linear, gin, sage with mean aggregation).
 std::string sparse_features_unsupported(const proto::Model& model);
 
+// A second state_dict key for a parameter (torch lists a module stored under
+// two attribute names twice: VectorWorld's non-bipartite attention layers
+// alias attn_prenorm_x_dst to attn_prenorm_x_src): loaded with it, written
+// with its values.
+struct ParamAlias {
+  std::string key, param;
+};
+
 struct Network {
   runtime::Program program;
   std::vector<ParamDecl> params;
   std::vector<runtime::ValueId> param_ids;  // in params order
+  std::vector<ParamAlias> aliases;
   runtime::ValueId loss = runtime::kNoValue;
 };
 

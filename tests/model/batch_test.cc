@@ -393,6 +393,30 @@ TEST_F(Batch, ADitBlockAtInitialisationIsTheIdentity) {
   for (size_t i = 0; i < out.at("emb").size(); ++i) ASSERT_EQ(out.at("blk")[i], out.at("emb")[i]) << i;
 }
 
+// A non-bipartite attention layer's destination pre-norm is its source
+// pre-norm under a second key (as in VectorWorld's state_dict): written with
+// --params-out, required by the strict loader with the parameter's shape.
+TEST_F(Batch, AliasedKeysAreWrittenAndRequired) {
+  const fs::path c = kGolden / "scene_layers";
+  options_.params_in = c / "params_init";
+  options_.params_out = dir_ / "out";
+  proto::Job job = golden_job("scene_layers");
+  apply_override(job, "schedule.epochs=1");
+  train(job, options_);
+  const auto out = read_params(dir_ / "out");
+  EXPECT_EQ(out.at("l2l.attn_prenorm_x_dst.weight"), out.at("l2l.attn_prenorm_x_src.weight"));
+  const fs::path in = dir_ / "params";
+  fs::create_directories(in);
+  for (const auto& e : fs::directory_iterator(c / "params_init")) fs::copy_file(e.path(), in / e.path().filename());
+  fs::remove(in / "l2l.attn_prenorm_x_dst.weight.npy");
+  write_npy<float>(in / "a2a.attn_prenorm_x_dst.bias.npy", std::vector<float>(3), {3});
+  options_.params_in = in;
+  EXPECT_THAT([&] { train(job, options_); },
+              testing::ThrowsMessage<std::invalid_argument>(testing::AllOf(
+                  HasSubstr("missing keys: [l2l.attn_prenorm_x_dst.weight [8]]"),
+                  HasSubstr("a2a.attn_prenorm_x_dst.bias: [3] float32 in the file, [8] float32 in the model"))));
+}
+
 TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {
   proto::Job job = molecules_job();
   auto* model = job.mutable_model();

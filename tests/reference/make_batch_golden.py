@@ -226,9 +226,14 @@ def torch_linear_init(gen, out, inp):
 
 def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None, momentum=None):
     """Adam, or SGD with `momentum` when given."""
-    params = {k: v.to(torch.float64).clone().requires_grad_(True) for k, v in params32.items()}
-    opt = (torch.optim.Adam(params.values(), lr=lr, weight_decay=0.0) if momentum is None
-           else torch.optim.SGD(params.values(), lr=lr, momentum=momentum))
+    # Keys that share a tensor (a module under two names) share its clone.
+    clones, params = {}, {}
+    for k, v in params32.items():
+        if id(v) not in clones:
+            clones[id(v)] = v.to(torch.float64).clone().requires_grad_(True)
+        params[k] = clones[id(v)]
+    opt = (torch.optim.Adam(clones.values(), lr=lr, weight_decay=0.0) if momentum is None
+           else torch.optim.SGD(clones.values(), lr=lr, momentum=momentum))
     epoch_losses = []
     for _ in range(epochs):
         losses = []
@@ -708,6 +713,11 @@ def init_attention(gen, p, name, width, heads, ff, bipartite, r_width=0):
     for norm in ["attn_prenorm_x_src"] + (["attn_prenorm_x_dst"] if bipartite else []) + \
             ["attn_postnorm", "ff_prenorm", "ff_postnorm"]:
         init_norm(gen, p, f"{name}.{norm}", width)
+    if not bipartite:
+        # VectorWorld's attn_prenorm_x_dst = attn_prenorm_x_src: one module,
+        # two state_dict names.
+        p[f"{name}.attn_prenorm_x_dst.weight"] = p[f"{name}.attn_prenorm_x_src.weight"]
+        p[f"{name}.attn_prenorm_x_dst.bias"] = p[f"{name}.attn_prenorm_x_src.bias"]
 
 
 def case_scene_layers(out):
