@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "model/batch_manifest.pb.h"
+#include "model/scenes.h"
 #include "ops/rng.h"
 #include "runtime/npy.h"
 #include "runtime/program.h"
@@ -123,23 +124,25 @@ void set_classes(Targets& y) {
   if (y.classes && !y.labels.empty()) y.num_classes = *std::max_element(y.labels.begin(), y.labels.end()) + 1;
 }
 
-template <typename T>
-bool parse_number(std::string_view s, T& out) {
-  if constexpr (std::is_floating_point_v<T>) {
-    try {
-      size_t used = 0;
-      const std::string str(s);
-      out = static_cast<T>(std::stod(str, &used));
-      return used == str.size();
-    } catch (const std::exception&) {
-      return false;
-    }
-  } else {
-    return std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc() && !s.empty();
-  }
-}
-
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> spec_pairs(std::string_view spec, std::string_view prefix,
+                                                            const std::string& where) {
+  if (!spec.starts_with(prefix) || (spec.size() > prefix.size() && spec[prefix.size()] != ':')) {
+    throw DatasetError(where, fmt::format("expected {} or {}:key=value,...", prefix, prefix));
+  }
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::string_view rest = spec.substr(std::min(spec.size(), prefix.size() + 1));
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) throw DatasetError(where, fmt::format("'{}' is not key=value", item));
+    pairs.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return pairs;
+}
 
 int BatchDataset::node_set(std::string_view name) const {
   for (size_t i = 0; i < node_sets.size(); ++i) {
@@ -328,19 +331,8 @@ void write_batch_folder(const BatchDataset& d, const fs::path& dir) {
 
 MoleculeSpec parse_molecule_spec(std::string_view spec) {
   const std::string where = fmt::format("molecules spec '{}'", spec);
-  constexpr std::string_view kPrefix = "molecules";
-  if (!spec.starts_with(kPrefix) || (spec.size() > kPrefix.size() && spec[kPrefix.size()] != ':')) {
-    throw DatasetError(where, "expected molecules or molecules:key=value,...");
-  }
   MoleculeSpec s;
-  std::string_view rest = spec.substr(std::min(spec.size(), kPrefix.size() + 1));
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    const size_t eq = item.find('=');
-    if (eq == std::string_view::npos) throw DatasetError(where, fmt::format("'{}' is not key=value", item));
-    const std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+  for (const auto& [key, value] : spec_pairs(spec, "molecules", where)) {
     bool ok = false;
     if (key == "graphs") ok = parse_number(value, s.graphs);
     else if (key == "min_nodes") ok = parse_number(value, s.min_nodes);
@@ -431,6 +423,7 @@ BatchDataset make_molecules(const MoleculeSpec& spec) {
 
 bool is_batch_dataset(std::string_view spec) {
   if (spec == "molecules" || spec.starts_with("molecules:")) return true;
+  if (spec == "scenes" || spec.starts_with("scenes:")) return true;
   std::error_code ec;
   return !spec.empty() && fs::is_regular_file(fs::path(spec) / kManifest, ec);
 }
@@ -465,6 +458,7 @@ BatchDataset one_graph_batch(const Dataset& g) {
 
 BatchDataset load_batch_dataset(std::string_view spec) {
   if (spec == "molecules" || spec.starts_with("molecules:")) return make_molecules(parse_molecule_spec(spec));
+  if (spec == "scenes" || spec.starts_with("scenes:")) return make_scenes(parse_scene_spec(spec));
   std::error_code ec;
   if (fs::is_regular_file(fs::path(spec) / kManifest, ec)) return load_batch_folder(fs::path(spec));
   // A one-graph dataset (folder, CSV, synthetic:...) is the one-set, one-graph case.

@@ -10,10 +10,14 @@
 // naming the file, the field and the position.
 #pragma once
 
+#include <charconv>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "model/dataset.h"
@@ -93,8 +97,29 @@ struct MoleculeSpec {
 MoleculeSpec parse_molecule_spec(std::string_view spec);
 BatchDataset make_molecules(const MoleculeSpec& spec);
 
-// Whether a dataset spec names a batch dataset: "molecules[:...]", or a
-// folder holding manifest.pbtxt.
+// A generator's spec, "<prefix>" or "<prefix>:key=value,...", as its pairs
+// (DatasetError naming `where` when it is neither).
+std::vector<std::pair<std::string, std::string>> spec_pairs(std::string_view spec, std::string_view prefix,
+                                                            const std::string& where);
+// A spec's number (false when `s` is not one, whole).
+template <typename T>
+bool parse_number(std::string_view s, T& out) {
+  if constexpr (std::is_floating_point_v<T>) {
+    try {
+      size_t used = 0;
+      const std::string str(s);
+      out = static_cast<T>(std::stod(str, &used));
+      return used == str.size();
+    } catch (const std::exception&) {
+      return false;
+    }
+  } else {
+    return std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc() && !s.empty();
+  }
+}
+
+// Whether a dataset spec names a batch dataset: "molecules[:...]",
+// "scenes[:...]" (model/scenes.h), or a folder holding manifest.pbtxt.
 bool is_batch_dataset(std::string_view spec);
 // Any dataset spec: a batch dataset, or a one-graph one (one_graph_batch).
 BatchDataset load_batch_dataset(std::string_view spec);
