@@ -375,8 +375,8 @@ Port attention(ModuleContext& c) {
   ValueId x = c.b.add(in.dst.value, row_norm(c, "attn_postnorm", attn, width));
   // The feed-forward block: nn.Sequential(Linear 0, ReLU 1, Dropout 2, Linear 3).
   ValueId h = c.b.relu(xavier_linear(c, "ff_mlp.0", row_norm(c, "ff_prenorm", x, width), width, ff, true));
-  // Its own masks: a key no module's index takes.
-  if (c.training) h = c.b.dropout(h, m.dropout(), c.key | (uint64_t{1} << 32), -1, c.row_ids(in.dst));
+  // Its own masks: a key no module index takes (dropout keys are 32-bit).
+  if (c.training) h = c.b.dropout(h, m.dropout(), c.key | (uint64_t{1} << 30), -1, c.row_ids(in.dst));
   h = xavier_linear(c, "ff_mlp.3", h, ff, width, true);
   x = c.b.add(x, row_norm(c, "ff_postnorm", h, width));
   return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, x));
@@ -431,7 +431,7 @@ Port dit_block(ModuleContext& c) {
   ValueId alpha = c.b.softmax(g, score);
   if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
   ValueId attn = dense("attn.proj", c.b.aggregate(ops::Reduce::kSum, g, v, alpha), w, w, Init::kGlorot);
-  if (c.training) attn = c.b.dropout(attn, m.dropout(), c.key | (uint64_t{1} << 32), -1, c.row_ids(x));
+  if (c.training) attn = c.b.dropout(attn, m.dropout(), c.key | (uint64_t{1} << 30), -1, c.row_ids(x));
   ValueId out = c.b.add(x.value, c.b.mul(gate_msa, attn));
   const ValueId h2 = modulate(c, plain_norm(c, out, w, 1e-6), shift_mlp, scale_mlp);
   const ValueId mlp = dense("mlp.fc2", c.b.activation(dense("mlp.fc1", h2, w, hidden, Init::kGlorot), ops::Activation::kGeluTanh),
