@@ -7,7 +7,7 @@
 
 namespace gnnrt::ops {
 
-enum class Activation { kSigmoid = 0, kSilu = 1, kGeluTanh = 2 };
+enum class Activation { kSigmoid = 0, kSilu = 1, kGeluTanh = 2, kExp = 3 };
 std::string_view to_string(Activation a);
 
 }  // namespace gnnrt::ops

@@ -413,6 +413,7 @@ std::string_view to_string(Activation a) {
     case Activation::kSigmoid: return "sigmoid";
     case Activation::kSilu: return "silu";
     case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kExp: return "exp";
   }
   return "?";
 }
@@ -459,6 +460,9 @@ void activation_forward(Activation kind, std::span<const T> x, std::span<T> out)
           o[i] = T(0.5) * v * (T(1) + detail::tanh_stable(c * (v + k * v * v * v)));
         }
         return;
+      case Activation::kExp:
+        for (int64_t i = b; i < e; ++i) o[i] = std::exp(xp[i]);
+        return;
     }
   });
 }
@@ -493,6 +497,9 @@ void activation_backward(Activation kind, std::span<const T> x, std::span<const 
           const T du = c * (T(1) + T(3) * k * v * v);
           gx[i] = g[i] * (T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * du);
         }
+        return;
+      case Activation::kExp:
+        for (int64_t i = b; i < e; ++i) gx[i] = g[i] * std::exp(xp[i]);
         return;
     }
   });

@@ -279,7 +279,7 @@ void unary(OpCheck& c) {
   c.floating(0, "x");
   if (c.op().kind == OpKind::kActivation) {
     const int a = c.attrs().activation();
-    if (a < 0 || a > static_cast<int>(ops::Activation::kGeluTanh)) {
+    if (a < 0 || a > static_cast<int>(ops::Activation::kExp)) {
       c.fail(fmt::format("activation #{} is unknown", a));
     }
   }

@@ -63,7 +63,7 @@ struct GraphInfo {
   X(kRelu, "relu")                                                                      \
   X(kLeakyRelu, "leaky_relu")                                                           \
   X(kElu, "elu")                                                                        \
-  X(kActivation, "activation")            /* (x): sigmoid | silu | gelu_tanh */         \
+  X(kActivation, "activation")            /* (x): sigmoid | silu | gelu_tanh | exp */   \
   X(kConcat, "concat")                    /* (x...) side by side along columns */       \
   X(kSliceCols, "slice_cols")             /* (x) -> columns begin .. begin + width */   \
   X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \

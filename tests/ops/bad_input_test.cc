@@ -232,6 +232,10 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<double> x(3), g(2), gx(3);
                    activation_backward<double>(Activation::kGeluTanh, x, g, gx);
                  }, "gelu_tanh_backward: grad_out has 2 elements, expected len(x) = 3"});
+    v.push_back({"exp_out_size", [] {
+                   std::vector<double> x(3), out(2);
+                   activation_forward<double>(Activation::kExp, x, out);
+                 }, "exp: out has 2 elements, expected len(x) = 3"});
     v.push_back({"log_softmax_x_size", [] {
                    std::vector<float> x(5), out(6);
                    log_softmax_forward<float>(x, 2, 3, out);

@@ -229,7 +229,7 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("bias_add/small")).floats("x", {N, F}).floats("bias", {F})
           .upstream("out", {N, F}).build();
     });
-    for (const std::string op : {"relu", "leaky_relu", "elu", "sigmoid", "silu", "gelu_tanh", "log_softmax"}) {
+    for (const std::string op : {"relu", "leaky_relu", "elu", "sigmoid", "silu", "gelu_tanh", "exp", "log_softmax"}) {
       add(op, [=] {
         return Synthetic(golden(op + "/small")).floats("x", {N, F}).upstream("out", {N, F}).build();
       });

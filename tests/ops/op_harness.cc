@@ -266,6 +266,7 @@ const std::map<std::string, Recipe<T>>& recipes() {
       {"sigmoid", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kSigmoid)); }},
       {"silu", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kSilu)); }},
       {"gelu_tanh", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kGeluTanh)); }},
+      {"exp", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kExp)); }},
       {"log_softmax", [](Build<T>& t) { t.out("out", t.b.log_softmax(t.x("x"))); }},
       {"nll_loss",
        [](Build<T>& t) {

@@ -401,9 +401,12 @@ def gen_dense(w, rng):
                                 ("elu", lambda t: torch.nn.functional.elu(t, 1.0), {"alpha": 1.0}),
                                 ("sigmoid", torch.sigmoid, {}),
                                 ("silu", torch.nn.functional.silu, {}),
-                                ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), {})]:
-            # The smooth activations see 4x wider inputs, into their saturation.
-            xa = x if act in ("relu", "leaky_relu", "elu") else 4 * x
+                                ("gelu_tanh", lambda t: torch.nn.functional.gelu(t, approximate="tanh"), {}),
+                                ("exp", torch.exp, {})]:
+            # The saturating activations see 4x wider inputs, into their
+            # saturation; exp does not saturate (and e^12 terms would drown
+            # the finite differences' objective in rounding).
+            xa = x if act in ("relu", "leaky_relu", "elu", "exp") else 4 * x
             xt = leaf(xa)
             out = fn(xt)
             out.backward(f32(gout))
