@@ -74,7 +74,6 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   InferResult result;
   result.graphs = data.num_graphs;
   std::map<std::string, std::vector<float>> values;
-  std::map<std::string, int64_t> widths;
   std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs;
   const int64_t slots = module_metric_slots(job.model());
   core.memory().put(kMetrics, Tensor(DType::kF64, {slots}));
@@ -100,8 +99,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     ++result.batches;
     for (const std::string& name : outputs) {
       const Tensor t = core.read(*p, name);
-      const int64_t width = t.shape().size() > 1 ? t.shape()[1] : 1;
-      widths[name] = width;
+      const int64_t width = ports.at(name).width;
       int64_t rows = static_cast<int64_t>(graphs.size());
       if (const int s = output_set[name]; s >= 0) {
         rows = 0;
@@ -113,10 +111,6 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     latencies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  // The widths come from a bucket's program, which a rank without batches never built.
-  for (const std::string& name : outputs) {
-    if (!widths.count(name)) widths[name] = ports.at(name).width;
-  }
   // The eval losses, when the dataset has the targets (every rank's program alike).
   const bool has_metrics = probe.program.find(kMetrics) != runtime::kNoValue;
   std::vector<double> sums = programs.empty() || !has_metrics ? std::vector<double>(static_cast<size_t>(slots))
@@ -147,7 +141,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   if (rank == 0) {
     std::filesystem::create_directories(options.out);
     for (const std::string& name : outputs) {
-      const int64_t width = widths[name];
+      const int64_t width = ports.at(name).width;
       const std::vector<int64_t> shape{static_cast<int64_t>(values[name].size()) / std::max<int64_t>(width, 1), width};
       write_npy<float>(options.out / (name + ".npy"), values[name], shape);
       result.shapes[name] = shape;

@@ -371,33 +371,28 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
   if (ec) throw std::invalid_argument(fmt::format("--params-in {}: {}", dir.string(), ec.message()));
   std::vector<std::string> missing, mismatched;
   std::map<std::string, Tensor> loaded;
-  for (const ParamDecl& p : params) {
-    if (!files.erase(p.name)) {
-      missing.push_back(fmt::format("{} {}", p.name, runtime::shape_string(p.shape)));
-      continue;
-    }
-    const Tensor t = read_npy(dir / (p.name + ".npy"));
-    if (t.shape() != p.shape || !is_floating(t.dtype())) {
-      mismatched.push_back(fmt::format("{}: {} {} in the file, {} float32 in the model", p.name,
-                                       runtime::shape_string(t.shape()), to_string(t.dtype()),
-                                       runtime::shape_string(p.shape)));
-      continue;
-    }
-    loaded.emplace(p.name, t.cast(DType::kF32));
-  }
+  // Every key the model has: its parameters', then their aliases' (checked
+  // for their shape; a parameter's values come from its own key).
+  std::vector<std::pair<std::string, const ParamDecl*>> keys;
+  for (const ParamDecl& p : params) keys.emplace_back(p.name, &p);
   for (const ParamAlias& a : aliases) {
     const auto p = std::find_if(params.begin(), params.end(), [&](const ParamDecl& d) { return d.name == a.param; });
     if (p == params.end()) throw std::logic_error("alias " + a.key + " of no parameter " + a.param);
-    if (!files.erase(a.key)) {
-      missing.push_back(fmt::format("{} {}", a.key, runtime::shape_string(p->shape)));
+    keys.emplace_back(a.key, &*p);
+  }
+  for (const auto& [key, p] : keys) {
+    if (!files.erase(key)) {
+      missing.push_back(fmt::format("{} {}", key, runtime::shape_string(p->shape)));
       continue;
     }
-    const Tensor t = read_npy(dir / (a.key + ".npy"));
+    const Tensor t = read_npy(dir / (key + ".npy"));
     if (t.shape() != p->shape || !is_floating(t.dtype())) {
-      mismatched.push_back(fmt::format("{}: {} {} in the file, {} float32 in the model", a.key,
+      mismatched.push_back(fmt::format("{}: {} {} in the file, {} float32 in the model", key,
                                        runtime::shape_string(t.shape()), to_string(t.dtype()),
                                        runtime::shape_string(p->shape)));
+      continue;
     }
+    if (key == p->name) loaded.emplace(key, t.cast(DType::kF32));
   }
   const std::vector<std::string> unexpected(files.begin(), files.end());
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {

@@ -186,33 +186,39 @@ Port dropout(ModuleContext& c) {
   return with(x, x.width, c.b.dropout(x.value, p, c.key, -1, c.row_ids(x)));
 }
 
+// torch.nn.LayerNorm(width, elementwise_affine=False, eps).
+ValueId plain_norm(ModuleContext& c, ValueId x, int64_t width, double eps) {
+  return c.b.layer_norm(x, c.b.fill({width}, 1.0), c.b.fill({width}, 0.0), /*per_node=*/true, eps);
+}
+
 Port layer_norm(ModuleContext& c) {
   const Port x = one_input(c);
   const auto& m = c.module.layer_norm();
   if (!(m.eps() > 0)) c.fail(fmt::format("eps = {} must be > 0", m.eps()));
-  ValueId gamma, beta;
-  if (m.affine()) {
-    gamma = c.param("weight", {x.width}, Init::kOnes, x.width, x.width);
-    beta = c.param("bias", {x.width}, Init::kZeros, x.width, x.width);
-  } else {
-    gamma = c.b.fill({x.width}, 1.0);
-    beta = c.b.fill({x.width}, 0.0);
-  }
   // Per row: padded rows never reach a real row's statistics.
+  if (!m.affine()) return with(x, x.width, plain_norm(c, x.value, x.width, m.eps()));
+  const ValueId gamma = c.param("weight", {x.width}, Init::kOnes, x.width, x.width);
+  const ValueId beta = c.param("bias", {x.width}, Init::kZeros, x.width, x.width);
   return with(x, x.width, c.b.layer_norm(x.value, gamma, beta, /*per_node=*/true, m.eps()));
 }
 
-Port add(ModuleContext& c) {
+// add and mul: two or more inputs of the same rows and width, folded by `op`.
+template <typename Op>
+Port elementwise(ModuleContext& c, const char* verb, Op op) {
   if (c.inputs.size() < 2) c.fail(fmt::format("needs at least 2 inputs, has {}", c.inputs.size()));
-  Port sum = c.inputs[0];
+  Port folded = c.inputs[0];
   for (size_t i = 1; i < c.inputs.size(); ++i) {
     const Port& p = c.inputs[i];
-    if (p.domain != sum.domain || p.set != sum.set || p.width != sum.width) {
-      c.fail(fmt::format("cannot add {} and {}", c.describe(c.inputs[0]), c.describe(p)));
+    if (p.domain != folded.domain || p.set != folded.set || p.width != folded.width) {
+      c.fail(fmt::format("cannot {} {} and {}", verb, c.describe(c.inputs[0]), c.describe(p)));
     }
-    sum.value = c.b.add(sum.value, p.value);
+    folded.value = op(folded.value, p.value);
   }
-  return sum;
+  return folded;
+}
+
+Port add(ModuleContext& c) {
+  return elementwise(c, "add", [&](ValueId a, ValueId b) { return c.b.add(a, b); });
 }
 
 Port concat(ModuleContext& c) {
@@ -270,10 +276,11 @@ Port gather(ModuleContext& c) {
 
 // ---- VectorWorld's layers (QCNet's attention) ----
 
-// A Linear as VectorWorld's weight_init (and DiT's) starts it: Xavier-uniform
-// weight, zero bias.
-ValueId xavier_linear(ModuleContext& c, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias) {
-  ValueId h = c.b.linear(x, c.param(prefix + ".weight", {out, in}, Init::kGlorot, in, out));
+// A Linear as VectorWorld's weight_init and DiT start it: a zero bias and a
+// Xavier-uniform weight, or `weight` (zero for adaLN and output layers).
+ValueId xavier_linear(ModuleContext& c, const std::string& prefix, ValueId x, int64_t in, int64_t out, bool bias,
+                      Init weight = Init::kGlorot) {
+  ValueId h = c.b.linear(x, c.param(prefix + ".weight", {out, in}, weight, in, out));
   if (bias) h = c.b.bias_add(h, c.param(prefix + ".bias", {out}, Init::kZeros, in, out));
   return h;
 }
@@ -382,11 +389,6 @@ Port attention(ModuleContext& c) {
   return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, x));
 }
 
-// torch.nn.LayerNorm(width, elementwise_affine=False, eps).
-ValueId plain_norm(ModuleContext& c, ValueId x, int64_t width, double eps) {
-  return c.b.layer_norm(x, c.b.fill({width}, 1.0), c.b.fill({width}, 0.0), /*per_node=*/true, eps);
-}
-
 // DiT's modulate: x (1 + scale) + shift.
 ValueId modulate(ModuleContext& c, ValueId x, ValueId shift, ValueId scale) {
   return c.b.add(c.b.add(x, c.b.mul(x, scale)), shift);
@@ -413,29 +415,25 @@ Port dit_block(ModuleContext& c) {
   const auto hidden = static_cast<int64_t>(static_cast<double>(w) * m.mlp_ratio());  // int(), as DiT
   const int32_t g = c.graph(e);
   // DiT's initialisation: Xavier-uniform weights, zero biases, and adaLN-Zero.
-  const auto dense = [&](const std::string& prefix, ValueId v, int64_t in, int64_t out, Init weight) {
-    ValueId h = c.b.linear(v, c.param(prefix + ".weight", {out, in}, weight, in, out));
-    return c.b.bias_add(h, c.param(prefix + ".bias", {out}, Init::kZeros, in, out));
-  };
-  const ValueId mod = dense("adaLN_modulation.1", c.b.activation(cond.value, ops::Activation::kSilu), w, 6 * w,
-                            Init::kZeros);
+  const ValueId mod = xavier_linear(c, "adaLN_modulation.1", c.b.activation(cond.value, ops::Activation::kSilu), w,
+                                    6 * w, true, Init::kZeros);
   const auto chunk = [&](int k) { return c.b.slice_cols(mod, k * w, w); };
   const ValueId shift_msa = chunk(0), scale_msa = chunk(1), gate_msa = chunk(2);
   const ValueId shift_mlp = chunk(3), scale_mlp = chunk(4), gate_mlp = chunk(5);
   // Attention within the edge set, q, k and v from the same modulated rows.
   const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), shift_msa, scale_msa);
-  const ValueId q = dense("attn.to_q", h, w, w, Init::kGlorot);
-  const ValueId k = dense("attn.to_k", h, w, w, Init::kGlorot);
-  const ValueId v = dense("attn.to_v", h, w, w, Init::kGlorot);
+  const ValueId q = xavier_linear(c, "attn.to_q", h, w, w, true);
+  const ValueId k = xavier_linear(c, "attn.to_k", h, w, w, true);
+  const ValueId v = xavier_linear(c, "attn.to_v", h, w, w, true);
   const ValueId score = c.b.scale(c.b.sddmm_dot(g, k, q, heads), 1.0 / std::sqrt(static_cast<double>(w / heads)));
   ValueId alpha = c.b.softmax(g, score);
   if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
-  ValueId attn = dense("attn.proj", c.b.aggregate(ops::Reduce::kSum, g, v, alpha), w, w, Init::kGlorot);
+  ValueId attn = xavier_linear(c, "attn.proj", c.b.aggregate(ops::Reduce::kSum, g, v, alpha), w, w, true);
   if (c.training) attn = c.b.dropout(attn, m.dropout(), c.key | (uint64_t{1} << 30), -1, c.row_ids(x));
   ValueId out = c.b.add(x.value, c.b.mul(gate_msa, attn));
   const ValueId h2 = modulate(c, plain_norm(c, out, w, 1e-6), shift_mlp, scale_mlp);
-  const ValueId mlp = dense("mlp.fc2", c.b.activation(dense("mlp.fc1", h2, w, hidden, Init::kGlorot), ops::Activation::kGeluTanh),
-                            hidden, w, Init::kGlorot);
+  const ValueId fc1 = xavier_linear(c, "mlp.fc1", h2, w, hidden, true);
+  const ValueId mlp = xavier_linear(c, "mlp.fc2", c.b.activation(fc1, ops::Activation::kGeluTanh), hidden, w, true);
   out = c.b.add(out, c.b.mul(gate_mlp, mlp));
   return c.nodes(x.set, w, c.zero_padding(x.set, out));
 }
@@ -447,14 +445,11 @@ Port dit_final(ModuleContext& c) {
     c.fail(fmt::format("the condition {} must have the rows and width of x {}", c.describe(cond), c.describe(x)));
   }
   const int64_t w = x.width, out = positive(c, c.module.dit_final().out(), "out");
-  ValueId mod = c.b.linear(c.b.activation(cond.value, ops::Activation::kSilu),
-                           c.param("adaLN_modulation.1.weight", {2 * w, w}, Init::kZeros, w, 2 * w));
-  mod = c.b.bias_add(mod, c.param("adaLN_modulation.1.bias", {2 * w}, Init::kZeros, w, 2 * w));
+  const ValueId mod = xavier_linear(c, "adaLN_modulation.1", c.b.activation(cond.value, ops::Activation::kSilu), w,
+                                    2 * w, true, Init::kZeros);
   const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), c.b.slice_cols(mod, 0, w), c.b.slice_cols(mod, w, w));
   // Zero, as VectorWorld's DiT starts its final layers: the output starts at 0.
-  ValueId y = c.b.linear(h, c.param("linear.weight", {out, w}, Init::kZeros, w, out));
-  y = c.b.bias_add(y, c.param("linear.bias", {out}, Init::kZeros, w, out));
-  return with(x, out, y);
+  return with(x, out, xavier_linear(c, "linear", h, w, out, true, Init::kZeros));
 }
 
 Port context_fusion(ModuleContext& c) {
@@ -476,9 +471,8 @@ Port context_fusion(ModuleContext& c) {
   const ValueId up = xavier_linear(c, "agent_to_hidden", b.value, b.width, w, true);
   ValueId h = c.b.concat({context(a, a.value), context(b, up)});
   h = c.b.activation(xavier_linear(c, "fuse_mlp.0", h, 2 * w, w, true), ops::Activation::kSilu);
-  h = c.b.linear(h, c.param("fuse_mlp.2.weight", {out, w}, Init::kZeros, w, out));
-  h = c.b.bias_add(h, c.param("fuse_mlp.2.bias", {out}, Init::kZeros, w, out));
-  h = c.b.linear(h, c.param("ctx_to_c.weight", {out, out}, Init::kZeros, out, out));
+  h = xavier_linear(c, "fuse_mlp.2", h, w, out, true, Init::kZeros);
+  h = xavier_linear(c, "ctx_to_c", h, out, out, false, Init::kZeros);
   return Port{Domain::kGraphs, 0, out, h, ""};
 }
 
@@ -494,27 +488,15 @@ Port token(ModuleContext& c) {
 }
 
 Port mul(ModuleContext& c) {
-  if (c.inputs.size() < 2) c.fail(fmt::format("needs at least 2 inputs, has {}", c.inputs.size()));
-  Port product = c.inputs[0];
-  for (size_t i = 1; i < c.inputs.size(); ++i) {
-    const Port& p = c.inputs[i];
-    if (p.domain != product.domain || p.set != product.set || p.width != product.width) {
-      c.fail(fmt::format("cannot multiply {} and {}", c.describe(c.inputs[0]), c.describe(p)));
-    }
-    product.value = c.b.mul(product.value, p.value);
-  }
-  return product;
+  return elementwise(c, "multiply", [&](ValueId a, ValueId b) { return c.b.mul(a, b); });
 }
 
 Port scale(ModuleContext& c) {
   const Port x = one_input(c);
   const auto& m = c.module.scale();
-  ValueId v = m.alpha() == 1 ? x.value : c.b.scale(x.value, m.alpha());
-  if (m.beta() != 0) {
-    // + beta on every element: a bias of beta in each column.
-    v = c.b.bias_add(v, c.b.fill({x.width}, m.beta()));
-  }
-  if (v == x.value) v = c.b.scale(x.value, 1.0);  // its own value, named by the module
+  ValueId v = c.b.scale(x.value, m.alpha());
+  // + beta on every element: a bias of beta in each column.
+  if (m.beta() != 0) v = c.b.bias_add(v, c.b.fill({x.width}, m.beta()));
   return with(x, x.width, v);
 }
 

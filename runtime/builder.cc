@@ -124,29 +124,22 @@ std::string Builder::temp_name(OpKind kind) const {
 std::vector<ValueId> Builder::emit_op(OpKind kind, std::vector<ValueId> inputs, OpAttrs attrs,
                                       const std::vector<std::pair<std::string, Shape>>& given) {
   Op op{kind, std::move(inputs), {}, std::move(attrs), scope_};
-  const size_t values_before = program_.values.size();
-  std::vector<OutputSpec> outputs;
   if (given.empty()) {
-    outputs = op_outputs(program_, op, where(kind));
-  } else {
-    // Results whose shapes the operands do not fix: declared first, then
-    // checked by the rule (and taken back if it fails).
-    for (const auto& [name, shape] : given) {
-      op.outputs.push_back(new_value(name, float_type(), shape, Role::kTemp));
+    const std::string base = temp_name(kind);
+    for (OutputSpec& out : op_outputs(program_, op, where(kind))) {
+      op.outputs.push_back(new_value(base + out.suffix, out.dtype, std::move(out.shape), Role::kTemp));
     }
+  } else {
+    // Results whose shapes the operands do not fix: declared as given, then
+    // checked by the rule (and taken back if it fails).
+    const size_t values_before = program_.values.size();
+    for (const auto& [name, shape] : given) op.outputs.push_back(new_value(name, float_type(), shape, Role::kTemp));
     try {
-      outputs = op_outputs(program_, op, where(kind));
+      op_outputs(program_, op, where(kind));
     } catch (...) {
       program_.values.resize(values_before);
       throw;
     }
-    op.outputs.clear();
-    program_.values.resize(values_before);
-  }
-  const std::string base = temp_name(kind);
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    std::string name = k < given.size() ? given[k].first : base + outputs[k].suffix;
-    op.outputs.push_back(new_value(std::move(name), outputs[k].dtype, std::move(outputs[k].shape), Role::kTemp));
   }
   std::vector<ValueId> results = op.outputs;
   program_.ops.push_back(std::move(op));

@@ -126,11 +126,10 @@ void vector_of(const OpCheck& c, std::size_t i, DType d, int64_t n, const char* 
   c.shape_is(i, {n}, what);
 }
 
-// A per-row mask [rows] (bool) at i, and the global count of its rows
-// (i64 [1], a partitioned or data-parallel program's) at i + 1 when present.
-void mask_and_count(const OpCheck& c, std::size_t i, int64_t rows) {
-  vector_of(c, i, DType::kBool, rows, "mask");
-  if (c.has(i + 1)) vector_of(c, i + 1, DType::kI64, 1, "count");
+// The global count of a loss's real rows (i64 [1], a partitioned or
+// data-parallel program's) at i, when present.
+void optional_count(const OpCheck& c, std::size_t i) {
+  if (c.has(i)) vector_of(c, i, DType::kI64, 1, "count");
 }
 
 // An edge weight [E] or [E, H] at i whose heads split `features` and equal
@@ -346,7 +345,7 @@ void log_softmax(OpCheck& c) {
 void nll_loss(OpCheck& c) {
   c.operands(3, 4);
   class_loss(c, c.op().kind == OpKind::kNllLoss ? "log_prob" : "x");
-  mask_and_count(c, 2, c.rows(0));
+  optional_count(c, 3);
   c.out_float({1});
 }
 
@@ -357,11 +356,8 @@ void mse_loss(OpCheck& c) {
   c.same_shape(0, 1, "pred", "target");
   c.floating(0, "pred");
   c.floating(1, "target");
-  c.dtype(2, DType::kBool, "mask");
-  if (c.shape(2) != Shape{c.rows(0)}) {
-    c.fail(fmt::format("mask {} must be [{}]", shape_string(c.shape(2)), c.rows(0)));
-  }
-  mask_and_count(c, 2, c.rows(0));
+  vector_of(c, 2, DType::kBool, c.rows(0), "mask");
+  optional_count(c, 3);
   c.out_float({1});
 }
 
@@ -604,7 +600,7 @@ void nll_loss_grad(OpCheck& c) {
   c.operands(4, 5);
   class_loss(c, c.op().kind == OpKind::kNllLossGrad ? "log_prob" : "x");
   loss_seed(c, 3);
-  if (c.has(4)) vector_of(c, 4, DType::kI64, 1, "count");
+  optional_count(c, 4);
   c.out_float(c.shape(0));
 }
 
@@ -616,7 +612,7 @@ void mse_loss_grad(OpCheck& c) {
   c.same_shape(0, 1, "pred", "target");
   vector_of(c, 2, DType::kBool, c.rows(0), "mask");
   loss_seed(c, 3);
-  if (c.has(4)) vector_of(c, 4, DType::kI64, 1, "count");
+  optional_count(c, 4);
   c.out_float(c.shape(0));
 }
 

@@ -598,6 +598,28 @@ def init_dit_block(gen, p, name, w, hidden):
     p[f"{name}.mlp.fc2.weight"], p[f"{name}.mlp.fc2.bias"] = torch_linear_init(gen, w, hidden)
 
 
+def train_scene_case(case_dir, params32, outputs, batches, epochs, batch_size, name, modules):
+    """The scene cases' job and objective: `modules` (job text) ending in
+    "head" (per graph) and "agent_head" (per agent); graph MSE plus 0.5 x
+    the per-agent MSE; SGD with momentum (why: case_scene_layers)."""
+    def forward(params, bt):
+        o = outputs(params, bt)
+        _, ya, _ = bt["nodes"]["agent"]
+        return mse(o["head"], bt["y"]) + 0.5 * mse(o["agent_head"], ya)
+
+    job = f"""name: "{name}"
+dataset {{ path: "DATA" }}
+model {{
+{modules}  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
+  loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
+}}
+optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
+schedule {{ epochs: {epochs} }}
+batching {{ batch_size: {batch_size} shuffle: false }}
+"""
+    train(case_dir, params32, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
+
+
 def case_dit(out):
     """VectorWorld's DiT-side layers: GlobalContextFusion of lanes and
     agents (with the variance term) as the per-graph condition, broadcast
@@ -652,32 +674,18 @@ def case_dit(out):
         return {"head": linear(params, "head", scatter(h, ga, g, "sum")),
                 "agent_head": linear(params, "agent_head", fin)}
 
-    def forward(params, bt):
-        o = outputs(params, bt)
-        _, ya, _ = bt["nodes"]["agent"]
-        return mse(o["head"], bt["y"]) + 0.5 * mse(o["agent_head"], ya)
-
-    job = f"""name: "batch_dit"
-dataset {{ path: "DATA" }}
-model {{
-  module {{ name: "emb" input: "agent.x" linear {{ out: 8 }} }}
-  module {{ name: "lane_emb" input: "lane.x" linear {{ out: 8 }} }}
-  module {{ name: "ctx" input: "lane_emb" input: "emb" context_fusion {{ out: 8 var_scale: 0.5 }} }}
-  module {{ name: "cond" input: "ctx" broadcast {{ node_set: "agent" }} }}
-  module {{ name: "blk1" input: "emb" input: "cond" dit_block {{ edges: "a2a" heads: 2 mlp_ratio: 2 }} }}
-  module {{ name: "blk2" input: "blk1" input: "cond" dit_block {{ edges: "a2a" heads: 4 mlp_ratio: 1.5 }} }}
-  module {{ name: "fin" input: "blk2" input: "cond" dit_final {{ out: 3 }} }}
-  module {{ name: "sum" input: "blk2" pool {{ reduce: "sum" }} }}
-  module {{ name: "head" input: "sum" linear {{ out: 1 }} }}
-  module {{ name: "agent_head" input: "fin" linear {{ out: 1 }} }}
-  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
-  loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
-}}
-optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
-schedule {{ epochs: {epochs} }}
-batching {{ batch_size: {batch_size} shuffle: false }}
+    modules = """  module { name: "emb" input: "agent.x" linear { out: 8 } }
+  module { name: "lane_emb" input: "lane.x" linear { out: 8 } }
+  module { name: "ctx" input: "lane_emb" input: "emb" context_fusion { out: 8 var_scale: 0.5 } }
+  module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
+  module { name: "blk1" input: "emb" input: "cond" dit_block { edges: "a2a" heads: 2 mlp_ratio: 2 } }
+  module { name: "blk2" input: "blk1" input: "cond" dit_block { edges: "a2a" heads: 4 mlp_ratio: 1.5 } }
+  module { name: "fin" input: "blk2" input: "cond" dit_final { out: 3 } }
+  module { name: "sum" input: "blk2" pool { reduce: "sum" } }
+  module { name: "head" input: "sum" linear { out: 1 } }
+  module { name: "agent_head" input: "fin" linear { out: 1 } }
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
+    train_scene_case(case_dir, p, outputs, batches, epochs, batch_size, "batch_dit", modules)
 
 
 def init_residual_mlp(gen, p, name, inp, hidden, layers, out):
@@ -806,53 +814,39 @@ def case_scene_layers(out):
         pooled = torch.cat([scatter(agent3, ga, g, "mean"), torch.sigmoid(scatter(lane2, gl, g, "sum")), query], dim=1)
         return {"head": linear(params, "head", pooled), "agent_head": linear(params, "agent_head", agent3)}
 
-    def forward(params, bt):
-        o = outputs(params, bt)
-        _, ya, _ = bt["nodes"]["agent"]
-        return mse(o["head"], bt["y"]) + 0.5 * mse(o["agent_head"], ya)
-
-    job = f"""name: "batch_scene_layers"
-dataset {{ path: "DATA" }}
-model {{
-  module {{ name: "lane_emb" input: "lane.x" residual_mlp {{ hidden: 8 hidden_layers: 2 }} }}
-  module {{ name: "static_emb" input: "agent.x" residual_mlp {{ hidden: 6 hidden_layers: 1 out: 8 }} }}
-  module {{ name: "motion_emb" input: "agent.x" residual_mlp {{ hidden: 8 }} }}
-  module {{ name: "gate_logit" input: "agent.x" residual_mlp {{ hidden: 8 hidden_layers: 1 out: 8 }} }}
-  module {{ name: "gate" input: "gate_logit" activation {{ kind: SIGMOID }} }}
-  module {{ name: "keep" input: "gate" scale {{ alpha: -1 beta: 1 }} }}
-  module {{ name: "kept" input: "keep" input: "static_emb" mul {{}} }}
-  module {{ name: "moved" input: "gate" input: "motion_emb" mul {{}} }}
-  module {{ name: "agent_emb" input: "kept" input: "moved" add {{}} }}
-  module {{ name: "conn" input: "l2l.x" residual_mlp {{ hidden: 4 hidden_layers: 1 }} }}
-  module {{ name: "l2l" input: "lane_emb" input: "conn" attention {{ edges: "l2l" heads: 2 feedforward: 12 }} }}
-  module {{ name: "l2a" input: "l2l" input: "agent_emb" attention {{ edges: "l2a" heads: 2 feedforward: 12 }} }}
-  module {{ name: "plain" input: "l2a" layer_norm {{ affine: false }} }}
-  module {{ name: "l2a2" input: "l2l" input: "plain" attention {{ edges: "l2a" heads: 2 feedforward: 12 shared_prenorm: true }} }}
-  module {{ name: "a2a" input: "l2a2" attention {{ edges: "a2a" heads: 2 feedforward: 12 }} }}
-  module {{ name: "at_dst" input: "l2l" gather {{ edges: "l2l" destination: true }} }}
-  module {{ name: "at_src" input: "l2l" gather {{ edges: "l2l" }} }}
-  module {{ name: "ends" input: "at_dst" input: "at_src" concat {{}} }}
-  module {{ name: "edge_node" input: "ends" residual_mlp {{ hidden: 4 }} }}
-  module {{ name: "edge_in" input: "edge_node" input: "conn" concat {{}} }}
-  module {{ name: "edge_mlp" input: "edge_in" residual_mlp {{ hidden: 4 }} }}
-  module {{ name: "l2l_b" input: "l2l" input: "edge_mlp" attention {{ edges: "l2l" heads: 2 feedforward: 12 }} }}
-  module {{ name: "agents" input: "a2a" pool {{ reduce: "mean" }} }}
-  module {{ name: "lanes" input: "l2l_b" pool {{ reduce: "sum" }} }}
-  module {{ name: "lanes_act" input: "lanes" activation {{ kind: SIGMOID }} }}
-  module {{ name: "Q" token {{ node_set: "query" width: 8 }} }}
-  module {{ name: "l2q" input: "l2l_b" input: "Q" attention {{ edges: "l2q" heads: 2 feedforward: 12 shared_prenorm: true }} }}
-  module {{ name: "queries" input: "l2q" pool {{ reduce: "sum" }} }}
-  module {{ name: "both" input: "agents" input: "lanes_act" input: "queries" concat {{}} }}
-  module {{ name: "head" input: "both" linear {{ out: 1 }} }}
-  module {{ name: "agent_head" input: "a2a" linear {{ out: 2 }} }}
-  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
-  loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
-}}
-optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
-schedule {{ epochs: {epochs} }}
-batching {{ batch_size: {batch_size} shuffle: false }}
+    modules = """  module { name: "lane_emb" input: "lane.x" residual_mlp { hidden: 8 hidden_layers: 2 } }
+  module { name: "static_emb" input: "agent.x" residual_mlp { hidden: 6 hidden_layers: 1 out: 8 } }
+  module { name: "motion_emb" input: "agent.x" residual_mlp { hidden: 8 } }
+  module { name: "gate_logit" input: "agent.x" residual_mlp { hidden: 8 hidden_layers: 1 out: 8 } }
+  module { name: "gate" input: "gate_logit" activation { kind: SIGMOID } }
+  module { name: "keep" input: "gate" scale { alpha: -1 beta: 1 } }
+  module { name: "kept" input: "keep" input: "static_emb" mul {} }
+  module { name: "moved" input: "gate" input: "motion_emb" mul {} }
+  module { name: "agent_emb" input: "kept" input: "moved" add {} }
+  module { name: "conn" input: "l2l.x" residual_mlp { hidden: 4 hidden_layers: 1 } }
+  module { name: "l2l" input: "lane_emb" input: "conn" attention { edges: "l2l" heads: 2 feedforward: 12 } }
+  module { name: "l2a" input: "l2l" input: "agent_emb" attention { edges: "l2a" heads: 2 feedforward: 12 } }
+  module { name: "plain" input: "l2a" layer_norm { affine: false } }
+  module { name: "l2a2" input: "l2l" input: "plain" attention { edges: "l2a" heads: 2 feedforward: 12 shared_prenorm: true } }
+  module { name: "a2a" input: "l2a2" attention { edges: "a2a" heads: 2 feedforward: 12 } }
+  module { name: "at_dst" input: "l2l" gather { edges: "l2l" destination: true } }
+  module { name: "at_src" input: "l2l" gather { edges: "l2l" } }
+  module { name: "ends" input: "at_dst" input: "at_src" concat {} }
+  module { name: "edge_node" input: "ends" residual_mlp { hidden: 4 } }
+  module { name: "edge_in" input: "edge_node" input: "conn" concat {} }
+  module { name: "edge_mlp" input: "edge_in" residual_mlp { hidden: 4 } }
+  module { name: "l2l_b" input: "l2l" input: "edge_mlp" attention { edges: "l2l" heads: 2 feedforward: 12 } }
+  module { name: "agents" input: "a2a" pool { reduce: "mean" } }
+  module { name: "lanes" input: "l2l_b" pool { reduce: "sum" } }
+  module { name: "lanes_act" input: "lanes" activation { kind: SIGMOID } }
+  module { name: "Q" token { node_set: "query" width: 8 } }
+  module { name: "l2q" input: "l2l_b" input: "Q" attention { edges: "l2q" heads: 2 feedforward: 12 shared_prenorm: true } }
+  module { name: "queries" input: "l2q" pool { reduce: "sum" } }
+  module { name: "both" input: "agents" input: "lanes_act" input: "queries" concat {} }
+  module { name: "head" input: "both" linear { out: 1 } }
+  module { name: "agent_head" input: "a2a" linear { out: 2 } }
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
+    train_scene_case(case_dir, p, outputs, batches, epochs, batch_size, "batch_scene_layers", modules)
 
 
 def main():
