@@ -81,6 +81,7 @@ class ModuleGraphBuilder {
     // The eval losses, when the dataset has every target they need.
     bool targets = model_.loss_term_size() > 0;
     for (const auto& t : model_.loss_term()) {
+      if (t.kind() == proto::LossTerm::KL) continue;  // no target
       const int set = schema_.node_set(t.target().substr(0, t.target().rfind('.')));
       targets = targets && (t.target() == target_name(kGraphSet) ? schema_.graph_target
                             : set >= 0 && schema_.node_sets[set].target);
@@ -132,71 +133,102 @@ class ModuleGraphBuilder {
       if (found == ports_.end()) {
         throw std::invalid_argument(fmt::format("{}: input '{}' is no module's output", where, t.input()));
       }
-      const Port& in = found->second;
-      const bool graph = t.target() == target_name(kGraphSet);
-      int set = -1;
-      bool has = false, classes = false;
-      int64_t width = 0, num_classes = 0;
-      std::string rows_name;
-      if (graph) {
-        has = schema_.graph_target;
-        classes = schema_.graph_classes;
-        width = schema_.graph_target_width;
-        num_classes = schema_.graph_num_classes;
-        rows_name = kGraphSet;
-        if (in.domain != Domain::kGraphs) {
-          throw std::invalid_argument(fmt::format("{}: target '{}' has one row per graph, input '{}' does not "
-                                                  "(pool it first)", where, t.target(), t.input()));
-        }
-      } else {
-        for (size_t s = 0; s < schema_.node_sets.size(); ++s) {
-          if (t.target() == target_name(schema_.node_sets[s].name)) set = static_cast<int>(s);
-        }
-        if (set < 0) {
-          throw std::invalid_argument(fmt::format("{}: target '{}' is neither graph.y nor <node set>.y", where,
-                                                  t.target()));
-        }
-        const auto& n = schema_.node_sets[set];
-        has = n.target;
-        classes = n.classes;
-        width = n.target_width;
-        num_classes = n.num_classes;
-        rows_name = n.name;
-        if (in.domain != Domain::kNodes || in.set != set) {
-          throw std::invalid_argument(fmt::format("{}: target '{}' has the rows of node set '{}', input '{}' "
-                                                  "does not", where, t.target(), n.name, t.input()));
-        }
-      }
-      if (!has) throw std::invalid_argument(fmt::format("{}: the dataset has no target '{}'", where, t.target()));
-      const int64_t rows = graph ? shape_.graph_rows : shape_.node_rows[set];
-      const ValueId mask = b_.input_once(mask_name(rows_name), DType::kBool, {rows});
-      ValueId term;
-      if (t.kind() == proto::LossTerm::CROSS_ENTROPY) {
-        if (!classes) throw std::invalid_argument(fmt::format("{}: cross_entropy needs integer targets", where));
-        // The labels need not use every class the model gives logits for.
-        if (in.width < num_classes) {
-          throw std::invalid_argument(fmt::format("{}: input '{}' gives {} logits, the target's labels go up to {}",
-                                                  where, t.input(), in.width, num_classes - 1));
-        }
-        const ValueId labels = b_.input_once(t.target(), DType::kI64, {rows});
-        const ValueId log_prob = b_.log_softmax(in.value);
-        term = b_.nll_loss(log_prob, labels, mask);
-        b_.count_correct(metrics, log_prob, labels, mask, static_cast<uint64_t>(correct_slot(model_, i)));
-      } else {
-        if (classes) throw std::invalid_argument(fmt::format("{}: mse and l1 need float targets", where));
-        if (in.width != width) {
-          throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, target '{}' has {}", where,
-                                                  t.input(), in.width, t.target(), width));
-        }
-        const ValueId target = b_.input_once(t.target(), DType::kF32, {rows, width});
-        term = t.kind() == proto::LossTerm::L1 ? b_.l1_loss(in.value, target, mask) : b_.mse_loss(in.value, target, mask);
-      }
+      ValueId term = t.kind() == proto::LossTerm::KL ? kl_term(where, t, found->second)
+                                                      : target_term(where, i, t, found->second, metrics);
       b_.accumulate(metrics, term, static_cast<uint64_t>(1 + i));
       if (t.weight() != 1) term = b_.scale(term, t.weight());
       total = total == runtime::kNoValue ? term : b_.add(total, term);
     }
     b_.accumulate(metrics, total, 0);
     return total;
+  }
+
+  // A term against the target's real rows: MSE, L1 or cross-entropy (which
+  // also counts the correct rows into metrics).
+  ValueId target_term(const std::string& where, int i, const proto::LossTerm& t, const Port& in, ValueId metrics) {
+    const bool graph = t.target() == target_name(kGraphSet);
+    int set = -1;
+    bool has = false, classes = false;
+    int64_t width = 0, num_classes = 0;
+    std::string rows_name;
+    if (graph) {
+      has = schema_.graph_target;
+      classes = schema_.graph_classes;
+      width = schema_.graph_target_width;
+      num_classes = schema_.graph_num_classes;
+      rows_name = kGraphSet;
+      if (in.domain != Domain::kGraphs) {
+        throw std::invalid_argument(fmt::format("{}: target '{}' has one row per graph, input '{}' does not "
+                                                "(pool it first)", where, t.target(), t.input()));
+      }
+    } else {
+      for (size_t s = 0; s < schema_.node_sets.size(); ++s) {
+        if (t.target() == target_name(schema_.node_sets[s].name)) set = static_cast<int>(s);
+      }
+      if (set < 0) {
+        throw std::invalid_argument(fmt::format("{}: target '{}' is neither graph.y nor <node set>.y", where,
+                                                t.target()));
+      }
+      const auto& n = schema_.node_sets[set];
+      has = n.target;
+      classes = n.classes;
+      width = n.target_width;
+      num_classes = n.num_classes;
+      rows_name = n.name;
+      if (in.domain != Domain::kNodes || in.set != set) {
+        throw std::invalid_argument(fmt::format("{}: target '{}' has the rows of node set '{}', input '{}' "
+                                                "does not", where, t.target(), n.name, t.input()));
+      }
+    }
+    if (!has) throw std::invalid_argument(fmt::format("{}: the dataset has no target '{}'", where, t.target()));
+    const int64_t rows = graph ? shape_.graph_rows : shape_.node_rows[set];
+    const ValueId mask = b_.input_once(mask_name(rows_name), DType::kBool, {rows});
+    if (t.kind() == proto::LossTerm::CROSS_ENTROPY) {
+      if (!classes) throw std::invalid_argument(fmt::format("{}: cross_entropy needs integer targets", where));
+      // The labels need not use every class the model gives logits for.
+      if (in.width < num_classes) {
+        throw std::invalid_argument(fmt::format("{}: input '{}' gives {} logits, the target's labels go up to {}",
+                                                where, t.input(), in.width, num_classes - 1));
+      }
+      const ValueId labels = b_.input_once(t.target(), DType::kI64, {rows});
+      const ValueId log_prob = b_.log_softmax(in.value);
+      b_.count_correct(metrics, log_prob, labels, mask, static_cast<uint64_t>(correct_slot(model_, i)));
+      return b_.nll_loss(log_prob, labels, mask);
+    }
+    if (classes) throw std::invalid_argument(fmt::format("{}: mse and l1 need float targets", where));
+    if (in.width != width) {
+      throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, target '{}' has {}", where,
+                                              t.input(), in.width, t.target(), width));
+    }
+    const ValueId target = b_.input_once(t.target(), DType::kF32, {rows, width});
+    return t.kind() == proto::LossTerm::L1 ? b_.l1_loss(in.value, target, mask) : b_.mse_loss(in.value, target, mask);
+  }
+
+  // KL(N(mu, e^lv) || N(0, 1)) per row, summed over columns, averaged over
+  // the real rows: 1/2 (e^lv + mu^2 - (1 + lv)) is the mean loss's linear
+  // form against the target 1 + lv, times the width for the column sum.
+  ValueId kl_term(const std::string& where, const proto::LossTerm& t, const Port& mu) {
+    const auto found = ports_.find(t.log_var());
+    if (t.log_var().empty() || found == ports_.end()) {
+      throw std::invalid_argument(fmt::format("{}: kind KL needs log_var, a module's output ('{}' is none)", where,
+                                              t.log_var()));
+    }
+    const Port& lv = found->second;
+    if (lv.domain != mu.domain || lv.set != mu.set || lv.width != mu.width) {
+      throw std::invalid_argument(fmt::format("{}: input '{}' and log_var '{}' differ in rows or width ({} and {})",
+                                              where, t.input(), t.log_var(), mu.width, lv.width));
+    }
+    if (mu.domain == Domain::kEdges) {
+      throw std::invalid_argument(fmt::format("{}: kind KL averages over a node set's or the graphs' rows, not "
+                                              "edges", where));
+    }
+    const bool graph = mu.domain == Domain::kGraphs;
+    const int64_t rows = graph ? shape_.graph_rows : shape_.node_rows[mu.set];
+    const ValueId mask = b_.input_once(mask_name(graph ? kGraphSet : schema_.node_sets[mu.set].name),
+                                       DType::kBool, {rows});
+    const ValueId pred = b_.add(b_.activation(lv.value, ops::Activation::kExp), b_.mul(mu.value, mu.value));
+    const ValueId target = b_.bias_add(lv.value, b_.fill({lv.width}, 1.0));
+    return b_.scale(b_.mean_loss(pred, target, mask), 0.5 * static_cast<double>(mu.width));
   }
 
   Network finish(ValueId loss) {
@@ -254,6 +286,26 @@ std::vector<int> module_order(const proto::Model& model, const Schema& schema) {
               module_label(model, i), in, fmt::join(names, ", ")));
         }
       }
+    }
+  }
+  // Modules of one parameter scope apply the same parameters: one kind and
+  // configuration (their names, inputs and scope aside).
+  std::map<std::string, int> by_scope;
+  const auto configuration = [&](int i) {
+    proto::Module m = model.module(i);
+    m.clear_name();
+    m.clear_input();
+    m.clear_params();
+    return m.SerializeAsString();
+  };
+  for (int i = 0; i < model.module_size(); ++i) {
+    const proto::Module& m = model.module(i);
+    const std::string& scope = m.params().empty() ? m.name() : m.params();
+    const auto [first, fresh] = by_scope.emplace(scope, i);
+    if (!fresh && configuration(first->second) != configuration(i)) {
+      throw std::invalid_argument(fmt::format(
+          "{}: shares the parameters '{}' with model.module '{}', which is of another kind or configuration",
+          module_label(model, i), scope, model.module(first->second).name()));
     }
   }
   // Depth-first, in job order: each module after its inputs; a module met

@@ -141,9 +141,12 @@ Port linear(ModuleContext& c) {
   const Port x = one_input(c);
   const int64_t out = positive(c, c.module.linear().out(), "out");
   // nn.Linear's keys are the module's own: "<name>.weight".
-  const ValueId w = c.param("weight", {out, x.width}, Init::kTorchLinear, x.width, out);
+  const bool xavier = c.module.linear().xavier();
+  const ValueId w = c.param("weight", {out, x.width}, xavier ? Init::kGlorot : Init::kTorchLinear, x.width, out);
   ValueId h = c.b.linear(x.value, w);
-  if (c.module.linear().bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kTorchLinear, x.width, out));
+  if (c.module.linear().bias()) {
+    h = c.b.bias_add(h, c.param("bias", {out}, xavier ? Init::kZeros : Init::kTorchLinear, x.width, out));
+  }
   return with(x, out, h);
 }
 
@@ -500,9 +503,24 @@ Port scale(ModuleContext& c) {
   return with(x, x.width, v);
 }
 
+// A VAE's reparameterisation: mu + exp(log_var / 2) · ε in training (ε
+// drawn per global row, so every rank count draws the same), mu in eval.
+Port reparameterize(ModuleContext& c) {
+  c.expect_inputs(2, 2);
+  const Port& mu = c.inputs[0];
+  const Port& log_var = c.inputs[1];
+  if (log_var.domain != mu.domain || log_var.set != mu.set || log_var.width != mu.width) {
+    c.fail(fmt::format("mu {} and log_var {} must have the same rows and width", c.describe(mu), c.describe(log_var)));
+  }
+  if (!c.training) return mu;
+  const ValueId eps = c.b.normal(c.row_ids(mu), mu.width, c.key);
+  const ValueId std = c.b.activation(c.b.scale(log_var.value, 0.5), ops::Activation::kExp);
+  return with(mu, mu.width, c.b.add(mu.value, c.b.mul(std, eps)));
+}
+
 // Indexed by the oneof's field number minus the first (10).
 constexpr int kFirstKind = proto::Module::kGin;
-const std::array<ModuleKind, 25> kKinds{{
+const std::array<ModuleKind, 26> kKinds{{
     {"gin", gin},
     {"sage", sage},
     {"linear", linear},
@@ -528,6 +546,7 @@ const std::array<ModuleKind, 25> kKinds{{
     {"token", token},
     {"mul", mul},
     {"scale", scale},
+    {"reparameterize", reparameterize},
 }};
 
 std::string find_or_declare_graph(runtime::Builder& b, const std::string& name, int64_t src, int64_t dst,
@@ -587,14 +606,30 @@ ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const B
     : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
       params_(params), param_ids_(param_ids), aliases_(aliases) {}
 
+const std::string& ModuleContext::scope() const { return module.params().empty() ? module.name() : module.params(); }
+
 void ModuleContext::alias(const std::string& key_suffix, const std::string& param_suffix) {
-  aliases_.push_back(ParamAlias{module.name() + "." + key_suffix, module.name() + "." + param_suffix});
+  const ParamAlias a{scope() + "." + key_suffix, scope() + "." + param_suffix};
+  // Declared once, however many modules share the scope.
+  for (const ParamAlias& known : aliases_) {
+    if (known.key == a.key) return;
+  }
+  aliases_.push_back(a);
 }
 
 ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> shape_, Init init, int64_t fan_in,
                              int64_t fan_out) {
   // No suffix: the parameter is the module itself ("encoder.Q").
-  const std::string name = suffix.empty() ? module.name() : module.name() + "." + suffix;
+  const std::string name = suffix.empty() ? scope() : scope() + "." + suffix;
+  // A scope shared with a module built before: its parameter, same shape.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name != name) continue;
+    if (params_[i].shape != shape_) {
+      fail(fmt::format("parameter '{}' is {} where another module of scope '{}' made it {}", name,
+                       runtime::shape_string(shape_), scope(), runtime::shape_string(params_[i].shape)));
+    }
+    return param_ids_[i];
+  }
   const ValueId id = b.parameter(name, shape_);
   params_.push_back(ParamDecl{name, std::move(shape_), init, fan_in, fan_out});
   param_ids_.push_back(id);

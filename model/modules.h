@@ -91,10 +91,13 @@ class ModuleContext {
   const uint64_t key;  // keys this module's dropout masks
   const std::vector<Port> inputs;
 
-  // A parameter "<module>.<suffix>".
+  // The scope of its parameters: module.params, else its name.
+  const std::string& scope() const;
+  // A parameter "<scope>.<suffix>"; the one already made when another
+  // module of the same scope was built first (same shape, or fail()).
   runtime::ValueId param(const std::string& suffix, std::vector<int64_t> shape, ParamDecl::Init init,
                          int64_t fan_in, int64_t fan_out);
-  // "<module>.<key_suffix>" names the parameter "<module>.<param_suffix>" too.
+  // "<scope>.<key_suffix>" names the parameter "<scope>.<param_suffix>" too.
   void alias(const std::string& key_suffix, const std::string& param_suffix);
   // torch.nn.Linear "<module>.<prefix>.weight" / ".bias" applied to x.
   runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);

@@ -334,10 +334,25 @@ void divide_rows(std::span<const T> x, std::span<const int64_t> degree, int64_t 
   }
 }
 
+namespace {
+
+// The name a form's errors carry.
+std::string_view loss_name(LossForm form, bool backward) {
+  switch (form) {
+    case LossForm::kSquared: return backward ? "mse_loss_backward" : "mse_loss";
+    case LossForm::kAbsolute: return backward ? "l1_loss_backward" : "l1_loss";
+    case LossForm::kLinear: return backward ? "mean_loss_backward" : "mean_loss";
+  }
+  throw OpError("mse_loss", "loss form " + std::to_string(static_cast<int>(form)) +
+                                " is none of squared, absolute, linear");
+}
+
+}  // namespace
+
 template <typename T>
 SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
-                            std::span<const uint8_t> mask, int64_t rows, int64_t cols, bool absolute) {
-  const std::string_view op = absolute ? "l1_loss" : "mse_loss";
+                            std::span<const uint8_t> mask, int64_t rows, int64_t cols, LossForm form) {
+  const std::string_view op = loss_name(form, false);
   expect_mask_and_rows(op, mask, rows, cols);
   expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
   expect_size(op, "target", target.size(), rows * cols, "rows*cols");
@@ -347,7 +362,7 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
     for (int64_t c = 0; c < cols; ++c) {
       const double d = static_cast<double>(pred[static_cast<size_t>(n * cols + c)]) -
                        static_cast<double>(target[static_cast<size_t>(n * cols + c)]);
-      r.sum += absolute ? std::abs(d) : d * d;
+      r.sum += form == LossForm::kSquared ? d * d : form == LossForm::kAbsolute ? std::abs(d) : d;
     }
     r.count += cols;
   }
@@ -357,8 +372,8 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
 template <typename T>
 void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
                        std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
-                       std::span<T> grad_pred, bool absolute) {
-  const std::string_view op = absolute ? "l1_loss_backward" : "mse_loss_backward";
+                       std::span<T> grad_pred, LossForm form) {
+  const std::string_view op = loss_name(form, true);
   expect_mask_and_rows(op, mask, rows, cols);
   expect_size(op, "pred", pred.size(), rows * cols, "rows*cols");
   expect_size(op, "target", target.size(), rows * cols, "rows*cols");
@@ -370,7 +385,10 @@ void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
       const size_t i = static_cast<size_t>(n * cols + c);
       const T d = pred[i] - target[i];
       const T sign = d > T(0) ? T(1) : d < T(0) ? T(-1) : T(0);
-      grad_pred[i] = !used ? T(0) : absolute ? scale * sign : T(2) * scale * d;
+      grad_pred[i] = !used                         ? T(0)
+                     : form == LossForm::kSquared  ? T(2) * scale * d
+                     : form == LossForm::kAbsolute ? scale * sign
+                                                   : scale;
     }
   }
 }
@@ -422,10 +440,10 @@ CorrectCount count_correct(std::span<const T> log_prob, std::span<const int64_t>
   template void divide_rows<T>(std::span<const T>, std::span<const int64_t>, int64_t,          \
                                std::span<T>);                                                  \
   template SquaredSum mse_loss_forward<T>(std::span<const T>, std::span<const T>,              \
-                                          std::span<const uint8_t>, int64_t, int64_t, bool);   \
+                                          std::span<const uint8_t>, int64_t, int64_t, LossForm); \
   template void mse_loss_backward<T>(std::span<const T>, std::span<const T>,                   \
                                      std::span<const uint8_t>, int64_t, int64_t, T,            \
-                                     std::span<T>, bool);                                      \
+                                     std::span<T>, LossForm);                                  \
   template CorrectCount count_correct<T>(std::span<const T>, std::span<const int64_t>,         \
                                          std::span<const uint8_t>, int64_t, int64_t);
 GNNRT_FOR_EACH_VALUE(GNNRT_INSTANTIATE)

@@ -75,17 +75,23 @@ struct SquaredSum {
   double sum = 0;
   int64_t count = 0;
 };
-// absolute: the L1 loss instead, the sum of |pred - target|.
+// The family's forms, by the numbers of runtime/op_attrs.proto's LossForm:
+// the sum of (pred - target)^2 (MSE), of |pred - target| (L1), or of
+// pred - target itself (kLinear: the mean of a value, such as a KL term
+// computed element by element, against a zero target).
+enum class LossForm : int { kSquared = 0, kAbsolute = 1, kLinear = 2 };
 template <typename T>
 SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
-                            std::span<const uint8_t> mask, int64_t rows, int64_t cols, bool absolute = false);
+                            std::span<const uint8_t> mask, int64_t rows, int64_t cols,
+                            LossForm form = LossForm::kSquared);
 // grad_pred = scale * 2 (pred - target) on masked rows, 0 elsewhere
-// (scale: the upstream gradient over the count); absolute: scale *
-// sign(pred - target), 0 where they are equal (torch's L1 gradient).
+// (scale: the upstream gradient over the count); kAbsolute: scale *
+// sign(pred - target), 0 where they are equal (torch's L1 gradient);
+// kLinear: scale.
 template <typename T>
 void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
                        std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,
-                       std::span<T> grad_pred, bool absolute = false);
+                       std::span<T> grad_pred, LossForm form = LossForm::kSquared);
 
 // Rows with mask = 1 whose first largest value is at the label (torch.argmax's
 // rule: the first of equal maxima; NaN counts as largest). Labels of masked

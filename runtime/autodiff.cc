@@ -118,9 +118,9 @@ class Backward {
         if (needs(in[0])) add(in[0], b_.cross_entropy_grad(in[0], in[1], in[2], g, optional(op, 3)));
         return;
       case OpKind::kMseLoss:
-        if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3), a.absolute()));
+        if (needs(in[0])) add(in[0], b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3), loss_form_of(a)));
         if (needs(in[1])) {
-          add(in[1], b_.scale(b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3), a.absolute()), -1.0));
+          add(in[1], b_.scale(b_.mse_loss_grad(in[0], in[1], in[2], g, optional(op, 3), loss_form_of(a)), -1.0));
         }
         return;
       case OpKind::kHeadDot:

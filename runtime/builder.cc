@@ -250,6 +250,13 @@ ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_gra
   return emit(k, std::move(inputs), a);
 }
 
+ValueId Builder::normal(ValueId global_rows, int64_t width, uint64_t key) {
+  OpAttrs a;
+  a.set_width(width);
+  a.set_key(key);
+  return emit(OpKind::kNormal, {global_rows}, a);
+}
+
 ValueId Builder::log_softmax(ValueId x) { return emit(OpKind::kLogSoftmax, {x}); }
 
 ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
@@ -262,7 +269,13 @@ ValueId Builder::cross_entropy(ValueId x, ValueId labels, ValueId mask) {
 
 ValueId Builder::l1_loss(ValueId pred, ValueId target, ValueId mask) {
   OpAttrs a;
-  a.set_absolute(true);
+  a.set_loss_form(proto::ABSOLUTE);
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
+}
+
+ValueId Builder::mean_loss(ValueId pred, ValueId target, ValueId mask) {
+  OpAttrs a;
+  a.set_loss_form(proto::LINEAR);
   return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
 }
 
@@ -507,9 +520,9 @@ ValueId Builder::cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, Val
 }
 
 ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,
-                               ValueId count, bool absolute) {
+                               ValueId count, ops::LossForm form) {
   OpAttrs a;
-  a.set_absolute(absolute);
+  a.set_loss_form(static_cast<proto::LossForm>(form));
   return emit(OpKind::kMseLossGrad, loss_grad_inputs(pred, target, mask, g, count), a);
 }
 

@@ -124,6 +124,10 @@ class Builder {
   // dropout_grad.
   ValueId dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph = -1,
                   ValueId global_rows = kNoValue);
+  // Standard normals [rows, width], one row per global id (i64 [rows]):
+  // element (r, c) a pure function of (seed, step, key, global_rows[r], c)
+  // (ops/noise.h), so any split of the rows draws the same noise. No gradient.
+  ValueId normal(ValueId global_rows, int64_t width, uint64_t key);
   ValueId log_softmax(ValueId x);
   // Mean negative log-likelihood over the rows with mask = 1: [1]. In a
   // partitioned program: this rank's rows over the count of all ranks (the
@@ -135,8 +139,11 @@ class Builder {
   ValueId cross_entropy(ValueId x, ValueId labels, ValueId mask);
   ValueId mse_loss(ValueId pred, ValueId target, ValueId mask);
   // Mean |pred - target| over the rows with mask = 1 and their columns
-  // (torch's L1Loss): the mse_loss op with `absolute` set.
+  // (torch's L1Loss): the mse_loss op in its absolute form.
   ValueId l1_loss(ValueId pred, ValueId target, ValueId mask);
+  // The mean of pred - target over the elements of the rows with mask = 1:
+  // the mse_loss op in its linear form (a KL term's mean, target zero).
+  ValueId mean_loss(ValueId pred, ValueId target, ValueId mask);
   // Per-head dot product: x [N, H*C] . att [H*C] -> [N, H].
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
   // Mean over heads: x [N, H*C] -> [N, C].
@@ -228,7 +235,7 @@ class Builder {
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
   ValueId cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g, ValueId count);
   ValueId mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g, ValueId count,
-                        bool absolute = false);
+                        ops::LossForm form = ops::LossForm::kSquared);
   ValueId head_dot_grad_x(ValueId att, ValueId g, int64_t heads);
   ValueId head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads);  // att's shape
   ValueId head_mean_grad(ValueId g, int64_t heads);

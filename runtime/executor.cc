@@ -18,6 +18,7 @@
 #include "ops/gather.h"
 #include "ops/gcn_norm.h"
 #include "ops/layer_norm.h"
+#include "ops/noise.h"
 #include "ops/optimizer.h"
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
@@ -486,6 +487,9 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
                               in(0), f(), out_of.template operator()<uint8_t>(1));
       return 0;
+    case OpKind::kNormal:
+      ops::normal_forward<T>(dropout_key, a.width(), in.template operator()<int64_t>(0), f());
+      return 0;
     case OpKind::kLogSoftmax:
       ops::log_softmax_forward<T>(in(0), rows(out), cols(out), f());
       return 0;
@@ -508,7 +512,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kMseLoss: {
       const ValueId pred = op.inputs[0];
       const ops::SquaredSum s = ops::mse_loss_forward<T>(in(0), in(1), in.template operator()<uint8_t>(2),
-                                                         rows(pred), cols(pred), a.absolute());
+                                                         rows(pred), cols(pred), loss_form_of(a));
       const int64_t count = loss_count(2, 3, cols(pred));
       f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
       return 0;
@@ -661,7 +665,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       const int64_t count = loss_count(2, 4, cols(out));
       const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
       ops::mse_loss_backward<T>(in(0), in(1), in.template operator()<uint8_t>(2), rows(out), cols(out),
-                                scale, f(), a.absolute());
+                                scale, f(), loss_form_of(a));
       return 0;
     }
     case OpKind::kHeadDotGradX:

@@ -335,6 +335,15 @@ void dropout(OpCheck& c) {
   c.out(DType::kBool, c.shape(0), ".keep");
 }
 
+// (global_rows [N]) -> [N, width]
+void normal(OpCheck& c) {
+  c.operands(1, 1);
+  c.dtype(0, DType::kI64, "global row ids");
+  c.rank(0, 1, "global row ids");
+  if (c.attrs().width() < 0) c.fail(fmt::format("width {} is negative", c.attrs().width()));
+  c.out_float({c.rows(0), c.attrs().width()});
+}
+
 void log_softmax(OpCheck& c) {
   c.operands(1, 1);
   matrix(c, 0, "x");
@@ -1026,6 +1035,7 @@ constexpr std::array kDefs = {
     OpDef{OpKind::kConcat, kNone, concat},
     OpDef{OpKind::kSliceCols, kNone, slice_cols},
     OpDef{OpKind::kDropout, kNone, dropout},
+    OpDef{OpKind::kNormal, kNoGradient, normal},
     OpDef{OpKind::kLogSoftmax, kNone, log_softmax},
     OpDef{OpKind::kNllLoss, kNone, nll_loss},
     OpDef{OpKind::kCrossEntropy, kNone, nll_loss},

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ops/elementwise.h"
 #include "ops/reduce.h"
 #include "runtime/op_attrs.pb.h"
 #include "runtime/tensor.h"
@@ -67,6 +68,7 @@ struct GraphInfo {
   X(kConcat, "concat")                    /* (x...) side by side along columns */       \
   X(kSliceCols, "slice_cols")             /* (x) -> columns begin .. begin + width */   \
   X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \
+  X(kNormal, "normal")                    /* (global_rows [N]) -> [N, width] N(0, 1) */ \
   X(kLogSoftmax, "log_softmax")                                                         \
   X(kNllLoss, "nll_loss")                 /* (logp, labels, mask[, count]) */           \
   X(kCrossEntropy, "cross_entropy")       /* (x, labels, mask[, count]): nll(log_softmax) */ \
@@ -155,6 +157,10 @@ static_assert(static_cast<int>(ops::Reduce::kSum) == proto::SUM &&
               static_cast<int>(ops::Reduce::kMin) == proto::MIN);
 inline proto::Reduce to_proto(ops::Reduce r) { return static_cast<proto::Reduce>(r); }
 inline ops::Reduce reduce_of(const OpAttrs& a) { return static_cast<ops::Reduce>(a.reduce()); }
+static_assert(static_cast<int>(ops::LossForm::kSquared) == proto::SQUARED &&
+              static_cast<int>(ops::LossForm::kAbsolute) == proto::ABSOLUTE &&
+              static_cast<int>(ops::LossForm::kLinear) == proto::LINEAR);
+inline ops::LossForm loss_form_of(const OpAttrs& a) { return static_cast<ops::LossForm>(a.loss_form()); }
 
 // inputs may hold kNoValue for an absent optional operand (spmm_grad_x's
 // edge weight or arg).

@@ -289,7 +289,7 @@ const std::vector<BadInput>& bad_inputs() {
     v.push_back({"l1_grad_size", [] {
                    std::vector<float> p(6), t(6), g(5);
                    std::vector<uint8_t> mask(3);
-                   mse_loss_backward<float>(p, t, mask, 3, 2, 1.0f, g, /*absolute=*/true);
+                   mse_loss_backward<float>(p, t, mask, 3, 2, 1.0f, g, LossForm::kAbsolute);
                  }, "l1_loss_backward: grad_pred has 5 elements, expected rows*cols = 6"});
     v.push_back({"mse_mask_size", [] {
                    std::vector<float> p(6), t(6);

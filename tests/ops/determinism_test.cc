@@ -246,6 +246,10 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("l1_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();
     });
+    add("mean_loss", [=] {
+      return Synthetic(golden("mean_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
+          .mask("mask", N).build();
+    });
     add("mse_loss", [=] {
       return Synthetic(golden("mse_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();

@@ -282,6 +282,10 @@ const std::map<std::string, Recipe<T>>& recipes() {
        [](Build<T>& t) {
          t.out("loss", t.b.l1_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
        }},
+      {"mean_loss",
+       [](Build<T>& t) {
+         t.out("loss", t.b.mean_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
+       }},
       {"mse_loss",
        [](Build<T>& t) {
          t.out("loss", t.b.mse_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));

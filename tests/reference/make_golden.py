@@ -505,6 +505,16 @@ def gen_losses(w, rng):
         w.case("l1_loss", name, {"rows": r, "cols": c},
                {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
                {"pred": pt.grad, "target": tt.grad})
+        # The linear form: the mean of pred - target over the rows' elements.
+        pt, tt = leaf(pred), leaf(target)
+        if sel.any():
+            loss = (pt[sel] - tt[sel]).mean()
+        else:
+            loss = (pt * 0).sum() + (tt * 0).sum()
+        loss.backward()
+        w.case("mean_loss", name, {"rows": r, "cols": c},
+               {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"pred": pt.grad, "target": tt.grad})
 
     lp = rng.standard_normal((12, 5)).astype(np.float32)
     lp[3, :] = 1.0            # all tied: the first class
