@@ -38,22 +38,21 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   core_from.no_cache = options.no_cache;
   runtime::Core core(device_profile(job, core_from), core_options(job, core_from));
 
-  // Checked on the smallest bucket before anything runs.
-  std::vector<std::string> requested;  // each name once
-  for (const std::string& name : options.outputs) {
-    if (std::find(requested.begin(), requested.end(), name) == requested.end()) requested.push_back(name);
-  }
-  const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, requested);
+  // Each name once: --output, else the job's model.output, else every loss
+  // term's input. Checked on the smallest bucket before anything runs.
   std::vector<std::string> outputs;
-  for (const std::string& name : options.outputs) {
+  const auto add = [&](const std::string& name) {
     if (std::find(outputs.begin(), outputs.end(), name) == outputs.end()) outputs.push_back(name);
+  };
+  for (const std::string& name : options.outputs) add(name);
+  if (outputs.empty()) {
+    for (const std::string& name : job.model().output()) add(name);
   }
   if (outputs.empty()) {
-    for (const auto& t : job.model().loss_term()) {
-      if (std::find(outputs.begin(), outputs.end(), t.input()) == outputs.end()) outputs.push_back(t.input());
-    }
+    for (const auto& t : job.model().loss_term()) add(t.input());
   }
   if (outputs.empty()) throw std::invalid_argument("gnnrt infer: the model has no loss term; name outputs with --output");
+  const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, outputs);
   load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict);
   for (const ParamDecl& p : probe.params) {
     if (!core.memory().has(p.name)) initialize_parameters(core, {p}, job.seed());
@@ -92,7 +91,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     const auto graphs = std::span<const int64_t>(order).subspan(at, std::min(batch, order.size() - at));
     const int bucket = source.bucket_for(graphs);
     auto& p = programs[bucket];
-    if (!p) p = core.compile(build_module_inference(job.model(), schema, source.buckets()[bucket], false, requested).program, {});
+    if (!p) p = core.compile(build_module_inference(job.model(), schema, source.buckets()[bucket], false, outputs).program, {});
     const auto t0 = std::chrono::steady_clock::now();
     source.bind(core, graphs, graphs, bucket, nullptr);
     core.run(*p, {.step = 1, .lr = 0, .seed = job.seed()});

@@ -109,6 +109,10 @@ def objective(s):
         '  loss_term { input: "encoder.lane_mu" log_var: "encoder.lane_log_var" kind: KL weight: 0.01 }',
         '  loss_term { input: "lane_count_logits" target: "graph.y" kind: CROSS_ENTROPY weight: 0.08 }',
     ]
+    # What `gnnrt infer` writes: the latents' means and log variances and
+    # the lane-count logits, per agent, lane and scene.
+    out += [f'  output: "{n}"' for n in ("encoder.agent_mu", "encoder.lane_mu", "encoder.agent_log_var",
+                                          "encoder.lane_log_var", "lane_count_logits")]
     return out
 
 

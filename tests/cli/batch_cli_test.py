@@ -146,6 +146,30 @@ for ranks in ([2] if QUICK else [2, 3]):
     if code == 0:
         compare(params(WORK / f"s{ranks}"), scene_one, f"scene layers on {ranks} ranks")
 
+# VectorWorld's scene encoder at reduced widths (the golden job of
+# tests/reference/make_encoder_golden.py) with its VAE objective: the
+# reparameterisation noise is keyed by global rows, so 1, 2 and 3 ranks
+# give the same parameters after 10 steps (25 scenes, batches of 5). SGD
+# with momentum: Adam turns a gradient element that is all rounding (the
+# all-reduce adds in another order) into a step of lr (3 ranks: one element
+# of 42,000 off by 2.8e-6).
+golden = Path(__file__).resolve().parent.parent / "golden" / "batch" / "scene_encoder" / "job.pbtxt"
+encoder_job = WORK / "encoder.pbtxt"
+encoder_job.write_text(golden.read_text().replace(
+    "DATA", "scenes:scenes=25,min_lanes=2,max_lanes=6,min_agents=1,max_agents=4,seed=8")
+    .replace("epochs: 50", "epochs: 2").replace("batch_size: 6", "batch_size: 5")
+    .replace('kind: "adam" lr: 0.003', 'kind: "sgd" lr: 0.001 momentum: 0.9'))
+encoder = ["train", str(encoder_job), "--no-cache", "--threads", "1"]
+code, out = run([GNNRT, *encoder, "--params-out", str(WORK / "e1"), "--metrics", str(WORK / "e1.jsonl")])
+check(code == 0, f"the encoder on one rank: exit {code}\n{out[-3000:]}")
+encoder_one = params(WORK / "e1") if code == 0 else {}
+check(code == 0 and metrics(WORK / "e1.jsonl")[-1]["step"] == 10, "the encoder did not take 10 steps")
+for ranks in ([2] if QUICK else [2, 3]):
+    code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, *encoder, "--params-out", str(WORK / f"e{ranks}")])
+    check(code == 0, f"the encoder on {ranks} ranks: exit {code}\n{out[-3000:]}")
+    if code == 0:
+        compare(params(WORK / f"e{ranks}"), encoder_one, f"the encoder on {ranks} ranks")
+
 # gnnrt infer on 1 rank and shared out over 2 and 3 (7 batches: shares of
 # 3-4 and 2-3): rank 0 writes the same outputs, bitwise (each batch runs the
 # same program on the same rows), and reports its batch latency and throughput.
@@ -199,6 +223,26 @@ if not QUICK:
     code, out = run([GNNRT, "infer", str(example), "--params-in", str(WORK / "ex2"), "--out", str(WORK / "ex_out"),
                      "--no-cache"])
     check(code == 0 and (WORK / "ex_out" / "head.npy").exists(), f"infer on the example: exit {code}\n{out[-2000:]}")
+
+    # examples/scene_encoder.pbtxt (the encoder at vae.yaml's sizes, 45 M
+    # parameters, on the synthetic default) for one epoch: on one rank,
+    # under the launcher on two, then gnnrt infer writes the latents' means
+    # and log variances and the lane-count logits.
+    example = Path(__file__).resolve().parent.parent.parent / "examples" / "scene_encoder.pbtxt"
+    short = ["--no-cache", "--set", "schedule.epochs=1"]
+    code, out = run([GNNRT, "train", str(example), *short, "--params-out", str(WORK / "se1")], timeout=300)
+    check(code == 0, f"examples/scene_encoder.pbtxt on one rank: exit {code}\n{out[-2000:]}")
+    code, out = run([GNNRT, "launch", "-n", "2", "--run-dir", str(WORK / "se_run"), "--", "train", str(example),
+                     *short, "--threads", "1", "--params-out", str(WORK / "se2")], timeout=300)
+    check(code == 0, f"examples/scene_encoder.pbtxt under launch -n 2: exit {code}\n{out[-2000:]}")
+    heads = ["encoder.agent_mu", "encoder.lane_mu", "encoder.agent_log_var", "encoder.lane_log_var",
+             "lane_count_logits"]
+    code, out = run([GNNRT, "infer", str(example), "--params-in", str(WORK / "se2"), "--out", str(WORK / "se_out"),
+                     "--no-cache"], timeout=300)  # the job's model.output
+    got = params(WORK / "se_out") if code == 0 else {}
+    check(code == 0 and sorted(got) == sorted(heads) and got["lane_count_logits"].shape == (16, 101)
+          and got["encoder.agent_mu"].shape[1] == 18 and got["encoder.lane_mu"].shape[1] == 24,
+          f"infer on the scene encoder: exit {code}, outputs { {k: v.shape for k, v in got.items()} }\n{out[-2000:]}")
 
     # An epoch longer than --progress-timeout (7 steps of 0.8 s, stretched
     # by GNNRT_TEST_SLOW_STEP): the steps it reports are progress, so the
