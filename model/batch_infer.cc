@@ -110,6 +110,9 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
     latencies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (result.batches > 0) {
+    result.simulated_ms = core.counters().simulated_seconds * 1e3 / static_cast<double>(result.batches);
+  }
   // The eval losses, when the dataset has the targets (every rank's program alike).
   const bool has_metrics = probe.program.find(kMetrics) != runtime::kNoValue;
   std::vector<double> sums = programs.empty() || !has_metrics ? std::vector<double>(static_cast<size_t>(slots))

@@ -44,6 +44,9 @@ struct InferResult {
   // Each batch's bind, run and read (compiles excluded), over this rank's
   // batches; graphs a second over the whole run (the slowest rank's time).
   double latency_median_ms = 0, latency_p90_ms = 0, graphs_per_second = 0;
+  // A batch's time on the simulated clock of the job's device profile
+  // (device.profile), the mean over this rank's batches.
+  double simulated_ms = 0;
 };
 
 InferResult infer_batches(const proto::Job& job, const InferOptions& options);

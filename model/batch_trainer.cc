@@ -80,17 +80,24 @@ class BatchTrainer {
   std::vector<ParamAlias> aliases_;
   std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs_;
   int64_t start_epoch_ = 0, step_ = 0;
+  double compile_ms_ = 0, cache_load_ms_ = 0;  // program(): built and compiled, or loaded
   bool resumed_metrics_ = false;  // the checkpoint held a partial epoch's metrics
 };
 
 const runtime::CompiledProgram& BatchTrainer::program(int bucket) {
   auto& p = programs_[bucket];
   if (!p) {
+    // Building the program and compiling it, or loading it from the cache:
+    // what a first start and a cached start cost.
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t compiles = core_.counters().compiles;
     Network net = build_module_train_step(job_.model(), source_->schema(), source_->buckets()[bucket], replicated_);
     runtime::CompileOptions o;
     o.train = runtime::TrainStep{net.loss, net.param_ids, optimizer_config(job_.optimizer())};
     o.bucket_bytes = static_cast<int64_t>(job_.partition().bucket_mb() * (1 << 20));
     p = core_.compile(std::move(net.program), o);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    (core_.counters().compiles > compiles ? compile_ms_ : cache_load_ms_) += ms;
   }
   return *p;
 }
@@ -312,7 +319,8 @@ TrainResult BatchTrainer::run() {
                        {"cache_hits", after.cache_hits}, {"buckets_used", used.size()},
                        {"padding_rows_percent", padding.rows_percent()},
                        {"padding_edges_percent", padding.edges_percent()}, {"ranks", ranks_},
-                       {"compute_ms", m.compute_ms}, {"grad_ms", m.grad_ms}, {"wait_ms", m.wait_ms}};
+                       {"compute_ms", m.compute_ms}, {"grad_ms", m.grad_ms}, {"wait_ms", m.wait_ms},
+                       {"compile_ms", compile_ms_}, {"cache_load_ms", cache_load_ms_}};
       for (int i = 0; i < job_.model().loss_term_size(); ++i) {
         const auto& t = job_.model().loss_term(i);
         j[fmt::format("loss_{}", t.input())] = batches > 0 ? v[1 + i] / static_cast<double>(batches) : 0;
@@ -352,9 +360,11 @@ TrainResult BatchTrainer::run() {
   result.buckets = static_cast<int64_t>(source.buckets().size());
   result.padding_rows_percent = padding.rows_percent();
   result.padding_edges_percent = padding.edges_percent();
-  spdlog::info("{} steps; {} compiles, {} cache hits; {} of {} buckets used; padding {:.1f}% of rows, {:.1f}% of edges",
-               step_, result.counters.compiles, result.counters.cache_hits, used.size(), source.buckets().size(),
-               padding.rows_percent(), padding.edges_percent());
+  result.compile_ms = compile_ms_;
+  result.cache_load_ms = cache_load_ms_;
+  spdlog::info("{} steps; {} compiles ({:.1f} ms), {} cache hits ({:.1f} ms); {} of {} buckets used; padding {:.1f}% of "
+               "rows, {:.1f}% of edges", step_, result.counters.compiles, compile_ms_, result.counters.cache_hits,
+               cache_load_ms_, used.size(), source.buckets().size(), padding.rows_percent(), padding.edges_percent());
   return result;
 }
 

@@ -109,6 +109,9 @@ struct TrainResult {
   int64_t buckets_used = 0, buckets = 0;
   double padding_rows_percent = 0, padding_edges_percent = 0;
   double last_loss = 0;
+  // Batch datasets: wall time building and compiling programs, and building
+  // and loading them from the program cache (a cached start).
+  double compile_ms = 0, cache_load_ms = 0;
 };
 
 TrainResult train(const proto::Job& job, const TrainOptions& options);

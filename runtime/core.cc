@@ -122,6 +122,7 @@ std::shared_ptr<const CompiledProgram> Core::compile(Program program,
     c.passes.attention = fuse_attention(program);
     c.passes.cross_entropy = fuse_cross_entropy(program);
     c.passes.reordered = reorder_aggregate_matmul(program);
+    c.passes.projected = project_before_gather(program);
   }
   if (options.train) {
     const TrainStep& t = *options.train;
@@ -222,7 +223,8 @@ void Core::write_trace(const std::filesystem::path& path) const {
                       {"dur", e.duration_us},
                       {"pid", 0},
                       {"tid", 0},
-                      {"args", {{"scope", e.scope}, {"simulated_us", e.simulated_us}, {"threads", e.threads}}}});
+                      {"args", {{"scope", e.scope}, {"simulated_us", e.simulated_us}, {"flops", e.flops}, {"bytes", e.bytes},
+                                {"threads", e.threads}}}});
   }
   const nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   try {

@@ -80,6 +80,7 @@ struct PassStats {
   int paired = 0;  // sparse products of one sparse matrix run as one walk (pair_sparse_products)
   int attention = 0;  // GAT attention softmaxes fused with their logits (fuse_attention)
   int cross_entropy = 0;  // losses fused with their log softmax (fuse_cross_entropy)
+  int projected = 0;  // matmuls moved before the gathers of their rows (project_before_gather)
 };
 
 struct CompiledProgram {
@@ -189,6 +190,7 @@ class Core {
   struct TraceEvent {
     std::string name, scope, program;
     double start_us, duration_us, simulated_us;
+    double flops = 0, bytes = 0;  // the cost model's (runtime/device.h)
     int threads = 1;  // omp_get_max_threads() for the op (a kernel below its parallel size uses one)
   };
   const std::vector<TraceEvent>& trace() const { return trace_; }

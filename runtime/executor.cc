@@ -338,7 +338,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
         return std::chrono::duration<double, std::micro>(t - epoch_).count();
       };
       trace_.push_back({std::string(to_string(op.kind)), op.scope, p.name, us(start),
-                        us(end) - us(start), simulated * 1e6, omp_get_max_threads()});
+                        us(end) - us(start), simulated * 1e6, cost.flops, cost.bytes, omp_get_max_threads()});
     }
   }
   if (!buckets_.empty()) {

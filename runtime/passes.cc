@@ -38,7 +38,7 @@ struct UseDef {
 };
 
 ValueId add_temp(Program& p, std::string name, std::vector<int64_t> shape) {
-  p.values.push_back(ValueInfo{std::move(name), DType::kF32, std::move(shape), Role::kTemp});
+  p.values.push_back(ValueInfo{std::move(name), p.float_type, std::move(shape), Role::kTemp});
   return static_cast<ValueId>(p.values.size() - 1);
 }
 
@@ -510,6 +510,104 @@ int eliminate_dead_values(Program& p) {
     if (removed == 0) return removed_total;
     removed_total += removed;
   }
+}
+
+namespace {
+
+// The gather defining v when it selects more rows than it reads (a matmul of
+// its result costs more than one of its input), else null.
+const Op* widening_gather(const Program& p, const UseDef& ud, ValueId v) {
+  const int64_t d = ud.def[static_cast<size_t>(v)];
+  if (d < 0) return nullptr;
+  const Op& op = p.ops[static_cast<size_t>(d)];
+  if (op.kind != OpKind::kGather) return nullptr;
+  return p.value(op.inputs[0]).shape[0] < p.value(v).shape[0] ? &op : nullptr;
+}
+
+// matmul(x, w) as `like` multiplies (its transposes and scope), writing `out`
+// or a new temp of rows(x) rows; x's rows gathered first when x is a
+// widening gather's result.
+ValueId project(Program& p, const UseDef& ud, const Op& like, ValueId x, ValueId w, ValueId out,
+                std::vector<Op>& ops) {
+  const int64_t cols = p.value(like.outputs[0]).shape[1];
+  Op mm = like;
+  mm.inputs = {x, w};
+  if (const Op* gather = widening_gather(p, ud, x)) {
+    mm.inputs[0] = gather->inputs[0];
+    mm.outputs = {add_temp(p, like.scope + "/projected", {p.value(gather->inputs[0]).shape[0], cols})};
+    Op g = *gather;
+    g.inputs = {mm.outputs[0]};
+    g.outputs = {out != kNoValue ? out : add_temp(p, like.scope + "/gathered", {p.value(x).shape[0], cols})};
+    g.scope = like.scope;
+    ops.push_back(std::move(mm));
+    ops.push_back(std::move(g));
+    return ops.back().outputs[0];
+  }
+  mm.outputs = {out != kNoValue ? out : add_temp(p, like.scope + "/part", {p.value(x).shape[0], cols})};
+  ops.push_back(std::move(mm));
+  return ops.back().outputs[0];
+}
+
+}  // namespace
+
+int project_before_gather(Program& p) {
+  const UseDef ud(p);
+  std::vector<Op> ops;
+  ops.reserve(p.ops.size());
+  int rewritten = 0;
+  // Ops are copied, not moved: the rewrites read earlier ops (gathers,
+  // concatenations) in p.ops.
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const Op op = p.ops[i];
+    if (op.kind != OpKind::kMatMul || op.attrs.trans_a()) {
+      ops.push_back(op);
+      continue;
+    }
+    const ValueId x = op.inputs[0], w = op.inputs[1], out = op.outputs[0];
+    const int64_t d = ud.def[static_cast<size_t>(x)];
+    const Op* concat = d >= 0 && p.ops[static_cast<size_t>(d)].kind == OpKind::kConcat ? &p.ops[static_cast<size_t>(d)]
+                                                                                      : nullptr;
+    bool any = false;
+    if (concat != nullptr && op.attrs.trans_b()) {
+      for (ValueId part : concat->inputs) any = any || widening_gather(p, ud, part) != nullptr;
+    }
+    if (any) {
+      // x Wᵀ = Σ_k part_k W[:, columns of part k]ᵀ (W is [out, in]).
+      ValueId sum = kNoValue;
+      int64_t begin = 0;
+      for (size_t k = 0; k < concat->inputs.size(); ++k) {
+        const ValueId part = concat->inputs[k];
+        const int64_t width = p.value(part).shape[1];
+        Op slice{OpKind::kSliceCols, {w}, {}, {}, op.scope};
+        slice.attrs.set_begin(begin);
+        slice.attrs.set_width(width);
+        slice.outputs = {add_temp(p, op.scope + "/weight_part", {p.value(w).shape[0], width})};
+        begin += width;
+        const ValueId w_part = slice.outputs[0];
+        ops.push_back(std::move(slice));
+        const bool last = k + 1 == concat->inputs.size();
+        const ValueId term = project(p, ud, op, part, w_part, kNoValue, ops);
+        if (sum == kNoValue) {
+          sum = term;
+          continue;
+        }
+        Op add{OpKind::kAdd, {sum, term}, {}, {}, op.scope};
+        add.outputs = {last ? out : add_temp(p, op.scope + "/sum", p.value(out).shape)};
+        sum = add.outputs[0];
+        ops.push_back(std::move(add));
+      }
+      ++rewritten;
+      continue;
+    }
+    if (widening_gather(p, ud, x) != nullptr) {
+      project(p, ud, op, x, w, out, ops);
+      ++rewritten;
+      continue;
+    }
+    ops.push_back(op);
+  }
+  p.ops = std::move(ops);
+  return rewritten;
 }
 
 }  // namespace gnnrt::runtime

@@ -72,6 +72,19 @@ int pair_sparse_products(Program& p);
 // of the narrower side moves fewer bytes).
 int reorder_aggregate_matmul(Program& p);
 
+// A weight matmul of gathered rows (a row selection, such as an edge set's
+// endpoints) runs on the rows before the gather when they are fewer, and a
+// matmul of a concatenation (x Wᵀ, W [out, in]) splits by W's columns so
+// that each gathered part can move before its gather:
+//   matmul(gather(X), W)        -> gather(matmul(X, W))
+//   matmul(concat(a, b), Wᵀ)    -> matmul(a, W[:, :wa]ᵀ) + matmul(b, W[:, wa:]ᵀ)
+// VectorWorld's EdgeFeatureUpdate applies Linears to [x_dst, x_src] on every
+// lane-to-lane edge: E x 2F x out products become N x 2F x out, and two
+// gathers of `out` columns (a row selection commutes with a matmul; the
+// split sums in another order). Gathers and concatenations left unread go
+// with dead-value elimination.
+int project_before_gather(Program& p);
+
 // Gradient all-reduce in buckets (a partitioned train step): groups the
 // gradients in the order they become final into buckets of about
 // `bucket_bytes`, starts each bucket's all-reduce right after the op that

@@ -546,6 +546,47 @@ TEST(Passes, ChainedReorderingsStayValid) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << i;
 }
 
+// EdgeFeatureUpdate's pattern: a Linear of two gathered ends on every edge,
+// and a second Linear of one gathered end alone. The compiled program
+// projects the rows before gathering them (both matmuls rewritten), and
+// computes what the unrewritten (debug) program computes.
+TEST(Passes, MatmulsOfGatheredRowsRunBeforeTheGathers) {
+  const Graph g = random_graph(600, 5);
+  const auto build = [] {
+    Builder b("edge_mlp");
+    const ValueId x = b.input("x", DType::kF32, {kNodes, 8});
+    const int32_t graph = b.graph("g", kNodes, kNodes, 600);
+    const ValueId ends = b.concat({b.gather(graph, b.relu(x)), b.gather(graph, x)});
+    const ValueId h = b.relu(b.linear(ends, b.parameter("w1", {5, 16})));
+    const ValueId out = b.add(h, b.linear(b.gather(graph, x), b.parameter("w2", {5, 8})));
+    b.program().value(out).name = "out";
+    b.output(out);
+    return b.take();
+  };
+  const auto arrays = [] {
+    return std::vector<std::pair<std::string, Tensor>>{{"x", random_array({kNodes, 8}, 7)},
+                                                         {"w1", random_array({5, 16}, 8)},
+                                                         {"w2", random_array({5, 8}, 9)}};
+  };
+  CoreOptions options;
+  Core core(DeviceProfile::named("trn1"), options);
+  core.bind_graph("g", g.adj);
+  for (auto& [name, array] : arrays()) core.memory().put(name, std::move(array));
+  const auto compiled = core.compile(build(), {});
+  EXPECT_EQ(compiled->passes.projected, 2);
+  for (const Op& op : compiled->program.ops) {
+    if (op.kind == OpKind::kMatMul) {
+      EXPECT_EQ(compiled->program.value(op.inputs[0]).shape[0], kNodes);
+    }
+  }
+  core.run(*compiled, {});
+  const Tensor got = core.read(*compiled, "out");
+  const Tensor want = run_out(g, true, build(), arrays()).out;
+  const auto a = got.values<float>(), b = want.values<float>();
+  ASSERT_EQ(a.size(), static_cast<size_t>(600 * 5));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+}
+
 TEST(Passes, VerifyRejectsUseBeforeDefinition) {
   Program p = two_layers(10);
   ASSERT_EQ(p.ops[2].kind, OpKind::kEdgeScale);
