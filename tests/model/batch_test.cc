@@ -783,6 +783,23 @@ TEST_F(Batch, SceneEncoderLossEqualsTheTorchReferenceAtEveryStepAndFallsByFourFi
   EXPECT_LT(r.epochs.back().loss, 0.2 * r.epochs.front().loss);
 }
 
+// A VectorWorld-style state_dict with a key missing, one unexpected and one
+// mis-shaped: the strict loader names all three in one error.
+TEST_F(Batch, SceneEncoderStateDictProblemsAreListedTogether) {
+  const fs::path in = dir_ / "params";
+  fs::create_directories(in);
+  for (const auto& e : fs::directory_iterator(kEncoder / "params_init")) fs::copy_file(e.path(), in / e.path().filename());
+  fs::remove(in / "encoder.encoder_transformer_blocks.2.l2a_transformer_layer.to_k.weight.npy");
+  write_npy<float>(in / "encoder.extra_head.weight.npy", std::vector<float>(4), {2, 2});
+  write_npy<float>(in / "encoder.Q.npy", std::vector<float>(8), {1, 8});
+  options_.params_in = in;
+  EXPECT_THAT([&] { train(golden_job("scene_encoder"), options_); },
+              testing::ThrowsMessage<std::invalid_argument>(testing::AllOf(
+                  HasSubstr("missing keys: [encoder.encoder_transformer_blocks.2.l2a_transformer_layer.to_k.weight [8, 8]]"),
+                  HasSubstr("encoder.extra_head.weight"),
+                  HasSubstr("encoder.Q: [1, 8] float32 in the file, [1, 16] float32 in the model"))));
+}
+
 // The same encoder on gnnrt's own synthetic scenes, from its own
 // initialisation (VectorWorld's), in shape buckets.
 TEST_F(Batch, SceneEncoderLearnsSyntheticScenes) {
