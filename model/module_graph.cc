@@ -112,8 +112,7 @@ class ModuleGraphBuilder {
       std::vector<Port> inputs;
       for (const std::string& in : m.input()) inputs.push_back(ports_.at(in));
       Builder::Scope scope(b_, m.name());
-      ModuleContext c(b_, schema_, shape_, training_, m, static_cast<uint64_t>(i + 1), std::move(inputs), params_,
-                      param_ids_, aliases_);
+      ModuleContext c(b_, schema_, shape_, training_, m, static_cast<uint64_t>(i + 1), std::move(inputs), declared_);
       Port out = module_kind(m).build(c);
       out.name = m.name();
       ports_[m.name()] = out;
@@ -233,9 +232,9 @@ class ModuleGraphBuilder {
 
   Network finish(ValueId loss) {
     Network n;
-    n.params = std::move(params_);
-    n.aliases = std::move(aliases_);
-    n.param_ids = std::move(param_ids_);
+    n.params = std::move(declared_.params);
+    n.aliases = std::move(declared_.aliases);
+    n.param_ids = std::move(declared_.ids);
     n.loss = loss;
     n.program = b_.take();
     return n;
@@ -247,9 +246,7 @@ class ModuleGraphBuilder {
   const BucketShape& shape_;
   const bool training_;
   std::map<std::string, Port> ports_;
-  std::vector<ParamDecl> params_;
-  std::vector<ParamAlias> aliases_;
-  std::vector<ValueId> param_ids_;
+  DeclaredParams declared_;
 };
 
 }  // namespace

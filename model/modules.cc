@@ -600,21 +600,19 @@ const ModuleKind& module_kind(const proto::Module& module) {
 }
 
 ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const BucketShape& sh, bool train,
-                             const proto::Module& m, uint64_t k, std::vector<Port> in,
-                             std::vector<ParamDecl>& params, std::vector<ValueId>& param_ids,
-                             std::vector<ParamAlias>& aliases)
+                             const proto::Module& m, uint64_t k, std::vector<Port> in, DeclaredParams& declared)
     : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
-      params_(params), param_ids_(param_ids), aliases_(aliases) {}
+      declared_(declared) {}
 
 const std::string& ModuleContext::scope() const { return module.params().empty() ? module.name() : module.params(); }
 
 void ModuleContext::alias(const std::string& key_suffix, const std::string& param_suffix) {
   const ParamAlias a{scope() + "." + key_suffix, scope() + "." + param_suffix};
   // Declared once, however many modules share the scope.
-  for (const ParamAlias& known : aliases_) {
+  for (const ParamAlias& known : declared_.aliases) {
     if (known.key == a.key) return;
   }
-  aliases_.push_back(a);
+  declared_.aliases.push_back(a);
 }
 
 ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> shape_, Init init, int64_t fan_in,
@@ -622,17 +620,23 @@ ValueId ModuleContext::param(const std::string& suffix, std::vector<int64_t> sha
   // No suffix: the parameter is the module itself ("encoder.Q").
   const std::string name = suffix.empty() ? scope() : scope() + "." + suffix;
   // A scope shared with a module built before: its parameter, same shape.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i].name != name) continue;
-    if (params_[i].shape != shape_) {
-      fail(fmt::format("parameter '{}' is {} where another module of scope '{}' made it {}", name,
-                       runtime::shape_string(shape_), scope(), runtime::shape_string(params_[i].shape)));
+  auto& d = declared_;
+  for (size_t i = 0; i < d.params.size(); ++i) {
+    if (d.params[i].name != name) continue;
+    if (d.scopes[i] != scope()) {
+      fail(fmt::format("parameter '{}' is also a parameter of scope '{}' (name modules so that their parameters "
+                       "differ, or share a scope with `params`)", name, d.scopes[i]));
     }
-    return param_ids_[i];
+    if (d.params[i].shape != shape_) {
+      fail(fmt::format("parameter '{}' is {} where another module of scope '{}' made it {}", name,
+                       runtime::shape_string(shape_), scope(), runtime::shape_string(d.params[i].shape)));
+    }
+    return d.ids[i];
   }
   const ValueId id = b.parameter(name, shape_);
-  params_.push_back(ParamDecl{name, std::move(shape_), init, fan_in, fan_out});
-  param_ids_.push_back(id);
+  d.params.push_back(ParamDecl{name, std::move(shape_), init, fan_in, fan_out});
+  d.ids.push_back(id);
+  d.scopes.push_back(scope());
   return id;
 }
 

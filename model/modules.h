@@ -76,12 +76,19 @@ struct Port {
   std::string name;  // what the model calls it
 };
 
+// What the modules built so far declared: parameters with their ids and
+// the scope (modules.h's ModuleContext::scope) that made each, and aliases.
+struct DeclaredParams {
+  std::vector<ParamDecl> params;
+  std::vector<runtime::ValueId> ids;
+  std::vector<std::string> scopes;
+  std::vector<ParamAlias> aliases;
+};
+
 class ModuleContext {
  public:
   ModuleContext(runtime::Builder& b, const Schema& schema, const BucketShape& shape, bool training,
-                const proto::Module& module, uint64_t key, std::vector<Port> inputs,
-                std::vector<ParamDecl>& params, std::vector<runtime::ValueId>& param_ids,
-                std::vector<ParamAlias>& aliases);
+                const proto::Module& module, uint64_t key, std::vector<Port> inputs, DeclaredParams& declared);
 
   runtime::Builder& b;
   const Schema& schema;
@@ -94,7 +101,9 @@ class ModuleContext {
   // The scope of its parameters: module.params, else its name.
   const std::string& scope() const;
   // A parameter "<scope>.<suffix>"; the one already made when another
-  // module of the same scope was built first (same shape, or fail()).
+  // module of the same scope was built first (same shape, or fail()). A
+  // name another scope made is refused (a module "x.to_q" beside an
+  // attention "x" would otherwise share weights unasked).
   runtime::ValueId param(const std::string& suffix, std::vector<int64_t> shape, ParamDecl::Init init,
                          int64_t fan_in, int64_t fan_out);
   // "<scope>.<key_suffix>" names the parameter "<scope>.<param_suffix>" too.
@@ -125,9 +134,7 @@ class ModuleContext {
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
-  std::vector<ParamDecl>& params_;
-  std::vector<runtime::ValueId>& param_ids_;
-  std::vector<ParamAlias>& aliases_;
+  DeclaredParams& declared_;
 };
 
 struct ModuleKind {

@@ -568,7 +568,8 @@ int project_before_gather(Program& p) {
     const Op* concat = d >= 0 && p.ops[static_cast<size_t>(d)].kind == OpKind::kConcat ? &p.ops[static_cast<size_t>(d)]
                                                                                       : nullptr;
     bool any = false;
-    if (concat != nullptr && op.attrs.trans_b()) {
+    // Two parts or more (a one-input concatenation is a copy).
+    if (concat != nullptr && concat->inputs.size() > 1 && op.attrs.trans_b()) {
       for (ValueId part : concat->inputs) any = any || widening_gather(p, ud, part) != nullptr;
     }
     if (any) {

@@ -169,6 +169,18 @@ for ranks in ([2] if QUICK else [2, 3]):
     check(code == 0, f"the encoder on {ranks} ranks: exit {code}\n{out[-3000:]}")
     if code == 0:
         compare(params(WORK / f"e{ranks}"), encoder_one, f"the encoder on {ranks} ranks")
+# Its inference on one rank and shared over two: the job's model.output (the
+# latents' means and log variances, the lane-count logits), the same bits.
+enc_infer = ["infer", str(encoder_job), "--params-in", str(WORK / "e1"), "--no-cache", "--threads", "1"]
+code, out = run([GNNRT, *enc_infer, "--out", str(WORK / "ei1")])
+enc_want = params(WORK / "ei1") if code == 0 else {}
+check(code == 0 and sorted(enc_want) == ["encoder.agent_log_var", "encoder.agent_mu", "encoder.lane_log_var",
+                                         "encoder.lane_mu", "lane_count_logits"],
+      f"the encoder's infer on one rank: exit {code}, outputs {sorted(enc_want)}\n{out[-2000:]}")
+code, out = run([*MPIRUN, "-np", "2", GNNRT, *enc_infer, "--out", str(WORK / "ei2")])
+got = params(WORK / "ei2") if code == 0 else {}
+check(code == 0 and sorted(got) == sorted(enc_want) and all(np.array_equal(got[k], enc_want[k]) for k in enc_want),
+      f"the encoder's infer on 2 ranks: exit {code}, outputs differ from one rank's\n{out[-2000:]}")
 
 # gnnrt infer on 1 rank and shared out over 2 and 3 (7 batches: shares of
 # 3-4 and 2-3): rank 0 writes the same outputs, bitwise (each batch runs the

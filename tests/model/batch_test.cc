@@ -544,6 +544,10 @@ TEST(BatchModels, BadModelsAreRefusedNamingTheModule) {
                                loss_term { input: "n" })pb"),
               HasSubstr("model.module 'n' (linear): parameter 'm.weight' is [2, 4] where another module of scope "
                         "'m' made it [2, 6]"));
+  EXPECT_THAT(model_error(R"pb(module { name: "x.to_q" input: "a.x" linear { out: 6 } }
+                               module { name: "x" input: "x.to_q" attention { edges: "aa" heads: 2 } }
+                               loss_term { input: "x" })pb"),
+              HasSubstr("parameter 'x.to_q.weight' is also a parameter of scope 'x.to_q'"));
   EXPECT_THAT(model_error(R"pb(module { name: "m" input: "a.x" })pb"), HasSubstr("no kind given"));
 }
 
