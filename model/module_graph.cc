@@ -213,7 +213,7 @@ class ModuleGraphBuilder {
                                               t.log_var()));
     }
     const Port& lv = found->second;
-    if (lv.domain != mu.domain || lv.set != mu.set || lv.width != mu.width) {
+    if (!same_rows_and_width(lv, mu)) {
       throw std::invalid_argument(fmt::format("{}: input '{}' and log_var '{}' differ in rows or width ({} and {})",
                                               where, t.input(), t.log_var(), mu.width, lv.width));
     }
@@ -297,7 +297,7 @@ std::vector<int> module_order(const proto::Model& model, const Schema& schema) {
   };
   for (int i = 0; i < model.module_size(); ++i) {
     const proto::Module& m = model.module(i);
-    const std::string& scope = m.params().empty() ? m.name() : m.params();
+    const std::string& scope = param_scope(m);
     const auto [first, fresh] = by_scope.emplace(scope, i);
     if (!fresh && configuration(first->second) != configuration(i)) {
       throw std::invalid_argument(fmt::format(

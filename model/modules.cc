@@ -212,7 +212,7 @@ Port elementwise(ModuleContext& c, const char* verb, Op op) {
   Port folded = c.inputs[0];
   for (size_t i = 1; i < c.inputs.size(); ++i) {
     const Port& p = c.inputs[i];
-    if (p.domain != folded.domain || p.set != folded.set || p.width != folded.width) {
+    if (!same_rows_and_width(p, folded)) {
       c.fail(fmt::format("cannot {} {} and {}", verb, c.describe(c.inputs[0]), c.describe(p)));
     }
     folded.value = op(folded.value, p.value);
@@ -509,7 +509,7 @@ Port reparameterize(ModuleContext& c) {
   c.expect_inputs(2, 2);
   const Port& mu = c.inputs[0];
   const Port& log_var = c.inputs[1];
-  if (log_var.domain != mu.domain || log_var.set != mu.set || log_var.width != mu.width) {
+  if (!same_rows_and_width(log_var, mu)) {
     c.fail(fmt::format("mu {} and log_var {} must have the same rows and width", c.describe(mu), c.describe(log_var)));
   }
   if (!c.training) return mu;
@@ -603,8 +603,6 @@ ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const B
                              const proto::Module& m, uint64_t k, std::vector<Port> in, DeclaredParams& declared)
     : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
       declared_(declared) {}
-
-const std::string& ModuleContext::scope() const { return module.params().empty() ? module.name() : module.params(); }
 
 void ModuleContext::alias(const std::string& key_suffix, const std::string& param_suffix) {
   const ParamAlias a{scope() + "." + key_suffix, scope() + "." + param_suffix};

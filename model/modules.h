@@ -76,8 +76,16 @@ struct Port {
   std::string name;  // what the model calls it
 };
 
+// The same rows (domain and set) and width: operands of an elementwise op.
+inline bool same_rows_and_width(const Port& a, const Port& b) {
+  return a.domain == b.domain && a.set == b.set && a.width == b.width;
+}
+
+// The scope of a module's parameters: `params`, else its name.
+inline const std::string& param_scope(const proto::Module& m) { return m.params().empty() ? m.name() : m.params(); }
+
 // What the modules built so far declared: parameters with their ids and
-// the scope (modules.h's ModuleContext::scope) that made each, and aliases.
+// the scope (param_scope) that made each, and aliases.
 struct DeclaredParams {
   std::vector<ParamDecl> params;
   std::vector<runtime::ValueId> ids;
@@ -98,8 +106,8 @@ class ModuleContext {
   const uint64_t key;  // keys this module's dropout masks
   const std::vector<Port> inputs;
 
-  // The scope of its parameters: module.params, else its name.
-  const std::string& scope() const;
+  // param_scope(module).
+  const std::string& scope() const { return param_scope(module); }
   // A parameter "<scope>.<suffix>"; the one already made when another
   // module of the same scope was built first (same shape, or fail()). A
   // name another scope made is refused (a module "x.to_q" beside an
