@@ -177,8 +177,10 @@ Port elu(ModuleContext& c) {
 
 Port activation(ModuleContext& c) {
   const Port x = one_input(c);
-  const auto kind = static_cast<ops::Activation>(c.module.activation().kind());
-  return with(x, x.width, c.b.activation(x.value, kind));
+  const auto& m = c.module.activation();
+  const auto kind = static_cast<ops::Activation>(m.kind());
+  if (kind == ops::Activation::kClip && !(m.bound() >= 0)) c.fail(fmt::format("bound = {} must be >= 0", m.bound()));
+  return with(x, x.width, c.b.activation(x.value, kind, m.bound()));
 }
 
 Port dropout(ModuleContext& c) {
@@ -359,23 +361,33 @@ Port attention(ModuleContext& c) {
   const ValueId q = xavier_linear(c, "to_q", xd, width, hd, true);
   const ValueId k = xavier_linear(c, "to_k", xs, width, hd, false);
   const ValueId v = xavier_linear(c, "to_v", xs, width, hd, true);
-  // Scores <q[dst], k[src] + to_k_r(r)> per head, over sqrt(dim).
+  // Scores <q[dst], k[src] + to_k_r(r)> per head, over sqrt(dim). The edge
+  // features' projections are linear, so they never run per edge (E x K x
+  // H·dim products, half the encoder's flops when they did): the key's edge
+  // term <q_h, W_h r> is <W_hᵀ q_h, r>, q projected per head into r's K
+  // columns at the nodes and dotted with r at the edges; the values' term
+  // Σ α_h (W_h r + b_h) is W_h (Σ α_h r) + b_h Σ α_h.
   ValueId score = c.b.sddmm_dot(g, k, q, heads);
-  ValueId vr = runtime::kNoValue;
+  ValueId rn = runtime::kNoValue, wv_r = runtime::kNoValue, bv_r = runtime::kNoValue;
   if (r) {
-    const ValueId rn = row_norm(c, "attn_prenorm_r", r->value, r->width);
-    const ValueId kr = xavier_linear(c, "to_k_r", rn, r->width, hd, false);
-    vr = xavier_linear(c, "to_v_r", rn, r->width, hd, true);
-    // q at each edge's destination (the reversed graph keeps the edge ids),
-    // times kr, summed per head (head_dot with ones).
-    const ValueId q_e = c.b.gather(c.reversed_graph(e), q);
-    score = c.b.add(score, c.b.head_dot(c.b.mul(q_e, kr), c.b.fill({hd}, 1.0), heads));
+    rn = row_norm(c, "attn_prenorm_r", r->value, r->width);
+    const ValueId wk_r = c.param("to_k_r.weight", {hd, r->width}, Init::kGlorot, r->width, hd);
+    wv_r = c.param("to_v_r.weight", {hd, r->width}, Init::kGlorot, r->width, hd);
+    bv_r = c.param("to_v_r.bias", {hd}, Init::kZeros, r->width, hd);
+    score = c.b.add(score, c.b.edge_head_dot(g, c.b.head_matmul(q, wk_r, heads), rn, heads));
   }
   score = c.b.scale(score, 1.0 / std::sqrt(static_cast<double>(dim)));
   ValueId alpha = c.b.softmax(g, score);
   if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
   ValueId agg = c.b.aggregate(ops::Reduce::kSum, g, v, alpha);
-  if (r) agg = c.b.add(agg, c.b.scatter(ops::Reduce::kSum, g, c.b.edge_scale(vr, alpha)).first);
+  if (r) {
+    agg = c.b.add(agg, c.b.head_matmul(c.b.head_scatter(g, alpha, rn), wv_r, heads, /*trans_w=*/true));
+    // b_h Σ α_h: the bias in every row, scaled per head by its α's sum.
+    const int64_t rows = c.shape.node_rows[static_cast<size_t>(in.dst.set)];
+    const ValueId bias_rows = c.b.bias_add(c.b.fill({rows, hd}, 0.0), bv_r);
+    const ValueId alpha_sum = c.b.scatter(ops::Reduce::kSum, g, alpha).first;
+    agg = c.b.add(agg, c.b.edge_scale(bias_rows, alpha_sum));
+  }
   // The gated update: agg + sigmoid(to_g([agg, x_dst])) * (to_s(x_dst) - agg).
   const ValueId gate =
       c.b.activation(xavier_linear(c, "to_g", c.b.concat({agg, xd}), hd + width, hd, true), ops::Activation::kSigmoid);
@@ -425,12 +437,45 @@ Port dit_block(ModuleContext& c) {
   const ValueId shift_mlp = chunk(3), scale_mlp = chunk(4), gate_mlp = chunk(5);
   // Attention within the edge set, q, k and v from the same modulated rows.
   const ValueId h = modulate(c, plain_norm(c, x.value, w, 1e-6), shift_msa, scale_msa);
-  const ValueId q = xavier_linear(c, "attn.to_q", h, w, w, true);
-  const ValueId k = xavier_linear(c, "attn.to_k", h, w, w, true);
+  ValueId q = xavier_linear(c, "attn.to_q", h, w, w, true);
+  ValueId k = xavier_linear(c, "attn.to_k", h, w, w, true);
   const ValueId v = xavier_linear(c, "attn.to_v", h, w, w, true);
-  const ValueId score = c.b.scale(c.b.sddmm_dot(g, k, q, heads), 1.0 / std::sqrt(static_cast<double>(w / heads)));
+  const int64_t dim = w / heads;
+  if (m.qk_norm()) {
+    // LayerNorm(dim) over each head: the heads as rows, one weight shared.
+    const int64_t rows = c.shape.node_rows[static_cast<size_t>(x.set)];
+    const auto head_norm = [&](const std::string& prefix, ValueId t) {
+      return c.b.reshape(row_norm(c, prefix, c.b.reshape(t, {rows * heads, dim}), dim), {rows, w});
+    };
+    q = head_norm("attn.q_norm", q);
+    k = head_norm("attn.k_norm", k);
+  }
+  ValueId score = c.b.scale(c.b.sddmm_dot(g, k, q, heads), 1.0 / std::sqrt(static_cast<double>(dim)));
+  ValueId rel_gate = runtime::kNoValue;
+  if (m.rel_bias()) {
+    // Per edge: edge_mlp([u_dst, u_src, |u_dst - u_src|]) of u =
+    // LayerNorm(rel_proj(h)); its bias (and gate) per head start at 0 (1).
+    const int64_t rel = positive(c, m.rel_dim(), "rel_dim"), edge = positive(c, m.edge_dim(), "edge_dim");
+    const ValueId u = row_norm(c, "attn.rel_norm", xavier_linear(c, "attn.rel_proj", h, w, rel, true), rel);
+    const ValueId u_dst = c.b.gather(c.reversed_graph(e), u), u_src = c.b.gather(g, u);
+    const ValueId diff = c.b.activation(c.b.add(u_dst, c.b.scale(u_src, -1.0)), ops::Activation::kAbs);
+    ValueId feat = xavier_linear(c, "attn.edge_mlp.0", c.b.concat({u_dst, u_src, diff}), 3 * rel, 2 * edge, true);
+    feat = xavier_linear(c, "attn.edge_mlp.2", c.b.activation(feat, ops::Activation::kSilu), 2 * edge, edge, true,
+                         Init::kZeros);
+    score = c.b.add(score, xavier_linear(c, "attn.edge_to_bias", feat, edge, heads, false, Init::kZeros));
+    if (m.rel_gate()) {
+      const ValueId t = c.b.activation(xavier_linear(c, "attn.edge_to_gate", feat, edge, heads, false, Init::kZeros),
+                                       ops::Activation::kTanh);
+      rel_gate = c.b.bias_add(t, c.b.fill({heads}, 1.0));
+    }
+  } else if (m.rel_gate()) {
+    c.fail("rel_gate needs rel_bias (the gate comes from the relational edge features)");
+  }
+  if (!(m.logit_clip() >= 0)) c.fail(fmt::format("logit_clip = {} must be >= 0 (0: none)", m.logit_clip()));
+  if (m.logit_clip() > 0) score = c.b.activation(score, ops::Activation::kClip, m.logit_clip());
   ValueId alpha = c.b.softmax(g, score);
   if (c.training) alpha = c.b.dropout(alpha, m.dropout(), c.key, g, c.edge_ids(g));
+  if (rel_gate != runtime::kNoValue) alpha = c.b.mul(alpha, rel_gate);
   ValueId attn = xavier_linear(c, "attn.proj", c.b.aggregate(ops::Reduce::kSum, g, v, alpha), w, w, true);
   if (c.training) attn = c.b.dropout(attn, m.dropout(), c.key | (uint64_t{1} << 30), -1, c.row_ids(x));
   ValueId out = c.b.add(x.value, c.b.mul(gate_msa, attn));

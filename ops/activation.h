@@ -7,7 +7,9 @@
 
 namespace gnnrt::ops {
 
-enum class Activation { kSigmoid = 0, kSilu = 1, kGeluTanh = 2, kExp = 3 };
+// kClip clamps to [-bound, bound] (the kernels' `bound`; torch.clamp, whose
+// gradient passes at the bounds themselves); the others take no parameter.
+enum class Activation { kSigmoid = 0, kSilu = 1, kGeluTanh = 2, kExp = 3, kTanh = 4, kAbs = 5, kClip = 6 };
 std::string_view to_string(Activation a);
 
 }  // namespace gnnrt::ops

@@ -246,6 +246,53 @@ void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t 
 }
 
 template <typename T>
+void head_matmul(std::span<const T> x, std::span<const T> w, std::span<T> out, int64_t m, int64_t heads,
+                 int64_t p, int64_t q, bool trans_w) {
+  constexpr std::string_view op = "head_matmul";
+  if (heads <= 0) throw OpError(op, "heads = " + std::to_string(heads) + " must be positive");
+  expect_non_negative(op, "m", m);
+  expect_non_negative(op, "p", p);
+  expect_non_negative(op, "q", q);
+  expect_size(op, "x", x.size(), m * heads * p, "m*H*P");
+  expect_size(op, "w", w.size(), heads * p * q, "H*P*Q");
+  expect_size(op, "out", out.size(), m * heads * q, "m*H*Q");
+  if (m == 0 || q == 0) return;
+  if (p == 0) {
+    std::fill(out.begin(), out.end(), T(0));
+    return;
+  }
+  // Heads in parallel: each writes its own columns of out.
+#pragma omp parallel for schedule(static) if (m * heads * p * q > kParallelElements)
+  for (int64_t h = 0; h < heads; ++h) {
+    cblas_gemm(false, trans_w, m, q, p, T(1), x.data() + h * p, heads * p, w.data() + h * p * q,
+               trans_w ? p : q, T(0), out.data() + h * q, heads * q);
+  }
+}
+
+template <typename T>
+void head_outer(std::span<const T> a, std::span<const T> b, std::span<T> out, int64_t m, int64_t heads,
+                int64_t p, int64_t q) {
+  constexpr std::string_view op = "head_outer";
+  if (heads <= 0) throw OpError(op, "heads = " + std::to_string(heads) + " must be positive");
+  expect_non_negative(op, "m", m);
+  expect_non_negative(op, "p", p);
+  expect_non_negative(op, "q", q);
+  expect_size(op, "a", a.size(), m * heads * p, "m*H*P");
+  expect_size(op, "b", b.size(), m * heads * q, "m*H*Q");
+  expect_size(op, "out", out.size(), heads * p * q, "H*P*Q");
+  if (p == 0 || q == 0) return;
+  if (m == 0) {
+    std::fill(out.begin(), out.end(), T(0));
+    return;
+  }
+#pragma omp parallel for schedule(static) if (m * heads * p * q > kParallelElements)
+  for (int64_t h = 0; h < heads; ++h) {
+    cblas_gemm(true, false, p, q, m, T(1), a.data() + h * p, heads * p, b.data() + h * q, heads * q, T(0),
+               out.data() + h * p * q, q);
+  }
+}
+
+template <typename T>
 void bias_add_forward(std::span<const T> x, std::span<const T> bias, std::span<T> out,
                       int64_t rows, int64_t cols) {
   constexpr std::string_view op = "bias_add";
@@ -414,6 +461,9 @@ std::string_view to_string(Activation a) {
     case Activation::kSilu: return "silu";
     case Activation::kGeluTanh: return "gelu_tanh";
     case Activation::kExp: return "exp";
+    case Activation::kTanh: return "tanh";
+    case Activation::kAbs: return "abs";
+    case Activation::kClip: return "clip";
   }
   return "?";
 }
@@ -441,7 +491,7 @@ constexpr double kGeluA = 0.044715;
 }  // namespace detail
 
 template <typename T>
-void activation_forward(Activation kind, std::span<const T> x, std::span<T> out) {
+void activation_forward(Activation kind, std::span<const T> x, std::span<T> out, T bound) {
   expect_same_sizes(to_string(kind), x, out.size(), "out");
   const T* __restrict xp = x.data();
   T* __restrict o = out.data();
@@ -463,12 +513,22 @@ void activation_forward(Activation kind, std::span<const T> x, std::span<T> out)
       case Activation::kExp:
         for (int64_t i = b; i < e; ++i) o[i] = std::exp(xp[i]);
         return;
+      case Activation::kTanh:
+        for (int64_t i = b; i < e; ++i) o[i] = detail::tanh_stable(xp[i]);
+        return;
+      case Activation::kAbs:
+        for (int64_t i = b; i < e; ++i) o[i] = std::abs(xp[i]);
+        return;
+      case Activation::kClip:
+        for (int64_t i = b; i < e; ++i) o[i] = std::clamp(xp[i], -bound, bound);
+        return;
     }
   });
 }
 
 template <typename T>
-void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x) {
+void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x,
+                         T bound) {
   const std::string name = std::string(to_string(kind)) + "_backward";
   expect_same_sizes(name, x, grad_out.size(), "grad_out");
   expect_same_sizes(name, x, grad_x.size(), "grad_x");
@@ -500,6 +560,18 @@ void activation_backward(Activation kind, std::span<const T> x, std::span<const 
         return;
       case Activation::kExp:
         for (int64_t i = b; i < e; ++i) gx[i] = g[i] * std::exp(xp[i]);
+        return;
+      case Activation::kTanh:
+        for (int64_t i = b; i < e; ++i) {
+          const T t = detail::tanh_stable(xp[i]);
+          gx[i] = g[i] * (T(1) - t * t);
+        }
+        return;
+      case Activation::kAbs:  // sign(x), 0 at 0 as torch's
+        for (int64_t i = b; i < e; ++i) gx[i] = xp[i] > T(0) ? g[i] : xp[i] < T(0) ? -g[i] : T(0);
+        return;
+      case Activation::kClip:
+        for (int64_t i = b; i < e; ++i) gx[i] = xp[i] >= -bound && xp[i] <= bound ? g[i] : T(0);
         return;
     }
   });
@@ -782,6 +854,10 @@ std::optional<std::string> blas_kernels_warning() {
 #define GNNRT_INSTANTIATE_T(T)                                                                  \
   template void matmul<T>(std::span<const T>, std::span<const T>, std::span<T>, int64_t,        \
                           int64_t, int64_t, bool, bool, bool);                                  \
+  template void head_matmul<T>(std::span<const T>, std::span<const T>, std::span<T>, int64_t,   \
+                               int64_t, int64_t, int64_t, bool);                                \
+  template void head_outer<T>(std::span<const T>, std::span<const T>, std::span<T>, int64_t,    \
+                              int64_t, int64_t, int64_t);                                       \
   template void bias_add_forward<T>(std::span<const T>, std::span<const T>, std::span<T>,       \
                                     int64_t, int64_t);                                          \
   template void bias_add_backward<T>(std::span<const T>, int64_t, int64_t, std::span<T>);       \
@@ -796,9 +872,9 @@ std::optional<std::string> blas_kernels_warning() {
                                int64_t, std::span<T>);                                          \
   template void slice_cols<T>(std::span<const T>, int64_t, int64_t, int64_t, int64_t,           \
                               std::span<T>);                                                    \
-  template void activation_forward<T>(Activation, std::span<const T>, std::span<T>);            \
+  template void activation_forward<T>(Activation, std::span<const T>, std::span<T>, T);         \
   template void activation_backward<T>(Activation, std::span<const T>, std::span<const T>,      \
-                                       std::span<T>);                                           \
+                                       std::span<T>, T);                                        \
   template void log_softmax_forward<T>(std::span<const T>, int64_t, int64_t, std::span<T>);     \
   template void log_softmax_backward<T>(std::span<const T>, std::span<const T>, int64_t,        \
                                         int64_t, std::span<T>);

@@ -22,6 +22,18 @@ template <typename T>
 void matmul(std::span<const T> a, std::span<const T> b, std::span<T> c, int64_t m, int64_t k,
             int64_t n, bool trans_a = false, bool trans_b = false, bool accumulate = false);
 
+// Per-head products: x [m, H*P] split into H blocks of P columns, w into H
+// blocks of rows. head_matmul: out [m, H*Q], block h = x_h w_h with w
+// [H*P, Q] (w_h its rows hP ..), or x_h w_hᵀ when trans_w with w [H*Q, P].
+// head_outer: out [H*P, Q] stacks a_hᵀ b_h for a [m, H*P], b [m, H*Q]
+// (head_matmul's weight gradient). One CBLAS product per head.
+template <typename T>
+void head_matmul(std::span<const T> x, std::span<const T> w, std::span<T> out, int64_t m, int64_t heads,
+                 int64_t p, int64_t q, bool trans_w);
+template <typename T>
+void head_outer(std::span<const T> a, std::span<const T> b, std::span<T> out, int64_t m, int64_t heads,
+                int64_t p, int64_t q);
+
 // out [rows, cols] = x + bias [cols] broadcast over rows.
 template <typename T>
 void bias_add_forward(std::span<const T> x, std::span<const T> bias, std::span<T> out,
@@ -60,9 +72,10 @@ void slice_cols(std::span<const T> x, int64_t rows, int64_t cols, int64_t begin,
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Exponentials of non-positive
 // arguments only (ops/vector_math.h), so nothing overflows.
 template <typename T>
-void activation_forward(Activation kind, std::span<const T> x, std::span<T> out);
+void activation_forward(Activation kind, std::span<const T> x, std::span<T> out, T bound = T(0));
 template <typename T>
-void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x);
+void activation_backward(Activation kind, std::span<const T> x, std::span<const T> grad_out, std::span<T> grad_x,
+                         T bound = T(0));
 
 // out[i] = x[i] - logsumexp(x[i]) per row; backward takes the forward's output.
 template <typename T>

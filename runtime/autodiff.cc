@@ -91,6 +91,9 @@ class Backward {
         }
         return;
       }
+      case OpKind::kReshape:
+        if (needs(in[0])) add(in[0], b_.reshape(g, b_.shape(in[0])));
+        return;
       case OpKind::kSliceCols:
         if (needs(in[0])) {
           // The gradient in its columns, zeros on either side.
@@ -103,7 +106,7 @@ class Backward {
         }
         return;
       case OpKind::kActivation:
-        if (needs(in[0])) add(in[0], b_.activation_grad(in[0], g, static_cast<ops::Activation>(a.activation())));
+        if (needs(in[0])) add(in[0], b_.activation_grad(in[0], g, static_cast<ops::Activation>(a.activation()), a.alpha()));
         return;
       case OpKind::kDropout:
         if (needs(in[0])) add(in[0], b_.dropout_grad(g, op.outputs[1], a.alpha()));
@@ -186,6 +189,24 @@ class Backward {
       case OpKind::kSddmmDot:
         if (needs(in[0])) add(in[0], b_.sddmm_dot_grad_a(a.graph(), in[1], g, a.heads()));
         if (needs(in[1])) add(in[1], b_.sddmm_dot_grad_b(a.graph(), in[0], g, a.heads()));
+        return;
+      // The three head-edge ops are each other's gradients (ops/head_edges.h).
+      case OpKind::kEdgeHeadDot:
+        if (needs(in[0])) add(in[0], b_.head_scatter(a.graph(), g, in[1]));
+        if (needs(in[1])) add(in[1], b_.head_gather(a.graph(), g, in[0]));
+        return;
+      case OpKind::kHeadScatter:
+        if (needs(in[0])) add(in[0], b_.edge_head_dot(a.graph(), g, in[1], a.heads()));
+        if (needs(in[1])) add(in[1], b_.head_gather(a.graph(), in[0], g));
+        return;
+      case OpKind::kHeadGather:
+        if (needs(in[0])) add(in[0], b_.edge_head_dot(a.graph(), in[1], g, a.heads()));
+        if (needs(in[1])) add(in[1], b_.head_scatter(a.graph(), in[0], g));
+        return;
+      case OpKind::kHeadMatMul:
+        // out_h = x_h w_h: dx_h = g_h w_hᵀ, dw_h = x_hᵀ g_h; transposed, dx_h = g_h w_h, dw_h = g_hᵀ x_h.
+        if (needs(in[0])) add(in[0], b_.head_matmul(g, in[1], a.heads(), !a.trans_b()));
+        if (needs(in[1])) add(in[1], a.trans_b() ? b_.head_outer(g, in[0], a.heads()) : b_.head_outer(in[0], g, a.heads()));
         return;
       case OpKind::kSegmentSoftmax:
         if (needs(in[0])) add(in[0], b_.segment_softmax_grad(a.graph(), out, g));

@@ -212,15 +212,23 @@ ValueId Builder::slice_cols(ValueId x, int64_t begin, int64_t width) {
   return emit(OpKind::kSliceCols, {x}, a);
 }
 
-ValueId Builder::activation(ValueId x, ops::Activation kind) {
+ValueId Builder::reshape(ValueId x, std::vector<int64_t> shape) {
+  OpAttrs a;
+  for (int64_t d : shape) a.add_shape(d);
+  return emit(OpKind::kReshape, {x}, a);
+}
+
+ValueId Builder::activation(ValueId x, ops::Activation kind, double bound) {
   OpAttrs a;
   a.set_activation(static_cast<proto::Activation>(kind));
+  if (kind == ops::Activation::kClip) a.set_alpha(bound);
   return emit(OpKind::kActivation, {x}, a);
 }
 
-ValueId Builder::activation_grad(ValueId x, ValueId g, ops::Activation kind) {
+ValueId Builder::activation_grad(ValueId x, ValueId g, ops::Activation kind, double bound) {
   OpAttrs a;
   a.set_activation(static_cast<proto::Activation>(kind));
+  if (kind == ops::Activation::kClip) a.set_alpha(bound);
   return emit(OpKind::kActivationGrad, {x, g}, a);
 }
 
@@ -387,6 +395,31 @@ ValueId Builder::sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads) {
   OpAttrs attrs = graph_attrs(OpKind::kSddmmDot, graph);
   attrs.set_heads(heads);
   return emit(OpKind::kSddmmDot, {a, b}, attrs);
+}
+
+ValueId Builder::edge_head_dot(int32_t graph, ValueId a, ValueId r, int64_t heads) {
+  OpAttrs attrs = graph_attrs(OpKind::kEdgeHeadDot, graph);
+  attrs.set_heads(heads);
+  return emit(OpKind::kEdgeHeadDot, {a, r}, attrs);
+}
+
+ValueId Builder::head_scatter(int32_t graph, ValueId w, ValueId r) {
+  const ValueId sum = per_head(OpKind::kHeadScatter, graph, {w, r}, w);
+  return partitioned() ? halo_sum(sum) : sum;
+}
+
+ValueId Builder::head_gather(int32_t graph, ValueId w, ValueId a) {
+  return per_head(OpKind::kHeadGather, graph, {w, a}, w);
+}
+
+ValueId Builder::head_matmul(ValueId x, ValueId w, int64_t heads, bool trans_w) {
+  OpAttrs attrs = with_heads(heads);
+  attrs.set_trans_b(trans_w);
+  return emit(OpKind::kHeadMatMul, {x, w}, attrs);
+}
+
+ValueId Builder::head_outer(ValueId a, ValueId b, int64_t heads) {
+  return emit(OpKind::kHeadOuter, {a, b}, with_heads(heads));
 }
 
 // ---- collectives ----

@@ -112,8 +112,11 @@ class Builder {
   ValueId concat(const std::vector<ValueId>& inputs);
   // Columns begin .. begin + width of x [N, F]: [N, width].
   ValueId slice_cols(ValueId x, int64_t begin, int64_t width);
-  // Sigmoid, SiLU or tanh-approximated GELU (ops::Activation), elementwise.
-  ValueId activation(ValueId x, ops::Activation kind);
+  // x's elements in row-major order under another shape (a copy).
+  ValueId reshape(ValueId x, std::vector<int64_t> shape);
+  // An elementwise ops::Activation (sigmoid, SiLU, tanh-GELU, exp, tanh, abs,
+  // or a clip to [-bound, bound]).
+  ValueId activation(ValueId x, ops::Activation kind, double bound = 0);
   // Drops with probability p, keyed by (run seed, run step, key, global row,
   // col); p = 0 returns x itself. The global rows are `global_rows` (i64
   // [rows]) when given; else, in a partitioned program, the global ids of
@@ -178,6 +181,17 @@ class Builder {
   // out[e, h] = <a[src(e), h, :], b[dst(e), h, :]>: a [N_src, H*D], b [N_dst, H*D]
   // (dot-product attention scores).
   ValueId sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads);
+  // Edge rows r [E, K] that every head shares, against node rows a [N_dst,
+  // H*K] in K-column heads at each edge's destination (ops/head_edges.h):
+  // per-head dots [E, H]; w [E, H]-weighted sums of r per destination
+  // [N_dst, H*K] (a partitioned program's summed over replicas); and w's
+  // sums of a's heads at each edge [E, K].
+  ValueId edge_head_dot(int32_t graph, ValueId a, ValueId r, int64_t heads);
+  ValueId head_scatter(int32_t graph, ValueId w, ValueId r);
+  ValueId head_gather(int32_t graph, ValueId w, ValueId a);
+  // x [N, H*P] times w's H row blocks, head by head (ops/dense.h): w [H*P,
+  // Q] gives [N, H*Q]; trans_w takes w [H*Q, P] transposed per block.
+  ValueId head_matmul(ValueId x, ValueId w, int64_t heads, bool trans_w = false);
 
   // ---- sparse input features ----
   // A sparse matrix X [N, K] is declared as a graph (graph(name, K, N, nnz):
@@ -229,7 +243,7 @@ class Builder {
   ValueId relu_grad(ValueId x, ValueId g);
   ValueId leaky_relu_grad(ValueId x, ValueId g, double slope);
   ValueId elu_grad(ValueId x, ValueId g, double alpha);
-  ValueId activation_grad(ValueId x, ValueId g, ops::Activation kind);
+  ValueId activation_grad(ValueId x, ValueId g, ops::Activation kind, double bound = 0);
   ValueId dropout_grad(ValueId g, ValueId keep, double p);
   ValueId log_softmax_grad(ValueId out, ValueId g);
   ValueId nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g, ValueId count);
@@ -257,6 +271,7 @@ class Builder {
   ValueId sddmm_add_grad_b(int32_t graph, ValueId g);
   ValueId sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads);
   ValueId sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads);
+  ValueId head_outer(ValueId a, ValueId b, int64_t heads);  // [H*P, Q]: a_hᵀ b_h stacked
   ValueId segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g);
   // The gradient of attention_softmax's logits (before sddmm_add's backward).
   ValueId attention_softmax_grad(int32_t graph, ValueId a, ValueId b, ValueId alpha, ValueId g,

@@ -17,6 +17,7 @@
 #include "ops/elementwise.h"
 #include "ops/gather.h"
 #include "ops/gcn_norm.h"
+#include "ops/head_edges.h"
 #include "ops/layer_norm.h"
 #include "ops/noise.h"
 #include "ops/optimizer.h"
@@ -481,7 +482,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       ops::slice_cols<T>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), a.begin(), a.width(), f());
       return 0;
     case OpKind::kActivation:
-      ops::activation_forward<T>(static_cast<ops::Activation>(a.activation()), in(0), f());
+      ops::activation_forward<T>(static_cast<ops::Activation>(a.activation()), in(0), f(), slope);
       return 0;
     case OpKind::kDropout:
       ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
@@ -610,6 +611,27 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
     case OpKind::kSddmmDotGradB:
       ops::sddmm_dot_backward<T, int32_t>(graph(), cols(out), a.heads(), in(0), {}, in(1), {}, f());
       return 0;
+    case OpKind::kReshape:
+      std::copy(in(0).begin(), in(0).end(), f().begin());
+      return 0;
+    case OpKind::kEdgeHeadDot:
+      ops::edge_head_dot<T, int32_t>(graph(), a.heads(), cols(op.inputs[1]), in(0), in(1), f());
+      return 0;
+    case OpKind::kHeadScatter:
+      ops::head_scatter<T, int32_t>(graph(), a.heads(), cols(op.inputs[1]), in(0), in(1), f());
+      return 0;
+    case OpKind::kHeadGather:
+      ops::head_gather<T, int32_t>(graph(), a.heads(), cols(out), in(0), in(1), f());
+      return 0;
+    case OpKind::kHeadMatMul: {
+      const int64_t p_ = cols(op.inputs[0]) / a.heads();
+      ops::head_matmul<T>(in(0), in(1), f(), rows(out), a.heads(), p_, cols(out) / a.heads(), a.trans_b());
+      return 0;
+    }
+    case OpKind::kHeadOuter:
+      ops::head_outer<T>(in(0), in(1), f(), rows(op.inputs[0]), a.heads(), cols(op.inputs[0]) / a.heads(),
+                         cols(op.inputs[1]) / a.heads());
+      return 0;
     case OpKind::kSegmentSoftmax:
       ops::segment_softmax_forward<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
       return 0;
@@ -638,7 +660,7 @@ double Core::execute(const CompiledProgram& compiled, std::size_t op_index, cons
       ops::elu_backward<T>(in(0), slope, in(1), f());
       return 0;
     case OpKind::kActivationGrad:
-      ops::activation_backward<T>(static_cast<ops::Activation>(a.activation()), in(0), in(1), f());
+      ops::activation_backward<T>(static_cast<ops::Activation>(a.activation()), in(0), in(1), f(), slope);
       return 0;
     case OpKind::kDropoutGrad:
       ops::dropout_backward<T>(a.alpha(), in.template operator()<uint8_t>(1), in(0), f());

@@ -278,8 +278,11 @@ void unary(OpCheck& c) {
   c.floating(0, "x");
   if (c.op().kind == OpKind::kActivation) {
     const int a = c.attrs().activation();
-    if (a < 0 || a > static_cast<int>(ops::Activation::kExp)) {
+    if (a < 0 || a > static_cast<int>(ops::Activation::kClip)) {
       c.fail(fmt::format("activation #{} is unknown", a));
+    }
+    if (a == static_cast<int>(ops::Activation::kClip) && !(c.attrs().alpha() >= 0)) {
+      c.fail(fmt::format("clip bound {} must be >= 0", c.attrs().alpha()));
     }
   }
   c.out_float(c.shape(0));
@@ -317,6 +320,22 @@ void slice_cols(OpCheck& c) {
     c.fail(fmt::format("columns {} .. {} are not within x {}", begin, begin + width, shape_string(c.shape(0))));
   }
   c.out_float({c.rows(0), width});
+}
+
+void reshape(OpCheck& c) {
+  c.operands(1, 1);
+  c.floating(0, "x");
+  const Shape s(c.attrs().shape().begin(), c.attrs().shape().end());
+  int64_t n = 1;
+  for (int64_t d : s) {
+    if (d < 0) c.fail(fmt::format("shape {} has a negative size", shape_string(s)));
+    n *= d;
+  }
+  if (n != c.in(0).elements()) {
+    c.fail(fmt::format("x {} has {} elements, shape {} {}", shape_string(c.shape(0)), c.in(0).elements(),
+                       shape_string(s), n));
+  }
+  c.out_float(s);
 }
 
 // (x[, global_rows]) -> (out, keep)
@@ -546,6 +565,82 @@ void sddmm_dot(OpCheck& c) {
                        g.name));
   }
   c.out_float({g.num_edges, heads});
+}
+
+// Edge rows shared by heads: the graph's [N_dst, H*K] node rows at
+// `node`, [E, H] weights at `weight` (when not npos) and [E, K] edge rows at
+// `edge`; returns K. heads = H.
+int64_t head_edge_operands(const OpCheck& c, std::size_t node, std::size_t weight, std::size_t edge) {
+  const GraphInfo& g = c.graph();
+  const int64_t heads = heads_of(c);
+  if (weight != std::string::npos) edge_scores(c, weight, "w");
+  if (node != std::string::npos) {
+    rows_of(c, node, "a", g.num_dst, fmt::format("the destinations of graph '{}'", g.name));
+    if (c.cols(node) % heads != 0) {
+      c.fail(fmt::format("a {} does not split into {} heads", shape_string(c.shape(node)), heads));
+    }
+  }
+  if (edge != std::string::npos) {
+    rows_of(c, edge, "r", g.num_edges, fmt::format("the edges of graph '{}'", g.name));
+    if (node != std::string::npos && c.cols(node) != heads * c.cols(edge)) {
+      c.fail(fmt::format("a {} must have {} heads of r's {} columns", shape_string(c.shape(node)), heads,
+                         c.cols(edge)));
+    }
+    return c.cols(edge);
+  }
+  return c.cols(node) / heads;
+}
+
+constexpr std::size_t kAbsent = std::string::npos;
+
+// (a [N_dst, H*K], r [E, K]) -> [E, H]
+void edge_head_dot(OpCheck& c) {
+  c.operands(2, 2);
+  head_edge_operands(c, 0, kAbsent, 1);
+  c.out_float({c.graph().num_edges, c.attrs().heads()});
+}
+
+// (w [E, H], r [E, K]) -> [N_dst, H*K]
+void head_scatter(OpCheck& c) {
+  c.operands(2, 2);
+  const int64_t k = head_edge_operands(c, kAbsent, 0, 1);
+  c.out_float({c.graph().num_dst, c.attrs().heads() * k});
+}
+
+// (w [E, H], a [N_dst, H*K]) -> [E, K]
+void head_gather(OpCheck& c) {
+  c.operands(2, 2);
+  const int64_t k = head_edge_operands(c, 1, 0, kAbsent);
+  c.out_float({c.graph().num_edges, k});
+}
+
+// (x [N, H*P], w [H*P, Q] or, trans_b, [H*Q, P]) -> [N, H*Q]
+void head_matmul(OpCheck& c) {
+  c.operands(2, 2);
+  matrix(c, 0, "x");
+  matrix(c, 1, "w");
+  const int64_t heads = heads_of(c);
+  const bool trans = c.attrs().trans_b();
+  const int64_t p = c.cols(0) / heads;
+  const int64_t w_p = trans ? c.cols(1) : c.rows(1) / heads;
+  if (c.cols(0) % heads != 0 || c.rows(1) % heads != 0 || w_p != p) {
+    c.fail(fmt::format("x {} and w {}{} do not split into {} heads of one inner size", shape_string(c.shape(0)),
+                       shape_string(c.shape(1)), trans ? "ᵀ" : "", heads));
+  }
+  c.out_float({c.rows(0), heads * (trans ? c.rows(1) / heads : c.cols(1))});
+}
+
+// (a [N, H*P], b [N, H*Q]) -> [H*P, Q]
+void head_outer(OpCheck& c) {
+  c.operands(2, 2);
+  matrix(c, 0, "a");
+  matrix(c, 1, "b");
+  const int64_t heads = heads_of(c);
+  if (c.rows(0) != c.rows(1) || c.cols(0) % heads != 0 || c.cols(1) % heads != 0) {
+    c.fail(fmt::format("a {} and b {} must have the same rows and split into {} heads", shape_string(c.shape(0)),
+                       shape_string(c.shape(1)), heads));
+  }
+  c.out_float({c.cols(0), c.cols(1) / heads});
 }
 
 void segment_softmax(OpCheck& c) {
@@ -1004,6 +1099,21 @@ void sparse_matmul_cost(const Program& p, const Op& op, OpCost& c) {
   c.bytes += (e * m * 4 - static_cast<double>(p.value(dense).bytes())) * products;
 }
 
+// Each edge meets its destination's H*K row once: a multiply-add apiece.
+void head_edge_cost(const Program& p, const Op& op, OpCost& c) {
+  const ValueInfo& out = p.value(op.outputs[0]);
+  const double k = static_cast<double>(op.kind == OpKind::kHeadGather ? out.shape[1] : p.value(op.inputs[1]).shape[1]);
+  c.flops = 2 * edges_of(p, op) * static_cast<double>(op.attrs.heads()) * k;
+}
+
+// head_matmul and head_outer: a product per head, 2 · N · H · P · Q in all.
+void head_matmul_cost(const Program& p, const Op& op, OpCost& c) {
+  const auto& a = p.value(op.inputs[0]).shape;
+  const auto& o = p.value(op.outputs[0]).shape;
+  c.flops = op.kind == OpKind::kHeadOuter ? 2 * static_cast<double>(a[0] * o[0] * o[1])
+                                          : 2 * static_cast<double>(a[0] * a[1] * o[1] / op.attrs.heads());
+}
+
 void per_edge_cost(const Program& p, const Op& op, OpCost& c) { c.flops = edges_of(p, op) * cols_of_first(p, op); }
 
 void softmax_cost(const Program& p, const Op& op, OpCost& c) {
@@ -1034,6 +1144,7 @@ constexpr std::array kDefs = {
     OpDef{OpKind::kActivation, kNone, unary},
     OpDef{OpKind::kConcat, kNone, concat},
     OpDef{OpKind::kSliceCols, kNone, slice_cols},
+    OpDef{OpKind::kReshape, kNone, reshape},
     OpDef{OpKind::kDropout, kNone, dropout},
     OpDef{OpKind::kNormal, kNoGradient, normal},
     OpDef{OpKind::kLogSoftmax, kNone, log_softmax},
@@ -1055,6 +1166,10 @@ constexpr std::array kDefs = {
     OpDef{OpKind::kSparseDropout, kNoGradient, sparse_dropout},
     OpDef{OpKind::kSddmmAdd, kNone, sddmm_add},
     OpDef{OpKind::kSddmmDot, kNone, sddmm_dot},
+    OpDef{OpKind::kEdgeHeadDot, kNone, edge_head_dot, head_edge_cost},
+    OpDef{OpKind::kHeadScatter, kNone, head_scatter, head_edge_cost},
+    OpDef{OpKind::kHeadGather, kNone, head_gather, head_edge_cost},
+    OpDef{OpKind::kHeadMatMul, kNone, head_matmul, head_matmul_cost},
     OpDef{OpKind::kSegmentSoftmax, kNone, segment_softmax, softmax_cost},
     OpDef{OpKind::kAttentionSoftmax, kNone, attention_softmax, attention_cost},
     // A shift that cancels out of the softmax.
@@ -1087,6 +1202,7 @@ constexpr std::array kDefs = {
     OpDef{OpKind::kSddmmAddGradB, kNone, sddmm_add_grad},
     OpDef{OpKind::kSddmmDotGradA, kNone, sddmm_dot_grad},
     OpDef{OpKind::kSddmmDotGradB, kNone, sddmm_dot_grad},
+    OpDef{OpKind::kHeadOuter, kNone, head_outer, head_matmul_cost},
     OpDef{OpKind::kSegmentSoftmaxGrad, kNone, segment_softmax_grad, softmax_cost},
     OpDef{OpKind::kAttentionSoftmaxGrad, kNone, attention_softmax_grad, attention_cost},
     OpDef{OpKind::kSegmentExpSumGrad, kNone, segment_exp_sum_grad},

@@ -67,6 +67,7 @@ struct GraphInfo {
   X(kActivation, "activation")            /* (x): sigmoid | silu | gelu_tanh | exp */   \
   X(kConcat, "concat")                    /* (x...) side by side along columns */       \
   X(kSliceCols, "slice_cols")             /* (x) -> columns begin .. begin + width */   \
+  X(kReshape, "reshape")                  /* (x) -> the same elements as shape */       \
   X(kDropout, "dropout")                  /* (x[, global_rows]) -> (out, keep) */       \
   X(kNormal, "normal")                    /* (global_rows [N]) -> [N, width] N(0, 1) */ \
   X(kLogSoftmax, "log_softmax")                                                         \
@@ -87,6 +88,10 @@ struct GraphInfo {
   X(kSparseDropout, "sparse_dropout")     /* (values [E][, global_rows]) */             \
   X(kSddmmAdd, "sddmm_add")               /* (a [Ns,H], b [Nd,H]) */                    \
   X(kSddmmDot, "sddmm_dot")               /* (a [Ns,F], b [Nd,F]) -> [E,H] */           \
+  X(kEdgeHeadDot, "edge_head_dot")        /* (a [Nd,H*K], r [E,K]) -> [E,H] */          \
+  X(kHeadScatter, "head_scatter")         /* (w [E,H], r [E,K]) -> [Nd,H*K] */          \
+  X(kHeadGather, "head_gather")           /* (w [E,H], a [Nd,H*K]) -> [E,K] */          \
+  X(kHeadMatMul, "head_matmul")           /* (x [N,H*P], w) -> [N,H*Q] per head */      \
   X(kSegmentSoftmax, "segment_softmax")   /* (score [E,H]) */                           \
   X(kAttentionSoftmax, "attention_softmax") /* (a [Ns,H], b [Nd,H]) -> alpha [E,H] */   \
   X(kSegmentMax, "segment_max")           /* (score) -> m [N_dst,H] */                  \
@@ -118,6 +123,7 @@ struct GraphInfo {
   X(kSddmmAddGradB, "sddmm_add_grad_b")   /* (g) -> [N_dst,H] */                        \
   X(kSddmmDotGradA, "sddmm_dot_grad_a")   /* (b, g) -> [N_src,F] */                     \
   X(kSddmmDotGradB, "sddmm_dot_grad_b")   /* (a, g) -> [N_dst,F] */                     \
+  X(kHeadOuter, "head_outer")             /* (a [N,H*P], b [N,H*Q]) -> [H*P,Q] */       \
   X(kSegmentSoftmaxGrad, "segment_softmax_grad") /* (alpha, g) */                       \
   X(kAttentionSoftmaxGrad, "attention_softmax_grad") /* (a, b, alpha, g) -> [E,H] */    \
   X(kSegmentExpSumGrad, "segment_exp_sum_grad") /* (score, m, g) -> [E,H] */            \

@@ -118,13 +118,14 @@ TEST_P(Golden, InferWritesTheReferenceOutputs) {
 
 INSTANTIATE_TEST_SUITE_P(Batch, Golden,
                          ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers",
-                                           "dit"));
+                                           "dit", "dit_relational"));
 
 // One bucket far larger than any batch against the derived ladder: the
 // same parameters (padding reaches no real row, output or gradient).
 TEST_F(Batch, PaddedEqualsUnpadded) {
   for (const std::string name :
-       {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit", "scene_encoder"}) {
+       {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit", "dit_relational",
+        "scene_encoder"}) {
     SCOPED_TRACE(name);
     const fs::path c = kGolden / name;
     options_.params_in = c / "params_init";
@@ -382,7 +383,13 @@ TEST_F(Batch, ADitBlockAtInitialisationIsTheIdentity) {
       module { name: "ctx" input: "pooled" linear { out: 8 } }
       module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
       module { name: "blk" input: "emb" input: "cond" dit_block { edges: "a2a" heads: 2 } }
-      module { name: "head" input: "blk" linear { out: 1 } }
+      module {
+        name: "rel"
+        input: "blk"
+        input: "cond"
+        dit_block { edges: "a2a" heads: 2 qk_norm: true rel_bias: true rel_dim: 4 edge_dim: 3 rel_gate: true logit_clip: 1 }
+      }
+      module { name: "head" input: "rel" linear { out: 1 } }
       loss_term { input: "head" target: "agent.y" }
     }
     batching { batch_size: 3 }
@@ -395,12 +402,14 @@ TEST_F(Batch, ADitBlockAtInitialisationIsTheIdentity) {
   o.params_non_strict = true;
   o.out = dir_ / "outputs";
   o.no_cache = true;
-  o.outputs = {"emb", "blk"};
+  o.outputs = {"emb", "blk", "rel"};
   infer_batches(job, o);
   const auto out = read_params(dir_ / "outputs");
-  ASSERT_EQ(out.at("emb").size(), out.at("blk").size());
   ASSERT_FALSE(out.at("emb").empty());
-  for (size_t i = 0; i < out.at("emb").size(); ++i) ASSERT_EQ(out.at("blk")[i], out.at("emb")[i]) << i;
+  for (const std::string block : {"blk", "rel"}) {
+    ASSERT_EQ(out.at("emb").size(), out.at(block).size()) << block;
+    for (size_t i = 0; i < out.at("emb").size(); ++i) ASSERT_EQ(out.at(block)[i], out.at("emb")[i]) << block << i;
+  }
 }
 
 // A non-bipartite attention layer's destination pre-norm is its source
@@ -548,6 +557,15 @@ TEST(BatchModels, BadModelsAreRefusedNamingTheModule) {
                                module { name: "x" input: "x.to_q" attention { edges: "aa" heads: 2 } }
                                loss_term { input: "x" })pb"),
               HasSubstr("parameter 'x.to_q.weight' is also a parameter of scope 'x.to_q'"));
+  EXPECT_THAT(model_error(R"pb(module { name: "d" input: "a.x" input: "a.x" dit_block { edges: "aa" heads: 2 rel_gate: true } }
+                               loss_term { input: "d" })pb"),
+              HasSubstr("model.module 'd' (dit_block): rel_gate needs rel_bias"));
+  EXPECT_THAT(model_error(R"pb(module { name: "d" input: "a.x" input: "a.x" dit_block { edges: "aa" heads: 2 logit_clip: -1 } }
+                               loss_term { input: "d" })pb"),
+              HasSubstr("logit_clip = -1 must be >= 0 (0: none)"));
+  EXPECT_THAT(model_error(R"pb(module { name: "d" input: "a.x" input: "a.x" dit_block { edges: "aa" heads: 2 rel_bias: true rel_dim: 0 } }
+                               loss_term { input: "d" })pb"),
+              HasSubstr("rel_dim = 0 must be >= 1"));
   EXPECT_THAT(model_error(R"pb(module { name: "m" input: "a.x" })pb"), HasSubstr("no kind given"));
 }
 

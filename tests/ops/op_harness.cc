@@ -214,6 +214,27 @@ const std::map<std::string, Recipe<T>>& recipes() {
          const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
          t.out("out", t.b.sddmm_dot(g, t.x("a"), t.x("b"), t.n("heads")));
        }},
+      {"edge_head_dot",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.edge_head_dot(g, t.x("a"), t.x("r"), t.n("heads")));
+       }},
+      {"head_scatter",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.head_scatter(g, t.x("w"), t.x("r")));
+       }},
+      {"head_gather",
+       [](Build<T>& t) {
+         const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
+         t.out("out", t.b.head_gather(g, t.x("w"), t.x("a")));
+       }},
+      {"reshape",
+       [](Build<T>& t) { t.out("out", t.b.reshape(t.x("x"), t.c().param("shape").template get<std::vector<int64_t>>())); }},
+      {"head_matmul",
+       [](Build<T>& t) {
+         t.out("out", t.b.head_matmul(t.x("x"), t.x("w"), t.n("heads"), t.c().param("trans_w")));
+       }},
       {"sddmm_add",
        [](Build<T>& t) {
          const int32_t g = t.graph("src", "dst", t.n("num_src"), t.n("num_dst"));
@@ -267,6 +288,10 @@ const std::map<std::string, Recipe<T>>& recipes() {
       {"silu", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kSilu)); }},
       {"gelu_tanh", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kGeluTanh)); }},
       {"exp", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kExp)); }},
+      {"tanh", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kTanh)); }},
+      {"abs", [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kAbs)); }},
+      {"clip",
+       [](Build<T>& t) { t.out("out", t.b.activation(t.x("x"), ops::Activation::kClip, t.p("bound"))); }},
       {"log_softmax", [](Build<T>& t) { t.out("out", t.b.log_softmax(t.x("x"))); }},
       {"nll_loss",
        [](Build<T>& t) {

@@ -540,9 +540,9 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
 
 
-def dit_block(p, name, x, c, ei, heads):
-    """DiT's block with adaLN-Zero conditioning (VectorWorld's DiTBlock
-    without relational bias), from its formulas."""
+def dit_block(p, name, x, c, ei, heads, qk_norm=False, rel_bias=False, rel_gate=False, clip=0):
+    """DiT's block with adaLN-Zero conditioning (VectorWorld's DiTBlock and
+    AttentionLayerDiT, with its options), from their formulas."""
     w = x.shape[1]
     mod = linear(p, name + ".adaLN_modulation.1", torch.nn.functional.silu(c))
     shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mod.chunk(6, dim=1)
@@ -558,10 +558,27 @@ def dit_block(p, name, x, c, ei, heads):
     q = linear(p, name + ".attn.to_q", h).view(-1, heads, d)
     k = linear(p, name + ".attn.to_k", h).view(-1, heads, d)
     v = linear(p, name + ".attn.to_v", h).view(-1, heads, d)
+    if qk_norm:  # LayerNorm(head_dim) over each head
+        q = layer_norm(p, name + ".attn.q_norm", q)
+        k = layer_norm(p, name + ".attn.k_norm", k)
     src, dst = ei
     sim = (q[dst] * k[src]).sum(dim=-1) * d ** -0.5
+    gate = None
+    if rel_bias:
+        u = layer_norm(p, name + ".attn.rel_norm", linear(p, name + ".attn.rel_proj", h))
+        feat = torch.cat([u[dst], u[src], torch.abs(u[dst] - u[src])], dim=-1)
+        feat = linear(p, name + ".attn.edge_mlp.2",
+                      torch.nn.functional.silu(linear(p, name + ".attn.edge_mlp.0", feat)))
+        sim = sim + linear(p, name + ".attn.edge_to_bias", feat, bias=False)
+        if rel_gate:
+            gate = 1.0 + torch.tanh(linear(p, name + ".attn.edge_to_gate", feat, bias=False))
+    if clip > 0:
+        sim = torch.clamp(sim, -clip, clip)
     attn = ref.segment_softmax(sim, dst, x.shape[0])
-    agg = torch.zeros(x.shape[0], heads, d).index_add(0, dst, v[src] * attn.unsqueeze(-1)).view(-1, w)
+    msg = v[src] * attn.unsqueeze(-1)
+    if gate is not None:
+        msg = msg * gate.unsqueeze(-1)
+    agg = torch.zeros(x.shape[0], heads, d).index_add(0, dst, msg).view(-1, w)
     x = x + gate_msa * linear(p, name + ".attn.proj", agg)
     h2 = modulate(norm(x), shift_mlp, scale_mlp)
     m = linear(p, name + ".mlp.fc2", torch.nn.functional.gelu(linear(p, name + ".mlp.fc1", h2), approximate="tanh"))
@@ -590,12 +607,23 @@ def context_fusion(p, name, a, ga, b, gb, graphs, var_scale):
     return linear(p, name + ".ctx_to_c", h, bias=False)
 
 
-def init_dit_block(gen, p, name, w, hidden):
+def init_dit_block(gen, p, name, w, hidden, heads=1, qk_norm=False, rel=0, edge=0, rel_gate=False, **_):
     p[f"{name}.adaLN_modulation.1.weight"], p[f"{name}.adaLN_modulation.1.bias"] = torch_linear_init(gen, 6 * w, w)
     for lin in ("attn.to_q", "attn.to_k", "attn.to_v", "attn.proj"):
         p[f"{name}.{lin}.weight"], p[f"{name}.{lin}.bias"] = torch_linear_init(gen, w, w)
     p[f"{name}.mlp.fc1.weight"], p[f"{name}.mlp.fc1.bias"] = torch_linear_init(gen, hidden, w)
     p[f"{name}.mlp.fc2.weight"], p[f"{name}.mlp.fc2.bias"] = torch_linear_init(gen, w, hidden)
+    if qk_norm:
+        init_norm(gen, p, f"{name}.attn.q_norm", w // heads)
+        init_norm(gen, p, f"{name}.attn.k_norm", w // heads)
+    if rel:
+        p[f"{name}.attn.rel_proj.weight"], p[f"{name}.attn.rel_proj.bias"] = torch_linear_init(gen, rel, w)
+        init_norm(gen, p, f"{name}.attn.rel_norm", rel)
+        p[f"{name}.attn.edge_mlp.0.weight"], p[f"{name}.attn.edge_mlp.0.bias"] = torch_linear_init(gen, 2 * edge, 3 * rel)
+        p[f"{name}.attn.edge_mlp.2.weight"], p[f"{name}.attn.edge_mlp.2.bias"] = torch_linear_init(gen, edge, 2 * edge)
+        p[f"{name}.attn.edge_to_bias.weight"], _ = torch_linear_init(gen, heads, edge)
+        if rel_gate:
+            p[f"{name}.attn.edge_to_gate.weight"], _ = torch_linear_init(gen, heads, edge)
 
 
 def train_scene_case(case_dir, params32, outputs, batches, epochs, batch_size, name, modules):
@@ -620,15 +648,39 @@ batching {{ batch_size: {batch_size} shuffle: false }}
     train(case_dir, params32, forward, batches, epochs, 0.01, job, outputs, momentum=0.9)
 
 
-def case_dit(out):
+# DiT blocks: name, hidden, {heads, mlp_ratio[, attention options]}.
+DIT_BLOCKS = [("blk1", 16, {"heads": 2, "mlp_ratio": 2}), ("blk2", 12, {"heads": 4, "mlp_ratio": 1.5})]
+# AttentionLayerDiT's options: q/k norms, the relational bias and gate and a
+# logit clip that clamps some of the logits (a fifth to a third of them).
+DIT_RELATIONAL_BLOCKS = [
+    ("blk1", 16, {"heads": 2, "mlp_ratio": 2, "qk_norm": True, "rel": 6, "edge": 5, "rel_gate": True, "clip": 1.5}),
+    ("blk2", 12, {"heads": 4, "mlp_ratio": 1.5, "rel": 4, "edge": 3}),
+]
+
+
+def dit_text(name, inp, o):
+    opts = f"edges: \"a2a\" heads: {o['heads']} mlp_ratio: {o['mlp_ratio']}"
+    if o.get("qk_norm"):
+        opts += " qk_norm: true"
+    if o.get("rel"):
+        opts += f" rel_bias: true rel_dim: {o['rel']} edge_dim: {o['edge']}"
+    if o.get("rel_gate"):
+        opts += " rel_gate: true"
+    if o.get("clip"):
+        opts += f" logit_clip: {o['clip']}"
+    return f'  module {{ name: "{name}" input: "{inp}" input: "cond" dit_block {{ {opts} }} }}\n'
+
+
+def case_dit(out, case="dit", blocks=DIT_BLOCKS):
     """VectorWorld's DiT-side layers: GlobalContextFusion of lanes and
     agents (with the variance term) as the per-graph condition, broadcast
     to the agents; two DiT blocks (adaLN conditioning) over agent->agent
-    edges; DiT's final layer. Every parameter drawn non-zero (the zero
-    initialisations would leave most of them without a gradient at the
-    first step). Sum pooling and a Linear head (graph MSE) plus 0.5 x a
-    per-agent MSE through the final layer. SGD with momentum, as
-    scene_layers."""
+    edges (`blocks`: dit, plain; dit_relational, with q/k norms, the
+    relational bias and gate and the logit clip); DiT's final layer. Every
+    parameter drawn non-zero (the zero initialisations would leave most of
+    them without a gradient at the first step). Sum pooling and a Linear
+    head (graph MSE) plus 0.5 x a per-agent MSE through the final layer.
+    SGD with momentum, as scene_layers."""
     rng = np.random.default_rng(19)
     graphs, fa, fl = 8, 5, 4
     _, ptr = random_graphs(rng, graphs, 1, 6)
@@ -640,7 +692,7 @@ def case_dit(out):
     graph_y = rng.normal(size=(graphs, 1))
     node_sets = {"agent": (xa, ptr, ya), "lane": (xl, ptr_l, None)}
     edge_sets = {("agent", "a2a", "agent"): (a2a, a2a_ptr)}
-    case_dir = out / "dit"
+    case_dir = out / case
     write_folder(case_dir / "data", node_sets, edge_sets, graph_y)
     gen = torch.Generator().manual_seed(7)
     p = {}
@@ -651,8 +703,8 @@ def case_dit(out):
     p["ctx.fuse_mlp.0.weight"], p["ctx.fuse_mlp.0.bias"] = torch_linear_init(gen, w, 2 * w)
     p["ctx.fuse_mlp.2.weight"], p["ctx.fuse_mlp.2.bias"] = torch_linear_init(gen, w, w)
     p["ctx.ctx_to_c.weight"], _ = torch_linear_init(gen, w, w)
-    init_dit_block(gen, p, "blk1", w, 16)
-    init_dit_block(gen, p, "blk2", w, 12)
+    for name, hidden, o in blocks:
+        init_dit_block(gen, p, name, w, hidden, **o)
     p["fin.adaLN_modulation.1.weight"], p["fin.adaLN_modulation.1.bias"] = torch_linear_init(gen, 2 * w, w)
     p["fin.linear.weight"], p["fin.linear.bias"] = torch_linear_init(gen, 3, w)
     p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, w)
@@ -668,8 +720,10 @@ def case_dit(out):
         emb = linear(params, "emb", xa)
         lane = linear(params, "lane_emb", xl)
         cond = context_fusion(params, "ctx", lane, gl, emb, ga, g, 0.5)[ga]
-        h = dit_block(params, "blk1", emb, cond, bt["edges"]["a2a"], 2)
-        h = dit_block(params, "blk2", h, cond, bt["edges"]["a2a"], 4)
+        h = emb
+        for name, _hidden, o in blocks:
+            h = dit_block(params, name, h, cond, bt["edges"]["a2a"], o["heads"], o.get("qk_norm", False),
+                          bool(o.get("rel")), o.get("rel_gate", False), o.get("clip", 0))
         fin = dit_final(params, "fin", h, cond)
         return {"head": linear(params, "head", scatter(h, ga, g, "sum")),
                 "agent_head": linear(params, "agent_head", fin)}
@@ -678,14 +732,13 @@ def case_dit(out):
   module { name: "lane_emb" input: "lane.x" linear { out: 8 } }
   module { name: "ctx" input: "lane_emb" input: "emb" context_fusion { out: 8 var_scale: 0.5 } }
   module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
-  module { name: "blk1" input: "emb" input: "cond" dit_block { edges: "a2a" heads: 2 mlp_ratio: 2 } }
-  module { name: "blk2" input: "blk1" input: "cond" dit_block { edges: "a2a" heads: 4 mlp_ratio: 1.5 } }
+""" + dit_text("blk1", "emb", blocks[0][2]) + dit_text("blk2", "blk1", blocks[1][2]) + """\
   module { name: "fin" input: "blk2" input: "cond" dit_final { out: 3 } }
   module { name: "sum" input: "blk2" pool { reduce: "sum" } }
   module { name: "head" input: "sum" linear { out: 1 } }
   module { name: "agent_head" input: "fin" linear { out: 1 } }
 """
-    train_scene_case(case_dir, p, outputs, batches, epochs, batch_size, "batch_dit", modules)
+    train_scene_case(case_dir, p, outputs, batches, epochs, batch_size, "batch_" + case, modules)
 
 
 def init_residual_mlp(gen, p, name, inp, hidden, layers, out):
@@ -862,6 +915,7 @@ def main():
     case_graph_classes(args.out)
     case_scene_layers(args.out)
     case_dit(args.out)
+    case_dit(args.out, "dit_relational", DIT_RELATIONAL_BLOCKS)
 
 
 if __name__ == "__main__":

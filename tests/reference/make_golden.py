@@ -295,6 +295,69 @@ def gen_sddmm(w, rng):
                {"a": at.grad, "b": bt.grad})
 
 
+def gen_head_edges(w, rng):
+    """Edge rows shared by heads against node rows split into heads (the
+    attention's edge-feature terms), each written with plain indexing."""
+    for name, e, ns, nd, f, idt, kind, _wmode in GRAPH_CASES:
+        heads = [1, 2, 3, 8][len(name) % 4]
+        k = max(1, f // 2)
+        src, dst = graph_inputs(rng, e, ns, nd, kind, idt)
+        di = torch.from_numpy(dst.astype(np.int64))
+        graph = {"src": src, "dst": dst}
+        params = {"num_src": ns, "num_dst": nd, "heads": heads, "k": k}
+        a = make_values(rng, (nd, heads * k), kind)
+        r = make_values(rng, (e, k), kind)
+        wv = make_values(rng, (e, heads), kind)
+
+        at, rt = leaf(a), leaf(r)
+        out = (at[di].view(e, heads, k) * rt[:, None, :]).sum(-1)
+        gout = rng.standard_normal((e, heads)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("edge_head_dot", name, params, {"a": a, "r": r, **graph}, {"out": out}, {"out": gout},
+               {"a": at.grad, "r": rt.grad})
+
+        wt, rt = leaf(wv), leaf(r)
+        msg = (wt[:, :, None] * rt[:, None, :]).reshape(e, heads * k)
+        out = torch.zeros(nd, heads * k, dtype=torch.float64).index_add(0, di, msg)
+        gout = rng.standard_normal((nd, heads * k)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("head_scatter", name, params, {"w": wv, "r": r, **graph}, {"out": out}, {"out": gout},
+               {"w": wt.grad, "r": rt.grad})
+
+        wt, at = leaf(wv), leaf(a)
+        out = (wt[:, :, None] * at[di].view(e, heads, k)).sum(1)
+        gout = rng.standard_normal((e, k)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("head_gather", name, params, {"w": wv, "a": a, **graph}, {"out": out}, {"out": gout},
+               {"w": wt.grad, "a": at.grad})
+
+    # Per-head products: x [m, H*P] times w's row blocks.
+    for name, m, heads, p, q, trans in [("small", 5, 2, 3, 4, False), ("small_t", 5, 2, 3, 4, True),
+                                        ("one_head", 7, 1, 6, 5, False), ("eight_heads_t", 9, 8, 4, 6, True),
+                                        ("no_rows", 0, 3, 2, 2, False)]:
+        x = rng.standard_normal((m, heads * p)).astype(np.float32)
+        wv = rng.standard_normal((heads * q, p) if trans else (heads * p, q)).astype(np.float32)
+        xt, wt = leaf(x), leaf(wv)
+        blocks = []
+        for h in range(heads):
+            xh = xt[:, h * p:(h + 1) * p]
+            blocks.append(xh @ (wt[h * q:(h + 1) * q].T if trans else wt[h * p:(h + 1) * p]))
+        out = torch.cat(blocks, 1)
+        gout = rng.standard_normal((m, heads * q)).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("head_matmul", name, {"heads": heads, "trans_w": trans}, {"x": x, "w": wv}, {"out": out},
+               {"out": gout}, {"x": xt.grad, "w": wt.grad})
+
+    # Heads as rows: [N, H*D] -> [N*H, D] (q/k norms normalise each head).
+    for name, shape, to in [("heads_to_rows", (3, 8), (12, 2)), ("empty", (0, 6), (0, 3))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        xt = leaf(x)
+        out = xt.reshape(to)
+        gout = rng.standard_normal(to).astype(np.float32)
+        out.backward(f32(gout))
+        w.case("reshape", name, {"shape": list(to)}, {"x": x}, {"out": out}, {"out": gout}, {"x": xt.grad})
+
+
 def gen_segment_softmax(w, rng):
     cases = [(name, e, n, [1, 2, 8][i % 3], idt, kind)
              for i, (name, e, n, _f, idt, kind) in enumerate(SCATTER_CASES)]
@@ -407,6 +470,19 @@ def gen_dense(w, rng):
             # saturation; exp does not saturate (and e^12 terms would drown
             # the finite differences' objective in rounding).
             xa = x if act in ("relu", "leaky_relu", "elu", "exp") else 4 * x
+            xt = leaf(xa)
+            out = fn(xt)
+            out.backward(f32(gout))
+            w.case(act, name, dict(params, rows=r, cols=c), {"x": xa}, {"out": out}, {"out": gout},
+                   {"x": xt.grad})
+
+        # tanh, abs and a clip to [-0.8, 0.8]: inputs kept 0.05 from the kinks
+        # (0 for abs, the bounds for clip) so finite differences stay on one side.
+        away = np.where(np.abs(x) < 0.05, x + 0.1, x).astype(np.float32)
+        near_bound = np.abs(np.abs(x) - 0.8) < 0.05
+        clipped = np.where(near_bound, x + 0.1 * np.sign(x), x).astype(np.float32)
+        for act, fn, params, xa in [("tanh", torch.tanh, {}, 2 * x), ("abs", torch.abs, {}, away),
+                                    ("clip", lambda t: torch.clamp(t, -0.8, 0.8), {"bound": 0.8}, clipped)]:
             xt = leaf(xa)
             out = fn(xt)
             out.backward(f32(gout))
@@ -858,7 +934,7 @@ def main():
     for gen in [gen_scatter, gen_gather, gen_spmm, gen_sddmm, gen_segment_softmax, gen_dense, gen_dropout,
                 gen_losses, gen_elementwise, gen_norms, gen_softmax_pieces, gen_optimizers,
                 gen_sparse_matmul, gen_sparse_dropout, gen_padded_matmul, gen_attention_softmax,
-                gen_cross_entropy, gen_columns]:
+                gen_cross_entropy, gen_columns, gen_head_edges]:
         gen(w, np.random.default_rng(zlib.crc32(gen.__name__.encode())))
     print(f"wrote {w.count} cases under {root} (torch {torch.__version__}, numpy {np.__version__})")
 
