@@ -347,10 +347,11 @@ def triad_gbps():
 def trace_shares(trace, steps):
     events = [e for e in json.loads(Path(trace).read_text())["traceEvents"] if e.get("cat") == "train_step"]
     total = sum(e["dur"] for e in events) / steps / 1e3
-    dense = [e for e in events if e["name"] == "matmul"]
+    products = ("matmul", "head_matmul", "head_outer")  # dense: CBLAS products
+    dense = [e for e in events if e["name"] in products]
     dense_ms = sum(e["dur"] for e in dense) / steps / 1e3
     flops = sum(e["args"]["flops"] for e in dense) / steps
-    other_bytes = sum(e["args"]["bytes"] for e in events if e["name"] != "matmul") / steps
+    other_bytes = sum(e["args"]["bytes"] for e in events if e["name"] not in products) / steps
     return total, dense_ms, flops, other_bytes
 
 

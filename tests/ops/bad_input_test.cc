@@ -16,6 +16,7 @@
 #include "ops/optimizer.h"
 #include "ops/error.h"
 #include "ops/gather.h"
+#include "ops/head_edges.h"
 #include "ops/scatter.h"
 #include "ops/sddmm.h"
 #include "ops/segment_softmax.h"
@@ -155,6 +156,26 @@ const std::vector<BadInput>& bad_inputs() {
                    std::vector<float> a(9), b(6), out(6);
                    sddmm_dot_forward<float, int64_t>(adj, 3, 2, a, b, out);
                  }, "sddmm_dot: heads = 2 must be positive and divide F = 3"});
+    v.push_back({"edge_head_dot_a_size", [] {
+                   std::vector<float> a(7), r(6), out(6);
+                   edge_head_dot<float, int64_t>(adj, 2, 2, a, r, out);
+                 }, "edge_head_dot: a has 7 elements, expected N_dst*H*K = 8"});
+    v.push_back({"head_scatter_zero_heads", [] {
+                   std::vector<float> w, r(6), out;
+                   head_scatter<float, int64_t>(adj, 0, 2, w, r, out);
+                 }, "head_scatter: heads = 0 must be positive"});
+    v.push_back({"head_gather_out_size", [] {
+                   std::vector<float> w(6), a(8), out(5);
+                   head_gather<float, int64_t>(adj, 2, 2, w, a, out);
+                 }, "head_gather: out has 5 elements, expected E*K = 6"});
+    v.push_back({"head_matmul_w_size", [] {
+                   std::vector<float> x(12), w(20), out(16);
+                   head_matmul<float>(x, w, out, 2, 2, 3, 4, false);
+                 }, "head_matmul: w has 20 elements, expected H*P*Q = 24"});
+    v.push_back({"head_outer_out_size", [] {
+                   std::vector<float> a(12), b(16), out(23);
+                   head_outer<float>(a, b, out, 2, 2, 3, 4);
+                 }, "head_outer: out has 23 elements, expected H*P*Q = 24"});
     v.push_back({"softmax_zero_heads", [] {
                    std::vector<float> s, a;
                    segment_softmax_forward<float, int64_t>(seg, 0, s, a);

@@ -137,6 +137,23 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("head_dot/heads")).param("heads", 8).floats("x", {N, 8 * 8})
           .floats("att", {1, 8, 8}).upstream("out", {N, 8}).build();
     });
+    // The attention's edge-feature terms at the encoder's shape: 8 heads of
+    // the edge rows' 96 columns (a quarter of the edges: 19 MB of rows).
+    const int64_t Eh = E / 4;
+    add("edge_head_dot_8_heads", [=] {
+      return Synthetic(golden("edge_head_dot/random")).param("num_src", N).param("num_dst", N)
+          .param("heads", 8).param("k", 96).floats("a", {N, 8 * 96}).floats("r", {Eh, 96})
+          .ints("src", {Eh}, N).ints("dst", {Eh}, N).upstream("out", {Eh, 8}).build();
+    });
+    add("head_scatter_8_heads", [=] {
+      return Synthetic(golden("head_scatter/random")).param("num_src", N).param("num_dst", N)
+          .param("heads", 8).param("k", 96).floats("w", {Eh, 8}).floats("r", {Eh, 96})
+          .ints("src", {Eh}, N).ints("dst", {Eh}, N).upstream("out", {N, 8 * 96}).build();
+    });
+    add("head_matmul_8_heads", [=] {
+      return Synthetic(golden("head_matmul/eight_heads_t")).param("heads", 8).param("trans_w", true)
+          .floats("x", {N, 8 * 96}).floats("w", {8 * 96, 96}).upstream("out", {N, 8 * 96}).build();
+    });
     add("sparse_matmul_wide", [=] {
       return Synthetic(golden("sparse_matmul/wide")).param("num_rows", N).param("num_cols", 1000)
           .param("trans_b", true).floats("values", {E}).floats("b", {64, 1000})
