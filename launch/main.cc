@@ -148,6 +148,9 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   cmd->add_flag("--params-non-strict", c.options.params_non_strict,
                 "Module-graph models: load the keys --params-in shares with the model, list the others "
                 "(torch's strict=False); default: any missing, unexpected or mis-shaped key is an error");
+  cmd->add_option("--params-scope", c.options.params_scope,
+                  "Module-graph models: --params-in holds the keys under SCOPE. only (torch's "
+                  "model.SCOPE.load_state_dict), checked as strictly; the model's other keys start fresh");
   cmd->add_option("--params-out", c.params_out, "Write the best model's parameters as <name>.npy here");
   cmd->add_option("--threads", c.options.threads, "OpenMP threads for the kernels (0: OpenMP's default)")
       ->check(CLI::Range(0, 1024));
@@ -184,6 +187,9 @@ CLI::App* add_infer_command(CLI::App& app, gnnrt::launch::InferCommand& c) {
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--params-non-strict", c.options.params_non_strict,
                 "Load the keys the folder shares with the model, list the others (torch's strict=False)");
+  cmd->add_option("--params-scope", c.options.params_scope,
+                  "The folder holds the keys under SCOPE. only (torch's model.SCOPE.load_state_dict), checked as "
+                  "strictly; the model's other keys start fresh");
   cmd->add_option("--out", c.out, "Folder for <output>.npy")->required();
   cmd->add_option("--output", c.options.outputs,
                   "A module whose output to write (repeatable); default: every loss term's input");

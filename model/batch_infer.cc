@@ -53,7 +53,8 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   }
   if (outputs.empty()) throw std::invalid_argument("gnnrt infer: the model has no loss term; name outputs with --output");
   const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, outputs);
-  load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict);
+  load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict,
+                  options.params_scope);
   for (const ParamDecl& p : probe.params) {
     if (!core.memory().has(p.name)) initialize_parameters(core, {p}, job.seed());
   }

@@ -25,6 +25,7 @@ namespace gnnrt::model {
 struct InferOptions {
   std::filesystem::path params_in;  // required: <state_dict key>.npy, loaded strictly
   bool params_non_strict = false;
+  std::string params_scope;         // as TrainOptions::params_scope
   std::filesystem::path out;        // folder for <output>.npy
   std::vector<std::string> outputs; // module names; empty: every loss term's input
   std::filesystem::path cache_dir;

@@ -110,8 +110,8 @@ void BatchTrainer::init_parameters() {
       initialize_parameters(core_, params_, job_.seed());
       return;
     }
-    load_state_dict(core_, params_, aliases_, options_.params_in, !options_.params_non_strict);
-    // Non-strict: the keys not in the files start fresh.
+    load_state_dict(core_, params_, aliases_, options_.params_in, !options_.params_non_strict, options_.params_scope);
+    // Non-strict or scoped: the keys not loaded start fresh.
     std::vector<ParamDecl> fresh;
     for (const ParamDecl& p : params_) {
       if (!core_.memory().has(p.name)) fresh.push_back(p);
@@ -371,7 +371,7 @@ TrainResult BatchTrainer::run() {
 }  // namespace
 
 void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
-                     const std::filesystem::path& dir, bool strict) {
+                     const std::filesystem::path& dir, bool strict, const std::string& scope) {
   std::set<std::string> files;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -389,6 +389,13 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
     const auto p = std::find_if(params.begin(), params.end(), [&](const ParamDecl& d) { return d.name == a.param; });
     if (p == params.end()) throw std::logic_error("alias " + a.key + " of no parameter " + a.param);
     keys.emplace_back(a.key, &*p);
+  }
+  if (!scope.empty()) {
+    const auto outside = [&](const auto& k) { return !k.first.starts_with(scope + "."); };
+    const auto n = std::erase_if(keys, outside);
+    if (keys.empty()) throw std::invalid_argument(fmt::format("--params-scope {}: the model has no key under '{}.'", scope, scope));
+    spdlog::info("--params-scope {}: {} keys under '{}.', {} others start from their initialisation", scope,
+                 keys.size(), scope, n);
   }
   for (const auto& [key, p] : keys) {
     if (!files.erase(key)) {

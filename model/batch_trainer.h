@@ -24,9 +24,13 @@ TrainResult train_batches(const proto::Job& job, const TrainOptions& options);
 // error listing the missing keys, the unexpected keys and the mismatched
 // shapes; non-strict loads the intersection and lists the rest (warning).
 // An alias key is expected too, with its parameter's shape; the
-// parameter's own key gives the values.
+// parameter's own key gives the values. A non-empty `scope` loads the keys
+// under "<scope>." only (torch's model.<scope>.load_state_dict): the others
+// are neither expected nor loaded, and a file outside the scope is
+// unexpected.
 void load_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
-                     const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir, bool strict);
+                     const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir, bool strict,
+                     const std::string& scope = "");
 
 // --params-out: <key>.npy for every parameter and alias.
 void write_state_dict(const runtime::Core& core, const std::vector<ParamDecl>& params,

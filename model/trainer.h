@@ -49,6 +49,10 @@ struct TrainOptions {
   // Module-graph models: load the keys --params-in and the model share,
   // list the rest in a warning (torch's strict=False), instead of an error.
   bool params_non_strict = false;
+  // Module-graph models: --params-in holds the keys under "<scope>." only
+  // (torch's model.<scope>.load_state_dict), checked as strictly; the
+  // model's other keys start from their initialisation.
+  std::string params_scope;
   std::filesystem::path params_out;    // folder for the best model's parameters
   std::filesystem::path trace_path;    // Chrome trace of op times (rank K > 0: <stem>.rank-K<ext>)
   bool debug = false;                  // unfused, NaN/Inf check after every op

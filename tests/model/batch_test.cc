@@ -822,6 +822,43 @@ TEST_F(Batch, SceneEncoderStateDictProblemsAreListedTogether) {
                   HasSubstr("encoder.Q: [1, 8] float32 in the file, [1, 16] float32 in the model"))));
 }
 
+// A VectorWorld checkpoint holds the encoder, not the job's recon decoders:
+// --params-scope encoder loads its keys as strictly as the whole model's and
+// starts the rest fresh.
+TEST_F(Batch, SceneEncoderLoadsAnEncoderOnlyStateDictStrictlyUnderItsScope) {
+  const fs::path in = dir_ / "params";
+  fs::create_directories(in);
+  int encoder_keys = 0;
+  for (const auto& e : fs::directory_iterator(kEncoder / "params_init")) {
+    if (!e.path().filename().string().starts_with("encoder.")) continue;
+    fs::copy_file(e.path(), in / e.path().filename());
+    ++encoder_keys;
+  }
+  ASSERT_GT(encoder_keys, 100);
+  proto::Job job = golden_job("scene_encoder");
+  apply_override(job, "schedule.epochs=1");
+  options_.params_in = in;
+  EXPECT_THROW(train(job, options_), std::invalid_argument);  // strict: the recon keys are missing
+  options_.params_scope = "encoder";
+  options_.params_out = dir_ / "out";
+  train(job, options_);
+  // One step moves every parameter; the loaded encoder's are near the file's, not a fresh draw.
+  const auto out = read_params(dir_ / "out");
+  const auto init = read_params(kEncoder / "params_init");
+  const std::string key = "encoder.encoder_transformer_blocks.0.l2l_transformer_layer.to_q.weight";
+  ASSERT_EQ(out.at(key).size(), init.at(key).size());
+  for (size_t i = 0; i < init.at(key).size(); ++i) ASSERT_NEAR(out.at(key)[i], init.at(key)[i], 1e-2) << i;
+  // Still strict inside the scope, and a file outside it is unexpected.
+  fs::remove(in / (key + ".npy"));
+  write_npy<float>(in / "recon.agent.weight.npy", std::vector<float>(4), {2, 2});
+  EXPECT_THAT([&] { train(job, options_); },
+              testing::ThrowsMessage<std::invalid_argument>(testing::AllOf(
+                  HasSubstr("missing keys: [" + key + " [16, 16]]"), HasSubstr("unexpected keys: [recon.agent.weight]"))));
+  options_.params_scope = "decoder";
+  EXPECT_THAT([&] { train(job, options_); }, testing::ThrowsMessage<std::invalid_argument>(
+                                                 HasSubstr("--params-scope decoder: the model has no key under 'decoder.'")));
+}
+
 // The same encoder on gnnrt's own synthetic scenes, from its own
 // initialisation (VectorWorld's), in shape buckets.
 TEST_F(Batch, SceneEncoderLearnsSyntheticScenes) {
