@@ -258,12 +258,13 @@ void ControlClient::progress(const proto::Progress& p) {
   asio::post(state_->io, [s = state_.get(), frame = encode_frame(m)]() mutable { s->send(std::move(frame)); });
 }
 
-void ControlClient::done(int status, const std::string& error, bool stopped) {
+void ControlClient::done(int status, const std::string& error, bool stopped, int64_t resumed_after) {
   proto::RankMessage m;
   auto* d = m.mutable_done();
   d->set_status(status);
   d->set_error(error);
   d->set_stopped(stopped);
+  d->set_resumed_after(resumed_after);
   state_->finishing = true;
   auto written = state_->flushed.get_future();
   asio::post(state_->io, [s = state_.get(), frame = encode_frame(m)]() mutable {

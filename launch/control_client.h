@@ -52,7 +52,7 @@ class ControlClient {
   void progress(const proto::Progress& p);
   // The command ended (status 0: done or stopped); sent and flushed before
   // the process exits, so the launcher knows the end was intended.
-  void done(int status, const std::string& error, bool stopped);
+  void done(int status, const std::string& error, bool stopped, int64_t resumed_after = 0);
   // The launcher asked the job to stop at the next step boundary.
   bool stop_requested() const;
   // Applies GNNRT_FAULT after `epoch` if it names this rank.

@@ -618,6 +618,16 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
                                      group, bp::std_in < bp::null);
   std::fclose(log_file);
   bool finished = false, resumed = false;
+  // A restart from the final checkpoint has no epoch left to report: its
+  // resume point comes with rank 0's end (caller holds the lock).
+  const auto resumed_without_epochs = [&](const Supervisor& s) {
+    if (!c_.is_train || resumed || s.has_latest || s.ranks.empty() || !s.ranks[0].done || s.ranks[0].done->status() != 0) return;
+    const int64_t after = s.ranks[0].done->resumed_after();
+    if (index == 0 && after == 0) return;
+    resumed = true;
+    events_->write({{"event", "training"}, {"attempt", index}, {"epoch", after + 1}, {"resumed_after", after},
+                    {"at", now_iso()}});
+  };
   std::optional<Clock::time_point> all_done_since;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -648,6 +658,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       events_->write({{"event", "training"}, {"attempt", index}, {"epoch", s.start_epoch + 1},
                       {"resumed_after", s.start_epoch}, {"at", s.first_progress}});
     }
+    resumed_without_epochs(s);
     bool all_done = true;
     for (const auto& r : s.ranks) all_done = all_done && r.done && r.done->status() == 0;
     if (!mpirun.running()) {
@@ -665,6 +676,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       all_done = true;
       for (const auto& r : s.ranks) all_done = all_done && r.done && r.done->status() == 0;
       if (mpirun.exit_code() == 0 && all_done) {
+        resumed_without_epochs(s);
         finished = true;
         break;
       }

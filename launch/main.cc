@@ -513,7 +513,7 @@ int main(int argc, char** argv) {
         control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
         train_command.control = control.get();
         const int status = gnnrt::launch::run_train(train_command);
-        if (control) control->done(status, "", train_command.stopped);
+        if (control) control->done(status, "", train_command.stopped, train_command.resumed_after);
         return status;
       } catch (const std::exception& e) {
         if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);

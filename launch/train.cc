@@ -114,6 +114,7 @@ int run_train(TrainCommand& c) {
   }
   const model::TrainResult r = model::train(job, c.options);
   c.stopped = r.stopped;
+  c.resumed_after = r.start_epoch;
   if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;

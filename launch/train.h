@@ -25,6 +25,7 @@ struct TrainCommand {
   std::string cache_dir, metrics, logits_out, params_in, params_out, trace;
   ControlClient* control = nullptr;  // under `gnnrt launch`: progress, stop requests, faults
   bool stopped = false;              // out: stopped on the launcher's request (checkpoint written)
+  int64_t resumed_after = 0;         // out: the epoch the run resumed after (0: from scratch)
 };
 
 // The job file (or the default job) with --dataset, then every --set, applied.

@@ -96,7 +96,19 @@ check(re.search(rf"epoch {EPOCHS}/{EPOCHS} loss", out) is not None, f"plain: no 
 plain = params(WORK / "plain_params")
 check(len(plain) >= 4, f"plain: {len(plain)} parameters written")
 
-# The same job on one rank without the launcher: the launcher changes nothing.
+# The finished run directory launched again: it resumes from the final
+# checkpoint with no epoch left, and says so (the `training` event comes
+# with rank 0's end, as after a kill that lands past the last epoch).
+again = subprocess.run([GNNRT, "launch", "-n", "4", "--run-dir", str(ref), "--", *TRAIN, "--params-out",
+                        str(WORK / "again_params")], capture_output=True, text=True, timeout=240)
+check(again.returncode == 0, f"again: exit {again.returncode}\n{(again.stdout + again.stderr)[-3000:]}")
+ev_again = events(ref)[len(ev):]
+check([e["event"] for e in ev_again] == ["start", "training", "finish"]
+      and ev_again[1].get("resumed_after") == EPOCHS, f"again: events {ev_again}")
+again_params = params(WORK / "again_params")
+check(set(again_params) == set(plain) and all(np.array_equal(again_params[k], plain[k]) for k in plain),
+      "again: parameters from the final checkpoint differ from the run's")
+
 subprocess.run([GNNRT, *TRAIN, "--params-out", str(WORK / "one_params")], check=True, capture_output=True)
 one = params(WORK / "one_params")
 check(all(np.allclose(one[k], plain[k], rtol=1e-5, atol=1e-6) for k in one), "plain: 4 launched ranks differ from 1 rank")
