@@ -1,7 +1,8 @@
 // Module-graph models over batches of small graphs: equal to the PyTorch
 // reference (tests/reference/make_batch_golden.py: PyG-style batching, no
-// padding): each epoch's mean loss and the parameters after three epochs; padding never changes a
-// result; compiles equal the buckets used and a second run compiles
+// padding): each epoch's mean loss and the parameters after three epochs;
+// the gradients against central differences of the model's own loss;
+// padding never changes a result; compiles equal the buckets used and a second run compiles
 // nothing; exact resume; the strict parameter loader; bad models and bad
 // batch datasets refused with messages naming what and where.
 #include <gmock/gmock.h>
@@ -119,6 +120,99 @@ TEST_P(Golden, InferWritesTheReferenceOutputs) {
 INSTANTIATE_TEST_SUITE_P(Batch, Golden,
                          ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers",
                                            "dit", "dit_relational"));
+
+// The whole model's backward against central differences of its own loss,
+// independent of torch: every module kind's gradient as the model composes
+// it (the op-level checks in tests/ops cover each kernel alone). One batch
+// holds every graph, so one SGD step at lr 1 from params_init leaves
+// init - final = dL/dθ. For up to 48 keys spread over the state_dict, the
+// entry with the largest gradient is probed: (L(θ + h) - L(θ - h)) / 2h
+// at h = 1e-3, 3e-4 and 1e-4 (the programs run in float32), one of which
+// must agree within 1% + 8 ulp(L) / h.
+class FiniteDifferences : public Batch, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(FiniteDifferences, TheModelsGradientsMatchCentralDifferencesOfItsLoss) {
+  const fs::path c = kGolden / GetParam();
+  proto::Job job = golden_job(GetParam());
+  for (const char* o : {"optimizer.kind=sgd", "optimizer.lr=1", "optimizer.momentum=0", "optimizer.weight_decay=0",
+                        "schedule.epochs=1", "batching.batch_size=100000", "batching.shuffle=false"}) {
+    apply_override(job, o);
+  }
+  const fs::path params = dir_ / "params";
+  fs::copy(c / "params_init", params);
+  options_.params_in = params;
+  options_.params_out = dir_ / "out";
+  const TrainResult at = train(job, options_);
+  ASSERT_EQ(at.steps, 1) << "one batch must hold every graph";
+  const double loss = at.epochs.at(0).loss;
+  const auto init = read_params(params);
+  std::map<std::string, std::vector<float>> grads = read_params(dir_ / "out");
+  double largest = 0;
+  for (auto& [name, g] : grads) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = init.at(name)[i] - g[i];
+      largest = std::max(largest, std::abs(static_cast<double>(g[i])));
+    }
+  }
+  ASSERT_GT(largest, 0.0);
+  options_.params_out.clear();
+  const auto loss_with = [&](const std::string& name, size_t i, float value) {
+    Tensor t = read_npy(c / "params_init" / (name + ".npy"));
+    t.values<float>()[i] = value;
+    write_npy(params / (name + ".npy"), t);
+    const double l = train(job, options_).epochs.at(0).loss;
+    fs::copy_file(c / "params_init" / (name + ".npy"), params / (name + ".npy"),
+                  fs::copy_options::overwrite_existing);
+    return l;
+  };
+  // Keys the model aliases to another parameter load with it (written with
+  // its values and gradient): probed through that parameter.
+  std::set<std::string> aliases;
+  {
+    const BatchDataset data = load_batch_dataset(job.dataset().path());
+    const BatchSource source(data, job.batching(), job.seed());
+    for (const ParamAlias& a : build_module_train_step(job.model(), source.schema(), source.buckets().front()).aliases) {
+      EXPECT_EQ(grads.at(a.key), grads.at(a.param)) << a.key << " aliases " << a.param;
+      aliases.insert(a.key);
+    }
+  }
+  std::vector<std::string> keys;
+  for (const auto& [name, g] : grads) {
+    if (!aliases.count(name) && !g.empty()) keys.push_back(name);
+  }
+  const size_t stride = std::max<size_t>(1, keys.size() / 48);
+  size_t probed = 0;
+  for (size_t k = 0; k < keys.size(); k += stride) {
+    const std::string& name = keys[k];
+    const auto& g = grads.at(name);
+    size_t i = 0;
+    for (size_t j = 1; j < g.size(); ++j) {
+      if (std::abs(g[j]) > std::abs(g[i])) i = j;
+    }
+    const float x = init.at(name)[i];
+    // The smallest step the loss's rounding allows wins: ReLU kinks within
+    // h of a row bend the larger steps' slopes (seen as a few % on biases
+    // that move every row); the loss's float32 rounding (one ulp of L)
+    // bends the smaller steps' by ulp(L) / h.
+    const double ulp = std::ldexp(1.0, std::ilogb(loss) - 23);
+    std::string seen;
+    bool agrees = false;
+    for (const float h : {1e-3F, 3e-4F, 1e-4F}) {
+      const float up = x + h, down = x - h;  // the steps as float32 holds them
+      const double numeric = (loss_with(name, i, up) - loss_with(name, i, down)) / (double{up} - double{down});
+      agrees = agrees || std::abs(numeric - g[i]) <= 1e-2 * std::abs(g[i]) + 8 * ulp / static_cast<double>(h);
+      seen += fmt::format(" {:.6g} (h {:g})", numeric, h);
+    }
+    EXPECT_TRUE(agrees) << name << "[" << i << "]: gradient " << g[i] << ", central differences" << seen
+                        << "; loss " << loss;
+    ++probed;
+  }
+  EXPECT_GE(probed, std::min<size_t>(keys.size(), 24));
+}
+
+INSTANTIATE_TEST_SUITE_P(Batch, FiniteDifferences,
+                         ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers",
+                                           "dit", "dit_relational", "scene_encoder"));
 
 // One bucket far larger than any batch against the derived ladder: the
 // same parameters (padding reaches no real row, output or gradient).
