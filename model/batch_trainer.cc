@@ -7,6 +7,7 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -14,7 +15,9 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <span>
 #include <thread>
+#include <utility>
 
 #include "collectives/communicator.h"
 #include "model/batch_dataset.h"
@@ -409,7 +412,21 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
                                        runtime::shape_string(p->shape)));
       continue;
     }
-    if (key == p->name) loaded.emplace(key, t.cast(DType::kF32));
+    if (key == p->name) {
+      loaded.emplace(key, t.cast(DType::kF32));
+    } else if (const auto it = loaded.find(p->name); it != loaded.end()) {
+      // torch saves one tensor under both names: values that differ are
+      // not a state_dict of this model, and one of them would be dropped.
+      const Tensor alias = t.cast(DType::kF32);
+      const std::span<const float> a = alias.values<float>(), v = std::as_const(it->second).values<float>();
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - v[i]));
+      const std::span<const std::byte> ab = alias.bytes(), vb = std::as_const(it->second).bytes();
+      if (ab.size() != vb.size() || std::memcmp(ab.data(), vb.data(), ab.size()) != 0) {
+        mismatched.push_back(fmt::format("{}: names the same parameter as {}, but its values differ (max |diff| {:g})",
+                                         key, p->name, worst));
+      }
+    }
   }
   const std::vector<std::string> unexpected(files.begin(), files.end());
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {

@@ -24,7 +24,8 @@ TrainResult train_batches(const proto::Job& job, const TrainOptions& options);
 // error listing the missing keys, the unexpected keys and the mismatched
 // shapes; non-strict loads the intersection and lists the rest (warning).
 // An alias key is expected too, with its parameter's shape; the
-// parameter's own key gives the values. A non-empty `scope` loads the keys
+// parameter's own key gives the values, and an alias holding other values
+// is mismatched (torch saves one tensor under both names). A non-empty `scope` loads the keys
 // under "<scope>." only (torch's model.<scope>.load_state_dict): the others
 // are neither expected nor loaded, and a file outside the scope is
 // unexpected.

@@ -156,26 +156,32 @@ TEST_P(FiniteDifferences, TheModelsGradientsMatchCentralDifferencesOfItsLoss) {
   }
   ASSERT_GT(largest, 0.0);
   options_.params_out.clear();
-  const auto loss_with = [&](const std::string& name, size_t i, float value) {
-    Tensor t = read_npy(c / "params_init" / (name + ".npy"));
-    t.values<float>()[i] = value;
-    write_npy(params / (name + ".npy"), t);
-    const double l = train(job, options_).epochs.at(0).loss;
-    fs::copy_file(c / "params_init" / (name + ".npy"), params / (name + ".npy"),
-                  fs::copy_options::overwrite_existing);
-    return l;
-  };
   // Keys the model aliases to another parameter load with it (written with
-  // its values and gradient): probed through that parameter.
+  // its values and gradient, required equal): probed through that
+  // parameter, both files changed together as torch's one tensor.
   std::set<std::string> aliases;
+  std::multimap<std::string, std::string> alias_of;  // parameter -> its alias keys
   {
     const BatchDataset data = load_batch_dataset(job.dataset().path());
     const BatchSource source(data, job.batching(), job.seed());
     for (const ParamAlias& a : build_module_train_step(job.model(), source.schema(), source.buckets().front()).aliases) {
       EXPECT_EQ(grads.at(a.key), grads.at(a.param)) << a.key << " aliases " << a.param;
       aliases.insert(a.key);
+      alias_of.emplace(a.param, a.key);
     }
   }
+  const auto loss_with = [&](const std::string& name, size_t i, float value) {
+    std::vector<std::string> files{name};
+    for (auto [it, end] = alias_of.equal_range(name); it != end; ++it) files.push_back(it->second);
+    Tensor t = read_npy(c / "params_init" / (name + ".npy"));
+    t.values<float>()[i] = value;
+    for (const std::string& f : files) write_npy(params / (f + ".npy"), t);
+    const double l = train(job, options_).epochs.at(0).loss;
+    for (const std::string& f : files) {
+      fs::copy_file(c / "params_init" / (f + ".npy"), params / (f + ".npy"), fs::copy_options::overwrite_existing);
+    }
+    return l;
+  };
   std::vector<std::string> keys;
   for (const auto& [name, g] : grads) {
     if (!aliases.count(name) && !g.empty()) keys.push_back(name);
@@ -523,11 +529,17 @@ TEST_F(Batch, AliasedKeysAreWrittenAndRequired) {
   for (const auto& e : fs::directory_iterator(c / "params_init")) fs::copy_file(e.path(), in / e.path().filename());
   fs::remove(in / "l2l.attn_prenorm_x_dst.weight.npy");
   write_npy<float>(in / "a2a.attn_prenorm_x_dst.bias.npy", std::vector<float>(3), {3});
+  // An alias whose values are not its parameter's: not this model's state_dict.
+  Tensor other = read_npy(in / "a2a.attn_prenorm_x_dst.weight.npy");
+  other.values<float>()[2] += 0.25F;
+  write_npy(in / "a2a.attn_prenorm_x_dst.weight.npy", other);
   options_.params_in = in;
   EXPECT_THAT([&] { train(job, options_); },
               testing::ThrowsMessage<std::invalid_argument>(testing::AllOf(
                   HasSubstr("missing keys: [l2l.attn_prenorm_x_dst.weight [8]]"),
-                  HasSubstr("a2a.attn_prenorm_x_dst.bias: [3] float32 in the file, [8] float32 in the model"))));
+                  HasSubstr("a2a.attn_prenorm_x_dst.bias: [3] float32 in the file, [8] float32 in the model"),
+                  HasSubstr("a2a.attn_prenorm_x_dst.weight: names the same parameter as "
+                            "a2a.attn_prenorm_x_src.weight, but its values differ (max |diff| 0.25)"))));
 }
 
 TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {
