@@ -258,6 +258,13 @@ void ControlClient::progress(const proto::Progress& p) {
   asio::post(state_->io, [s = state_.get(), frame = encode_frame(m)]() mutable { s->send(std::move(frame)); });
 }
 
+void ControlClient::notice(const std::string& level, const std::string& text) {
+  proto::RankMessage m;
+  m.mutable_notice()->set_level(level);
+  m.mutable_notice()->set_text(text);
+  asio::post(state_->io, [s = state_.get(), frame = encode_frame(m)]() mutable { s->send(std::move(frame)); });
+}
+
 void ControlClient::done(int status, const std::string& error, bool stopped, int64_t resumed_after) {
   proto::RankMessage m;
   auto* d = m.mutable_done();

@@ -50,6 +50,8 @@ class ControlClient {
   ~ControlClient();
 
   void progress(const proto::Progress& p);
+  // A line for the launcher's console and events.jsonl (level: warning or info).
+  void notice(const std::string& level, const std::string& text);
   // The command ended (status 0: done or stopped); sent and flushed before
   // the process exits, so the launcher knows the end was intended.
   void done(int status, const std::string& error, bool stopped, int64_t resumed_after = 0);

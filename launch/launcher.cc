@@ -32,9 +32,12 @@
 
 #include "launch/console.h"
 #include "launch/control_server.h"
+#include "launch/network_namespace.h"
 #include "launch/tokens.h"
 #include "model/checkpoint.h"
 #include "model/job.h"
+#include "runtime/atomic_file.h"
+#include "runtime/record_file.h"
 
 namespace gnnrt::launch {
 
@@ -85,6 +88,23 @@ std::vector<asio::ip::address> local_addresses() {
   return found;
 }
 
+// The network (CIDR) of this host's interface that has `address`, e.g.
+// "198.18.0.0/24"; "" when no interface has it.
+std::string network_of(const asio::ip::address& address) {
+  std::string found;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_netmask == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    const uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr);
+    if (asio::ip::address_v4(ip) != address) continue;
+    const uint32_t mask = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr);
+    found = fmt::format("{}/{}", asio::ip::address_v4(ip & mask).to_string(), __builtin_popcount(mask));
+  }
+  freeifaddrs(list);
+  return found;
+}
+
 }  // namespace
 
 // With --hosts: the address of this host's interface that routes to the
@@ -122,6 +142,22 @@ std::string control_address_for(const std::vector<HostSlots>& hosts) {
 
 namespace {
 
+// Whether every host of --hosts is this one (resolves to loopback or to an
+// address of this host's); an empty list is this host.
+bool every_host_is_this_one(const std::vector<HostSlots>& hosts) {
+  asio::io_context io;
+  asio::ip::udp::resolver resolver(io);
+  const auto mine = local_addresses();
+  for (const auto& h : hosts) {
+    boost::system::error_code ec;
+    const auto found = resolver.resolve(asio::ip::udp::v4(), h.host, "9", ec);
+    if (ec || found.empty()) return false;
+    const auto address = found.begin()->endpoint().address();
+    if (!address.is_loopback() && std::find(mine.begin(), mine.end(), address) == mine.end()) return false;
+  }
+  return true;
+}
+
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,@%+") ==
                         std::string::npos) {
@@ -136,6 +172,17 @@ std::string join_command(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
   return s;
+}
+
+// A file of the run directory, replaced atomically (an old one stays whole
+// on a full disk); a failure is a warning on the console, the job goes on.
+void write_or_warn(const fs::path& path, const std::string& text) {
+  try {
+    write_file_atomically(path, text);
+  } catch (const std::exception& e) {
+    std::cerr << "gnnrt launch: warning: " << e.what() << "\n";
+    spdlog::warn("{}", e.what());
+  }
 }
 
 std::vector<std::string> last_lines(const fs::path& path, size_t n) {
@@ -185,6 +232,11 @@ class Supervisor : public ControlServer::Handler {
   Clock::time_point attempt_start{};
   std::optional<Failure> failure;  // the first failure of this attempt
   std::vector<std::pair<int64_t, double>> epoch_times;  // for the ETA
+  struct Notice {
+    int rank;
+    proto::Notice notice;
+  };
+  std::vector<Notice> notices;  // not yet shown
 
   void begin(int a, int n) {
     std::lock_guard lock(mutex);
@@ -253,6 +305,8 @@ class Supervisor : public ControlServer::Handler {
         has_latest = true;
         epoch_times.emplace_back(m.progress().epoch(), m.progress().ms());
       }
+    } else if (m.has_notice()) {
+      notices.push_back({it->second, m.notice()});
     } else if (m.has_done()) {
       r.done = m.done();
       if (m.done().status() != 0) {
@@ -277,16 +331,32 @@ class Supervisor : public ControlServer::Handler {
   }
 };
 
+// RUN/events.jsonl: one whole record per event (runtime/record_file.h: a
+// full disk or a crash leaves the whole line or nothing). A record that
+// cannot be written is said on the console instead, with its text, so its
+// absence is explained and nothing of it is lost.
 class Events {
  public:
-  explicit Events(const fs::path& path) : out_(path, std::ios::app) {}
+  explicit Events(const fs::path& path) : file_(path, RecordFile::Mode::kAppend) {
+    if (file_.torn_bytes() > 0) {
+      std::cerr << fmt::format("gnnrt launch: {}: cut back a torn last record ({} bytes without a newline)\n",
+                               path.string(), file_.torn_bytes());
+    }
+  }
   void write(nlohmann::json record) {
     record["time"] = now_iso();
-    out_ << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n' << std::flush;
+    const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    try {
+      file_.append(line);
+    } catch (const std::runtime_error& e) {
+      std::cerr << fmt::format("gnnrt launch: the {} record is not in events.jsonl ({}): {}\n",
+                               record.value("event", "?"), e.what(), line);
+      spdlog::error("events.jsonl: {}: {}", e.what(), line);
+    }
   }
 
  private:
-  std::ofstream out_;
+  RecordFile file_;
 };
 
 // The exit code or signal mpirun reported for a rank, from its own words:
@@ -349,6 +419,9 @@ class Launcher {
   void kill_job_processes() const;
   bool host_answers(const HostSlots& h) const;
   void show_progress(bool final);
+  // The ranks' notices not yet shown: one line each on the console, and an
+  // event (events.jsonl).
+  void show_notices(int attempt);
   // The checkpoint folder the ranks write (the job's, or RUN/checkpoints).
   fs::path effective_checkpoint_dir() const {
     return c_.job.checkpoint().dir().empty() ? run_dir_ / "checkpoints" : fs::path(c_.job.checkpoint().dir());
@@ -358,6 +431,8 @@ class Launcher {
   fs::path run_dir_;
   std::optional<JobSecret> secret_;
   std::string job_id_, address_;
+  bool local_ = true;  // every rank on this host
+  bool isolated_ = false;  // in a loopback-only network namespace (network_namespace.h)
   asio::io_context io_;
   Supervisor supervisor_;
   std::unique_ptr<ControlServer> server_;
@@ -412,8 +487,12 @@ fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<HostS
     text += fmt::format("-np 1 {}-x GNNRT_LAUNCH_TOKEN={} {}\n", where, secret_->token(r, attempt), exe);
   }
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
   ::close(fd);
-  if (!written) throw std::runtime_error("launch: cannot write " + path.string());
+  if (!written) {
+    ::unlink(path.c_str());
+    throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(err)));
+  }
   // The ranks' command, argument for argument.
   setenv("GNNRT_LAUNCH_ARGV", nlohmann::json(std::vector<std::string>(command.begin() + 1, command.end())).dump().c_str(), 1);
   return path;
@@ -426,6 +505,39 @@ Launcher::MpirunCommand Launcher::mpirun_command(int ranks, const std::vector<Ho
   if (geteuid() == 0) a.push_back("--allow-run-as-root");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool oversubscribed = false;
+  // An MCA parameter may be named once on mpirun's command line: the
+  // user's --mpirun-arg settings win over the launcher's.
+  const auto mca = [&](const std::string& name, const std::string& value) {
+    for (size_t i = 0; i + 1 < c_.mpirun_args.size(); ++i) {
+      const std::string& o = c_.mpirun_args[i];
+      if ((o == "--mca" || o == "-mca") && c_.mpirun_args[i + 1] == name) return;
+    }
+    a.insert(a.end(), {"--mca", name, value});
+  };
+  if (local_) {
+    // Every rank here: shared memory between the ranks (no TCP transport,
+    // so no rank listens at all), Open MPI's out-of-band channel on
+    // loopback (its listener is in the launcher's loopback-only network
+    // namespace, network_namespace.h).
+    mca("btl", "self,vader");
+    mca("oob_tcp_if_include", "lo");
+  } else {
+    // Across hosts: TCP between hosts, shared memory within one, both on
+    // the network of the control address only; Open MPI's daemons notice
+    // a host that vanished within seconds (TCP keepalive after 5 s idle, 3
+    // probes 1 s apart; the default is 8 minutes), so a cut link leaves no
+    // daemon or rank behind on either side.
+    mca("btl", "tcp,vader,self");
+    boost::system::error_code ec;
+    const auto control = asio::ip::make_address(address_, ec);  // empty in a dry run
+    if (const std::string network = ec ? "" : network_of(control); !network.empty()) {
+      mca("oob_tcp_if_include", network);
+      mca("btl_tcp_if_include", network);
+    }
+    mca("oob_tcp_keepalive_time", "5");
+    mca("oob_tcp_keepalive_intvl", "1");
+    mca("oob_tcp_keepalive_probes", "3");
+  }
   if (!hosts.empty()) {
     std::string list;
     for (const auto& h : hosts) {
@@ -433,19 +545,14 @@ Launcher::MpirunCommand Launcher::mpirun_command(int ranks, const std::vector<Ho
       oversubscribed = oversubscribed || h.slots > cores;
     }
     a.insert(a.end(), {"--host", list});
-    // Across hosts: TCP between hosts, shared memory within one; Open MPI's
-    // daemons notice a host that vanished within seconds (TCP keepalive
-    // after 5 s idle, 3 probes 1 s apart; the default is 8 minutes), so a
-    // cut link leaves no daemon or rank behind on either side.
-    a.insert(a.end(), {"--mca", "btl", "tcp,vader,self", "--mca", "oob_tcp_keepalive_time", "5", "--mca",
-                       "oob_tcp_keepalive_intvl", "1", "--mca", "oob_tcp_keepalive_probes", "3"});
   } else {
     oversubscribed = ranks > cores;
   }
   if (oversubscribed) {
     // More ranks than cores: ranks must yield when they wait, or small
     // messages take milliseconds.
-    a.insert(a.end(), {"--oversubscribe", "--mca", "mpi_yield_when_idle", "1"});
+    a.push_back("--oversubscribe");
+    mca("mpi_yield_when_idle", "1");
   }
   // One core per rank when they fit one each, else no binding: a rank's
   // OpenMP threads must not be pinned to one core.
@@ -511,6 +618,21 @@ void Launcher::show_progress(bool final) {
     last_progress_line_ = line;
     std::cout << line << '\n' << std::flush;
     last_line_ = Clock::now();
+  }
+}
+
+void Launcher::show_notices(int attempt) {
+  std::vector<Supervisor::Notice> notices;
+  {
+    std::lock_guard lock(supervisor_.mutex);
+    notices.swap(supervisor_.notices);
+  }
+  for (const auto& n : notices) {
+    const bool warning = n.notice.level() == "warning";
+    std::cerr << (tty_ ? "\r\033[K" : "") << "gnnrt launch: rank " << n.rank << ": " << (warning ? "warning: " : "")
+              << n.notice.text() << "\n";
+    events_->write({{"event", "notice"}, {"attempt", attempt}, {"rank", n.rank}, {"level", n.notice.level()},
+                    {"message", n.notice.text()}});
   }
 }
 
@@ -629,6 +751,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
                     {"at", now_iso()}});
   };
   std::optional<Clock::time_point> all_done_since;
+  bool appfile_gone = false;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const int signals = signals_.load();
@@ -650,6 +773,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       stop_job(mpirun, group);
       break;
     }
+    show_notices(index);
     if (c_.is_train) show_progress(false);
     std::lock_guard lock(supervisor_.mutex);
     auto& s = supervisor_;
@@ -710,6 +834,12 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
                 static_cast<int>(k), r.host, r.pid});
       }
     }
+    if (registered == ranks && !appfile_gone) {
+      // Its tokens are of no use once every rank has registered.
+      std::error_code gone;
+      fs::remove(appfile, gone);
+      appfile_gone = true;
+    }
     if (!s.failure && registered < ranks && since(s.attempt_start) > c_.start_timeout) {
       std::string missing;
       for (size_t k = 0; k < s.ranks.size(); ++k) {
@@ -763,8 +893,9 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   // Stopping twice is harmless (mpirun has been waited for); a finished
   // job's mpirun has exited, or is stopped here after the finish deadline.
   stop_job(mpirun, group, rank_ended);
+  show_notices(index);
   std::error_code gone;
-  fs::remove(appfile, gone);  // its tokens are of no use once the attempt is over
+  fs::remove(appfile, gone);  // when not every rank registered
   if (c_.is_train) show_progress(true);
   if (finished) {
     bool stopped = false;
@@ -825,6 +956,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
 int Launcher::run() {
   tty_ = isatty(1) != 0;
   run_dir_ = fs::absolute(c_.run_dir);
+  local_ = every_host_is_this_one(c_.hosts);
   if (c_.dry_run) {
     std::cout << join_command(mpirun_command(c_.ranks, c_.hosts, 0).by_hand(c_.ranks)) << "\n";
     return 0;
@@ -848,15 +980,28 @@ int Launcher::run() {
     model::proto::Job job = c_.job;
     if (job.checkpoint().dir().empty()) job.mutable_checkpoint()->set_dir((run_dir_ / "checkpoints").string());
     if (job.checkpoint().every() == 0) job.mutable_checkpoint()->set_every(1);
-    std::ofstream(run_dir_ / "job.pbtxt") << model::to_text(job);
+    write_or_warn(run_dir_ / "job.pbtxt", model::to_text(job));
   }
   if (bp::search_path("mpirun").empty()) {
     throw std::runtime_error("launch: mpirun is not on PATH (Debian: apt-get install openmpi-bin)");
   }
   secret_ = JobSecret::draw();
   job_id_ = random_job_id();
+  if (local_) {
+    // Before any thread and socket of the launcher's: the whole job in a
+    // network of loopback only.
+    if (const std::string why = enter_loopback_only_network(); !why.empty()) {
+      std::cerr << "gnnrt launch: warning: the job keeps this host's network (" << why
+                << "): Open MPI's out-of-band listener is open on every address of this host\n";
+      spdlog::warn("no network namespace of the job's own ({}): Open MPI's out-of-band listener is open on every "
+                   "address of this host", why);
+    } else {
+      isolated_ = true;
+      spdlog::info("the job runs in a network namespace of its own with loopback only");
+    }
+  }
   address_ = !c_.control_address.empty() ? c_.control_address
-             : c_.hosts.empty()            ? "127.0.0.1"
+             : c_.hosts.empty() || local_  ? "127.0.0.1"
                                            : control_address_for(c_.hosts);
   ControlLimits limits;
   limits.max_registered = 4 * c_.ranks + 16;
@@ -878,8 +1023,11 @@ int Launcher::run() {
   }
   const auto endpoint = server_->endpoint();
   {
-    nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()}};
-    std::ofstream(run_dir_ / "control.json") << where.dump() << '\n';
+    // With its own network namespace, the address is reachable inside it
+    // only (nsenter --net=/proc/PID/ns/net).
+    nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()},
+                         {"network_namespace", isolated_ ? fmt::format("/proc/{}/ns/net", getpid()) : ""}};
+    write_or_warn(run_dir_ / "control.json", where.dump() + '\n');
   }
   setenv("GNNRT_LAUNCH_ADDR", fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()).c_str(), 1);
   setenv("GNNRT_LAUNCH_JOB", job_id_.c_str(), 1);
@@ -935,7 +1083,19 @@ int Launcher::run() {
   int ranks = c_.ranks;
   int status = 1;
   for (int index = 0;; ++index) {
-    if (attempt(index, ranks, hosts)) {
+    bool finished = false;
+    try {
+      finished = attempt(index, ranks, hosts);
+    } catch (const std::exception& e) {
+      // The attempt could not start (its appfile on a full disk, mpirun
+      // not to be run): the run ends with that reason.
+      std::cerr << "gnnrt launch: attempt " << index << " could not start: " << e.what() << "\n";
+      events_->write({{"event", "finish"}, {"status", 1}, {"attempts", index + 1},
+                      {"reason", fmt::format("attempt {} could not start: {}", index, e.what())}});
+      status = 1;
+      break;
+    }
+    if (finished) {
       status = signals_.load() > 0 ? 128 + last_signal_.load() : 0;
       break;
     }

@@ -23,7 +23,11 @@
 #include <string>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
+#include <xxhash.h>
+#include <fstream>
+#include <iterator>
 
 #include "collectives/communicator.h"
 #include "collectives/environment.h"
@@ -38,6 +42,7 @@
 #include "launch/partition.h"
 #include "launch/selfcheck.h"
 #include "launch/train.h"
+#include "model/distributed.h"
 
 namespace {
 
@@ -61,15 +66,17 @@ void add_mpi_options(CLI::App* app, MpiOptions& o) {
                   "recursive_doubling, rabenseifner, binomial, pairwise");
 }
 
-// Starts MPI (also without mpirun), puts the rank in every log line and
-// returns the world communicator configured by `o`.
-gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
+// Starts MPI (also without mpirun) and puts the rank in every log line.
+// The world communicator starts with fixed settings (MPI's own algorithms,
+// no call checks, a 60 s deadline): the first collective is the start-up
+// comparison of the ranks' options, which must work whatever they were
+// given; configure_collectives then applies the user's.
+gnnrt::collectives::Communicator start_mpi() {
   using namespace gnnrt::collectives;
-  auto options = CommunicatorOptions::from_environment();
-  if (o.timeout > 0) options.timeout_seconds = o.timeout;
-  if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
-  if (!o.algorithm.empty()) options.algorithm = parse_algorithm(o.algorithm);
-  auto comm = Communicator::world(options);
+  CommunicatorOptions startup;
+  startup.timeout_seconds = 60;
+  startup.algorithm = Algorithm::native;
+  auto comm = Communicator::world(startup);
   const char* log_dir = std::getenv("GNNRT_LOG_DIR");
   if (log_dir == nullptr || *log_dir == '\0') {
     spdlog::set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [rank {}] [%^%l%$] %v", comm.rank()));
@@ -88,6 +95,51 @@ gnnrt::collectives::Communicator start_mpi(const MpiOptions& o) {
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
   return comm;
+}
+
+// What a rank was started with that changes what it computes, writes or
+// waits for, as "name=value" lines for the start-up comparison: every
+// option of its subcommand (`skip` aside), and the collectives' settings
+// from the environment (a tuning table by its bytes: the same path may
+// hold another file on another host).
+std::vector<std::string> startup_fields(const CLI::App& cmd, const std::set<std::string>& skip,
+                                        const MpiOptions& o) {
+  std::vector<std::string> lines;
+  for (const CLI::Option* opt : cmd.get_options()) {
+    const std::string name = opt->get_name();
+    if (name == "--help" || skip.count(name)) continue;
+    lines.push_back(name + "=" + (opt->count() == 0 ? std::string("not given") : fmt::format("{}", fmt::join(opt->results(), " "))));
+  }
+  for (const char* variable : {"GNNRT_COLLECTIVE_TIMEOUT", "GNNRT_COLLECTIVE_ALGORITHM", "GNNRT_COLLECTIVE_TUNING",
+                               "GNNRT_COLLECTIVE_CHECK"}) {
+    const char* value = std::getenv(variable);
+    lines.push_back(fmt::format("${}={}", variable, value == nullptr ? "not set" : value));
+  }
+  const char* tuning_env = std::getenv("GNNRT_COLLECTIVE_TUNING");
+  const std::string tuning = !o.tuning.empty() ? o.tuning : tuning_env != nullptr ? tuning_env : "";
+  if (!tuning.empty()) {
+    std::ifstream in(tuning, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    lines.push_back(fmt::format("the tuning table's bytes={}", in.bad() || !in.is_open() ? std::string("unreadable")
+                                                                 : fmt::format("xxh64 {:016x}", XXH64(bytes.data(), bytes.size(), 0))));
+  }
+  return lines;
+}
+
+// The start-up comparison, then the collectives' settings (the
+// environment's GNNRT_COLLECTIVE_*, then the flags): ranks that differ in
+// any option stop here, every one with the same error naming each option
+// and which ranks hold which value, before anything that could wait on a
+// peer started otherwise.
+void configure_collectives(gnnrt::collectives::Communicator& comm, const CLI::App& cmd,
+                           const std::set<std::string>& skip, const MpiOptions& o) {
+  using namespace gnnrt::collectives;
+  if (comm.size() > 1) gnnrt::model::check_same_fields(comm, startup_fields(cmd, skip, o), "options");
+  auto options = CommunicatorOptions::from_environment();
+  if (o.timeout > 0) options.timeout_seconds = o.timeout;
+  if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
+  if (!o.algorithm.empty()) options.algorithm = parse_algorithm(o.algorithm);
+  comm.set_options(options);
 }
 
 // A rank's error under MPI: one line on stderr; then, if every rank reaches
@@ -476,8 +528,9 @@ int main(int argc, char** argv) {
       std::unique_ptr<gnnrt::launch::ControlClient> control;
       gnnrt::collectives::Environment mpi(&argc, &argv);
       try {
-        auto comm = start_mpi(mpi_options);
+        auto comm = start_mpi();
         control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
+        configure_collectives(comm, *bench_collectives ? *bench_collectives : *bench_halo, {}, mpi_options);
         const int status = *bench_collectives ? gnnrt::launch::run_collective_bench(comm, collective_options)
                                               : gnnrt::launch::run_halo_bench(comm, halo_options);
         if (control) control->done(status, "", false);
@@ -492,7 +545,15 @@ int main(int argc, char** argv) {
       std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
       gnnrt::collectives::Environment mpi(&argc, &argv);
       try {
-        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(train_mpi));
+        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
+        // Registered first, so that even a start-up error reaches the launcher
+        // (bad input: not restarted).
+        control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
+        // The job's own fields are compared once it is resolved (the trainers'
+        // check_same_job); --threads is not compared: results are bitwise the
+        // same on any thread count, and its default differs from host to host.
+        configure_collectives(*comm, *train, {"job", "--dataset", "--set", "--partition", "--shards", "--halo", "--threads"},
+                              train_mpi);
         if (train_command.options.debug) {
           auto options = comm->options();
           options.check_calls = true;  // ranks that disagree: an error, not a hang
@@ -510,7 +571,6 @@ int main(int argc, char** argv) {
             spdlog::info("{}; {} OpenMP thread(s) per rank", place.describe(), threads);
           }
         }
-        control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
         train_command.control = control.get();
         const int status = gnnrt::launch::run_train(train_command);
         if (control) control->done(status, "", train_command.stopped, train_command.resumed_after);
@@ -539,7 +599,9 @@ int main(int argc, char** argv) {
       // One rank without mpirun; under it, each rank a share of the batches.
       gnnrt::collectives::Environment mpi(&argc, &argv);
       try {
-        infer_command.options.communicator = std::make_shared<gnnrt::collectives::Communicator>(start_mpi(infer_mpi));
+        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
+        configure_collectives(*comm, *infer, {"job", "--dataset", "--set", "--threads"}, infer_mpi);
+        infer_command.options.communicator = comm;
         return gnnrt::launch::run_infer(infer_command);
       } catch (const std::exception& e) {
         return end_with_error(e);

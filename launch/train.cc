@@ -75,6 +75,7 @@ int run_train(TrainCommand& c) {
       control->progress(p);
     };
     c.options.stop_requested = [control] { return control->stop_requested(); };
+    c.options.on_notice = [control](const std::string& level, const std::string& text) { control->notice(level, text); };
   }
   if (const char* f = std::getenv("GNNRT_FAULT"); f != nullptr && *f != '\0') {
     // A bit flip (tests of the parameter checksums) is the trainer's to do.

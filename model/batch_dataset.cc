@@ -14,6 +14,7 @@
 
 #include "model/batch_manifest.pb.h"
 #include "model/scenes.h"
+#include "model/text_format.h"
 #include "ops/rng.h"
 #include "runtime/npy.h"
 #include "runtime/program.h"
@@ -111,6 +112,10 @@ void check_targets(const Targets& y, int64_t rows, const std::string& where) {
     }
     for (size_t i = 0; i < y.labels.size(); ++i) {
       if (y.labels[i] < 0) throw DatasetError(where, fmt::format("label {} at row {} is negative", y.labels[i], i));
+      if (y.labels[i] >= kMaxClasses) {
+        throw DatasetError(where, fmt::format("label {} at row {}: at most {} classes are supported", y.labels[i], i,
+                                              kMaxClasses));
+      }
     }
     return;
   }
@@ -120,8 +125,12 @@ void check_targets(const Targets& y, int64_t rows, const std::string& where) {
   check_finite(y.values, y.width, where);
 }
 
-void set_classes(Targets& y) {
-  if (y.classes && !y.labels.empty()) y.num_classes = *std::max_element(y.labels.begin(), y.labels.end()) + 1;
+// The class count the labels need (max label + 1), and where the largest is.
+void set_classes(Targets& y, const std::string& where) {
+  if (!y.classes || y.labels.empty()) return;
+  const auto top = std::max_element(y.labels.begin(), y.labels.end());
+  y.num_classes = *top + 1;
+  y.max_label_at = fmt::format("{} row {}", where, top - y.labels.begin());
 }
 
 }  // namespace
@@ -207,10 +216,10 @@ BatchDataset load_batch_folder(const fs::path& dir) {
   std::stringstream text;
   text << in.rdbuf();
   proto::BatchManifest m;
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &m)) {
-    throw DatasetError(manifest_path.string(), "not a valid BatchManifest in text format");
-  }
   const std::string where = manifest_path.string();
+  if (const std::string error = parse_text_format(text.str(), "", m); !error.empty()) {
+    throw DatasetError(where, fmt::format("not a valid BatchManifest: {}", error));
+  }
   BatchDataset d;
   d.name = m.has_name() ? m.name() : dir.filename().string();
   if (m.node_set_size() == 0) throw DatasetError(where, "names no node_set");
@@ -237,7 +246,7 @@ BatchDataset load_batch_folder(const fs::path& dir) {
       const Array y = read_array(dir, f.target(), "node_set " + n.name + " target");
       n.y = read_targets(y, n.rows());
       check_targets(n.y, n.rows(), y.where);
-      set_classes(n.y);
+      set_classes(n.y, y.where);
     }
     d.node_sets.push_back(std::move(n));
   }
@@ -279,7 +288,7 @@ BatchDataset load_batch_folder(const fs::path& dir) {
     const Array y = read_array(dir, m.graph_target(), "graph_target");
     d.graph_y = read_targets(y, d.num_graphs);
     check_targets(d.graph_y, d.num_graphs, y.where);
-    set_classes(d.graph_y);
+    set_classes(d.graph_y, y.where);
   }
   validate(d, where);
   return d;

@@ -30,6 +30,7 @@ struct Targets {
   bool classes = false;
   int64_t width = 0;             // float targets' columns
   int64_t num_classes = 0;       // classes: max label + 1
+  std::string max_label_at;      // "FILE row R" of the largest label (empty: generated)
   std::vector<float> values;     // [rows, width]
   std::vector<int64_t> labels;   // [rows]
   bool empty() const { return values.empty() && labels.empty(); }

@@ -12,6 +12,7 @@
 #include "model/batch_dataset.h"
 #include "model/batch_source.h"
 #include "model/batch_trainer.h"
+#include "model/distributed.h"
 #include "model/job.h"
 #include "model/module_graph.h"
 #include "model/trainer.h"
@@ -29,7 +30,12 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   if (options.params_in.empty()) throw std::invalid_argument("gnnrt infer needs --params-in (the trained parameters)");
   if (options.out.empty()) throw std::invalid_argument("gnnrt infer needs --out (a folder for the outputs)");
   if (options.threads > 0) omp_set_num_threads(options.threads);
-  const BatchDataset data = load_batch_dataset(job.dataset().path());
+  const auto& comm = options.communicator;
+  // Ranks started with other jobs stop here, naming the fields; a rank that
+  // cannot read the data or the parameters stops every rank (distributed.h).
+  if (comm && comm->size() > 1) check_same_job(*comm, job);
+  BatchDataset data;
+  agreed_step(comm, "reading the dataset", [&] { data = load_batch_dataset(job.dataset().path()); });
   const BatchSource source(data, job.batching(), job.seed());
   const Schema& schema = source.schema();
   // The trainer's core for the same job: its profile, cache and float modes.
@@ -53,8 +59,10 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   }
   if (outputs.empty()) throw std::invalid_argument("gnnrt infer: the model has no loss term; name outputs with --output");
   const Network probe = build_module_inference(job.model(), schema, source.buckets().front(), false, outputs);
-  load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict,
-                  options.params_scope);
+  agreed_step(comm, "reading --params-in", [&] {
+    load_state_dict(core, probe.params, probe.aliases, options.params_in, !options.params_non_strict,
+                    options.params_scope);
+  });
   for (const ParamDecl& p : probe.params) {
     if (!core.memory().has(p.name)) initialize_parameters(core, {p}, job.seed());
   }
@@ -80,7 +88,6 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   const std::vector<int64_t> order = source.order(job.seed(), 0, /*shuffle=*/false);
   const auto batch = static_cast<size_t>(source.batch_size());
   // This rank's batches: a contiguous share, so rank order is dataset order.
-  const auto& comm = options.communicator;
   const int rank = comm ? comm->rank() : 0, ranks = comm ? comm->size() : 1;
   const int64_t batches = (static_cast<int64_t>(order.size()) + static_cast<int64_t>(batch) - 1) /
                           static_cast<int64_t>(batch);

@@ -27,13 +27,14 @@ constexpr int64_t kSampledEpochs = 32;
 Schema schema_of(const BatchDataset& data) {
   Schema s;
   for (const NodeSet& n : data.node_sets) {
-    s.node_sets.push_back({n.name, n.width, !n.y.empty(), n.y.classes, n.y.width, n.y.num_classes});
+    s.node_sets.push_back({n.name, n.width, !n.y.empty(), n.y.classes, n.y.width, n.y.num_classes, n.y.max_label_at});
   }
   for (const EdgeSet& e : data.edge_sets) s.edge_sets.push_back({e.name, e.source, e.destination, e.width});
   s.graph_target = !data.graph_y.empty();
   s.graph_classes = data.graph_y.classes;
   s.graph_target_width = data.graph_y.width;
   s.graph_num_classes = data.graph_y.num_classes;
+  s.graph_max_label_at = data.graph_y.max_label_at;
   return s;
 }
 

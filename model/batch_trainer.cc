@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -47,7 +48,7 @@ class BatchTrainer {
       : job_(job), options_(options), comm_(options.communicator),
         replicated_(comm_ && comm_->size() > 1), rank_(comm_ ? comm_->rank() : 0),
         ranks_(comm_ ? comm_->size() : 1), core_(device_profile(job, options), core_options(job, options)),
-        checkpointer_(job, comm_, /*by_step=*/true) {}
+        checkpointer_(job, comm_, /*by_step=*/true, options.on_notice) {}
 
   TrainResult run();
 
@@ -373,6 +374,33 @@ TrainResult BatchTrainer::run() {
 
 }  // namespace
 
+void check_finite_parameter(const Tensor& t, const std::string& key, const std::filesystem::path& file) {
+  const auto first_bad = [&](auto values) -> int64_t {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double v = static_cast<double>(values[i]);
+      if (!std::isfinite(v) || std::abs(v) > std::numeric_limits<float>::max()) return static_cast<int64_t>(i);
+    }
+    return -1;
+  };
+  int64_t bad = -1;
+  double value = 0;
+  if (t.dtype() == DType::kF32) {
+    bad = first_bad(t.values<float>());
+    if (bad >= 0) value = t.values<float>()[static_cast<size_t>(bad)];
+  } else if (t.dtype() == DType::kF64) {
+    bad = first_bad(t.values<double>());
+    if (bad >= 0) value = t.values<double>()[static_cast<size_t>(bad)];
+  }
+  if (bad < 0) return;
+  std::vector<int64_t> index(t.shape().size());
+  for (size_t d = index.size(), rest = static_cast<size_t>(bad); d-- > 0;) {
+    index[d] = static_cast<int64_t>(rest % static_cast<size_t>(t.shape()[d]));
+    rest /= static_cast<size_t>(t.shape()[d]);
+  }
+  throw std::invalid_argument(fmt::format("--params-in {}: {}[{}] is {}{}", file.string(), key, fmt::join(index, ", "),
+                                          value, std::isfinite(value) ? " (too large for float32)" : ""));
+}
+
 void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
                      const std::filesystem::path& dir, bool strict, const std::string& scope) {
   std::set<std::string> files;
@@ -412,6 +440,7 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
                                        runtime::shape_string(p->shape)));
       continue;
     }
+    check_finite_parameter(t, key, dir / (key + ".npy"));
     if (key == p->name) {
       loaded.emplace(key, t.cast(DType::kF32));
     } else if (const auto it = loaded.find(p->name); it != loaded.end()) {

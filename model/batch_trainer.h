@@ -33,6 +33,11 @@ void load_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
                      const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir, bool strict,
                      const std::string& scope = "");
 
+// Refuses a parameter file's non-finite values (NaN, Inf; float64 beyond
+// float32's range): std::invalid_argument "--params-in FILE: KEY[i, j] is
+// nan", the first such value's position.
+void check_finite_parameter(const Tensor& values, const std::string& key, const std::filesystem::path& file);
+
 // --params-out: <key>.npy for every parameter and alias.
 void write_state_dict(const runtime::Core& core, const std::vector<ParamDecl>& params,
                       const std::vector<ParamAlias>& aliases, const std::filesystem::path& dir);

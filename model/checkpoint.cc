@@ -36,7 +36,9 @@ int64_t epoch_of(const std::string& name) {
   return std::stoll(digits);
 }
 
-// The folder's checkpoints, newest first (the legacy file last).
+// The folder's entries named like checkpoints, newest first (the legacy
+// file last), whatever they are: a directory of that name is one that does
+// not load.
 std::vector<std::filesystem::path> checkpoints_of(const std::filesystem::path& dir) {
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   std::error_code ec;
@@ -49,6 +51,21 @@ std::vector<std::filesystem::path> checkpoints_of(const std::filesystem::path& d
   std::vector<std::filesystem::path> paths;
   for (auto& [epoch, path] : found) paths.push_back(std::move(path));
   return paths;
+}
+
+// Renames an entry that is not a checkpoint out of the way (never removes
+// it): FILE.corrupt, or FILE.corrupt-2, -3, ... when that name is taken.
+// Returns the new name, or the system's reason it could not be moved.
+std::string set_aside(const std::filesystem::path& path) {
+  std::error_code ec;
+  for (int k = 1; k < 1000; ++k) {
+    const std::filesystem::path to = path.string() + (k == 1 ? ".corrupt" : fmt::format(".corrupt-{}", k));
+    if (std::filesystem::symlink_status(to, ec).type() != std::filesystem::file_type::not_found) continue;
+    std::filesystem::rename(path, to, ec);
+    if (ec) return fmt::format("could not be set aside: {}", ec.message());
+    return fmt::format("set aside as {}", to.filename().string());
+  }
+  return "could not be set aside: 999 earlier copies are there";
 }
 
 uint64_t read_u64(const char* p) {
@@ -80,10 +97,23 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
 }
 
 proto::CheckpointState load_checkpoint(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(fmt::format("checkpoint {}: cannot open", path.string()));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string where = fmt::format("checkpoint {}", path.string());
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  if (type != std::filesystem::file_type::regular) {
+    throw CheckpointError(where + (ec ? ": cannot open: " + ec.message()
+                                      : type == std::filesystem::file_type::directory ? ": a directory, not a file"
+                                                                                       : ": not a regular file"));
+  }
+  std::string bytes;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw CheckpointError(fmt::format("{}: cannot open: {}", where, std::strerror(errno)));
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) throw CheckpointError(fmt::format("{}: cannot read: {}", where, std::strerror(errno)));
+  } catch (const std::ios_base::failure& e) {  // libstdc++ throws on a read error whatever the stream's mask
+    throw CheckpointError(fmt::format("{}: cannot read: {}", where, e.code().message()));
+  }
   if (bytes.empty()) throw CheckpointError(where + ": the file is empty (0 bytes)");
   if (bytes.size() < 8 || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     throw CheckpointError(where + ": not a gnnrt checkpoint (bad magic bytes)");
@@ -115,27 +145,44 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t 
   return dir / fmt::format("{}{:08}{}", kPrefix, epoch, kSuffix);
 }
 
-void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state, int keep,
-                            bool by_step) {
+std::vector<std::string> save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
+                                                int keep, bool by_step) {
   double spread = 0;
   if (const char* slow = std::getenv("GNNRT_TEST_SLOW_CHECKPOINT"); slow != nullptr && *slow != '\0') {
     spread = std::atof(slow);
   }
-  save_checkpoint(checkpoint_path(dir, by_step ? state.step() : state.epoch()), state, spread);
-  // The newest `keep` stay; older ones, and the temporary files of writers
-  // killed mid-write (rank 0 is the folder's only writer), go.
-  const auto paths = checkpoints_of(dir);
+  const std::filesystem::path path = checkpoint_path(dir, by_step ? state.step() : state.epoch());
   std::error_code ec;
-  for (size_t i = static_cast<size_t>(std::max(keep, 1)); i < paths.size(); ++i) {
-    std::filesystem::remove(paths[i], ec);
+  std::vector<std::string> notes;
+  const auto type = std::filesystem::symlink_status(path, ec).type();
+  if (type != std::filesystem::file_type::not_found && type != std::filesystem::file_type::regular) {
+    // Something else holds the name (a directory made by hand): it moves
+    // aside, so the checkpoint can be written.
+    notes.push_back(fmt::format("checkpoint {}: the name was taken by something that is not a file ({})",
+                                path.string(), set_aside(path)));
+  }
+  save_checkpoint(path, state, spread);
+  // The newest `keep` stay; older checkpoint files, and the temporary files
+  // of writers killed mid-write (rank 0 is the folder's only writer), go.
+  // Only regular files are removed: anything else is the user's.
+  const auto regular = [&](const std::filesystem::path& p) {
+    return std::filesystem::symlink_status(p, ec).type() == std::filesystem::file_type::regular;
+  };
+  int kept = 0;
+  for (const auto& p : checkpoints_of(dir)) {
+    if (!regular(p)) continue;
+    if (++kept > std::max(keep, 1)) std::filesystem::remove(p, ec);
   }
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.find(std::string(kSuffix) + ".tmp.") != std::string::npos) std::filesystem::remove(entry.path(), ec);
+    if (name.find(std::string(kSuffix) + ".tmp.") != std::string::npos && regular(entry.path())) {
+      std::filesystem::remove(entry.path(), ec);
+    }
   }
+  return notes;
 }
 
-std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside) {
+std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside_bad) {
   const auto paths = checkpoints_of(dir);
   if (paths.empty()) return std::nullopt;
   LoadedCheckpoint loaded;
@@ -149,18 +196,13 @@ std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::pa
       continue;
     }
     loaded.path = path;
-    if (!set_aside) return loaded;
-    // The newer files that did not load are set aside (so that the newest
-    // K kept are ones that load), each with a warning naming both files.
-    for (size_t i = 0; i < bad.size(); ++i) {
-      std::error_code ec;
-      std::filesystem::rename(bad[i], bad[i].string() + ".corrupt", ec);
-      loaded.skipped[i] += ec ? "" : fmt::format(" (set aside as {}.corrupt)", bad[i].filename().string());
-      spdlog::warn("{}; resuming from the previous checkpoint, {}", loaded.skipped[i], path.string());
-    }
+    if (!set_aside_bad) return loaded;
+    // The newer entries that did not load are set aside (so that the newest
+    // K kept are ones that load).
+    for (size_t i = 0; i < bad.size(); ++i) loaded.skipped[i] += fmt::format(" ({})", set_aside(bad[i]));
     return loaded;
   }
-  // None loads: an error, and every file left as it is.
+  // None loads: an error, and every entry left as it is.
   std::string all;
   for (const auto& why : loaded.skipped) all += (all.empty() ? "" : "; ") + why;
   throw CheckpointError(fmt::format("no checkpoint in {} loads: {}", dir.string(), all));

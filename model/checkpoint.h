@@ -7,9 +7,9 @@
 // naming the file and the problem.
 //
 // A checkpoint folder holds the newest K checkpoints, one file per epoch
-// (`ckpt-00000012.ckpt`); resuming takes the newest that loads, and a
-// corrupt or truncated newer one is set aside (renamed `*.corrupt`) with a
-// warning naming both files. An older gnnrt's `latest.ckpt` is read when
+// (`ckpt-00000012.ckpt`); resuming takes the newest that loads, and any
+// newer entry of that name that does not load (corrupt, truncated, a
+// directory) is set aside (renamed `*.corrupt`, never removed). An older gnnrt's `latest.ckpt` is read when
 // nothing newer is there.
 #pragma once
 
@@ -41,23 +41,26 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t 
 // Writes the state into `dir` as ckpt-<number>.ckpt (number: the state's
 // epoch, or its step for batch jobs, whose checkpoints may fall mid-epoch),
 // then removes all but the newest `keep` (>= 1) checkpoints and any
-// temporary file a killed writer left. Reads GNNRT_TEST_SLOW_CHECKPOINT
+// temporary file a killed writer left (only regular files are removed). An
+// entry of the checkpoint's name that is not a file is set aside first;
+// returns a line for each such entry. Reads GNNRT_TEST_SLOW_CHECKPOINT
 // (seconds) for save_checkpoint.
-void save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
-                            int keep, bool by_step = false);
+std::vector<std::string> save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
+                                                int keep, bool by_step = false);
 
 struct LoadedCheckpoint {
   proto::CheckpointState state;
   std::filesystem::path path;
-  // "FILE: why", for each newer file that did not load (set aside).
+  // "ENTRY: why (set aside as NAME)", for each newer entry that did not load.
   std::vector<std::string> skipped;
 };
 
 // The newest checkpoint of `dir` that loads; nullopt when the folder holds
-// none. Newer files that fail to load are renamed to `<file>.corrupt` and
-// listed in `skipped` (each also a warning naming it and the file used).
-// Throws CheckpointError naming every file when none loads. With
-// `set_aside` false it only looks: no file is renamed, nothing is logged.
-std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside = true);
+// none. Every newer entry named like a checkpoint that does not load (a
+// truncated or corrupt file, a directory, an unreadable file) is renamed
+// to `<entry>.corrupt` (`.corrupt-2`, ... when taken; never removed) and
+// listed in `skipped`. Throws CheckpointError naming every entry when none
+// loads. With `set_aside_bad` false it only looks: nothing is renamed.
+std::optional<LoadedCheckpoint> load_newest_checkpoint(const std::filesystem::path& dir, bool set_aside_bad = true);
 
 }  // namespace gnnrt::model

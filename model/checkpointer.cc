@@ -5,13 +5,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
-#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "collectives/communicator.h"
 #include "model/checkpoint.h"
 #include "model/distributed.h"
 #include "model/job.h"
-#include "model/trainer.h"
 
 namespace gnnrt::model {
 namespace {
@@ -26,10 +25,20 @@ std::string section_text(const proto::Job& job, const std::string& section) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step)
-    : job_(job), comm_(std::move(comm)), by_step_(by_step) {}
+Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step,
+                           Notify notify)
+    : job_(job), comm_(std::move(comm)), by_step_(by_step), notify_(std::move(notify)) {}
 
 bool Checkpointer::many() const { return comm_ && comm_->size() > 1; }
+
+void Checkpointer::say(const std::string& level, const std::string& text) const {
+  if (level == "warning") {
+    spdlog::warn("{}", text);
+  } else {
+    spdlog::info("{}", text);
+  }
+  if (notify_) notify_(level, text);
+}
 
 std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
                                                          const std::vector<std::string>& sections) const {
@@ -40,9 +49,22 @@ std::optional<Checkpointer::Loaded> Checkpointer::resume(runtime::Core& core,
   bool found = false;
   agreed_step(comm_, "reading the checkpoint", [&] {
     if (!writer) return;
-    const auto loaded = load_newest_checkpoint(job_.checkpoint().dir());
+    const std::filesystem::path dir = job_.checkpoint().dir();
+    const auto loaded = load_newest_checkpoint(dir);
     found = loaded.has_value();
-    if (found) bytes = loaded->path.string() + '\0' + loaded->state.SerializeAsString();
+    if (!found) {
+      // A folder that is there but holds none (its checkpoints deleted)
+      // is worth a warning; a new run's folder that does not exist yet is not.
+      std::error_code ec;
+      const bool exists = std::filesystem::exists(dir, ec);
+      say(exists ? "warning" : "info", fmt::format("no checkpoint found in {}{}, starting at epoch 1", dir.string(),
+                                                   exists ? "" : " (not there yet)"));
+      return;
+    }
+    for (const std::string& why : loaded->skipped) {
+      say("warning", fmt::format("{}; resuming from the previous checkpoint, {}", why, loaded->path.string()));
+    }
+    bytes = loaded->path.string() + '\0' + loaded->state.SerializeAsString();
   });
   if (many()) {
     std::vector<int64_t> head{found ? 1 : 0, static_cast<int64_t>(bytes.size())};
@@ -114,21 +136,43 @@ void Checkpointer::write(const runtime::Core& core, const std::set<std::string>&
       for (int64_t d : t.shape()) pt->add_shape(d);
       pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
     }
-    save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), by_step_);
+    for (const std::string& note : save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), by_step_)) {
+      say("warning", note);
+    }
   });
 }
 
-MetricsSink::MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch) : path_(path) {
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  if (resumed_epoch > 0) keep_metrics_through(path, resumed_epoch);
-  out_ = std::make_unique<std::ofstream>(path, resumed_epoch > 0 ? std::ios::app : std::ios::trunc);
-  if (!*out_) throw std::runtime_error("cannot write --metrics " + path.string());
+MetricsSink::MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch) {
+  try {
+    file_ = std::make_unique<RecordFile>(path, resumed_epoch > 0 ? RecordFile::Mode::kAppend : RecordFile::Mode::kTruncate);
+    if (file_->torn_bytes() > 0) {
+      spdlog::warn("--metrics {}: cut back a torn last record ({} bytes without a newline)", path.string(),
+                   file_->torn_bytes());
+    }
+    if (resumed_epoch > 0) {
+      // The records are in epoch order: the first past the checkpoint and
+      // every one after it go.
+      file_->cut_from([resumed_epoch](std::string_view line) {
+        const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        return record.is_object() && record.contains("epoch") && record["epoch"].is_number_integer() &&
+               record["epoch"].get<int64_t>() > resumed_epoch;
+      });
+    }
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format("cannot write --metrics {}", e.what()));
+  }
+  // An older gnnrt rewrote the file through this temporary one.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path.string() + ".tmp", ec)) std::filesystem::remove(path.string() + ".tmp", ec);
 }
 
 void MetricsSink::write(const std::string& json_line) {
-  if (!out_) return;
-  *out_ << json_line << '\n' << std::flush;
-  if (!*out_) throw std::runtime_error("cannot write --metrics " + path_.string());
+  if (!file_) return;
+  try {
+    file_->append(json_line);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format("cannot write --metrics {}", e.what()));
+  }
 }
 
 }  // namespace gnnrt::model

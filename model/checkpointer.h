@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,6 +18,7 @@
 #include "model/checkpoint.pb.h"
 #include "model/job.pb.h"
 #include "runtime/core.h"
+#include "runtime/record_file.h"
 
 namespace gnnrt::collectives {
 class Communicator;
@@ -26,10 +26,17 @@ class Communicator;
 
 namespace gnnrt::model {
 
+// A line for the user beyond this rank's log (under `gnnrt launch`: the
+// launcher's console and events.jsonl); level "warning" or "info".
+using Notify = std::function<void(const std::string& level, const std::string& text)>;
+
 class Checkpointer {
  public:
   // by_step: files named by the global step (batch jobs), else by epoch.
-  Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step);
+  // `notify` (may be empty) hears, on rank 0, each entry set aside and a
+  // resume that finds no checkpoint.
+  Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step,
+               Notify notify = {});
 
   struct Loaded {
     std::filesystem::path path;
@@ -37,9 +44,11 @@ class Checkpointer {
   };
 
   // The newest checkpoint of checkpoint.dir on every rank (none when the
-  // job has no dir, resume is off, or there is none), checked against the
-  // job: the same seed and the same `sections` (top-level job fields, e.g.
-  // "model", "batching"); its tensors put on the core.
+  // job has no dir, resume is off, or there is none: "no checkpoint found
+  // in DIR, starting at epoch 1"), checked against the job: the same seed
+  // and the same `sections` (top-level job fields, e.g. "model",
+  // "batching"); its tensors put on the core. Newer entries that do not
+  // load are set aside with a warning naming each (checkpoint.h).
   std::optional<Loaded> resume(runtime::Core& core, const std::vector<std::string>& sections) const;
 
   // Rank 0 writes the core's tensors `names` with the epochs completed and
@@ -53,25 +62,29 @@ class Checkpointer {
 
  private:
   bool many() const;
+  void say(const std::string& level, const std::string& text) const;
 
   const proto::Job& job_;
   std::shared_ptr<collectives::Communicator> comm_;
   bool by_step_;
+  Notify notify_;
 };
 
-// --metrics: JSON lines, one per epoch, written by rank 0. After a resume
-// the records of epochs past the checkpoint (written by the run that died)
-// are dropped first, so every epoch has one record.
+// --metrics: JSON lines, one per epoch, written by rank 0 as whole records
+// (runtime/record_file.h: a full disk or a crash leaves the whole line or
+// nothing). After a resume the records of epochs past the checkpoint
+// (written by the run that died) are cut first, so every epoch has one.
 class MetricsSink {
  public:
   MetricsSink() = default;
   MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch);
+  // Throws std::runtime_error "cannot write --metrics FILE: why", the file
+  // as it was.
   void write(const std::string& json_line);
-  bool open() const { return out_ != nullptr; }
+  bool open() const { return file_ != nullptr; }
 
  private:
-  std::unique_ptr<std::ofstream> out_;
-  std::filesystem::path path_;
+  std::unique_ptr<RecordFile> file_;
 };
 
 }  // namespace gnnrt::model

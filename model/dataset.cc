@@ -35,8 +35,6 @@ namespace {
 // Node ids index int32 kernels and allocate [N, F] features: a CSV id or a
 // spec beyond this is a typo, not a graph, and must not become a huge allocation.
 constexpr int64_t kMaxNodes = int64_t{1} << 31;
-// num_classes = max label + 1 sizes the output layer: same reasoning.
-constexpr int64_t kMaxClasses = int64_t{1} << 20;
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("({})", fmt::join(shape, ", "));

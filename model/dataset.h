@@ -75,6 +75,10 @@ SelfLoopIds self_loop_ids(const Dataset& d);
 void make_features_sparse(Dataset& d);
 void make_features_dense(Dataset& d);
 
+// The most classes a label may ask for (num_classes = max label + 1 sizes
+// the output layer): a label beyond is a typo, not a class count.
+inline constexpr int64_t kMaxClasses = int64_t{1} << 20;
+
 // what() is "<where>: <problem>"; where() is the file (with ":<line>" for
 // text files) or the spec that was rejected.
 class DatasetError : public std::runtime_error {

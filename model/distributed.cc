@@ -204,6 +204,10 @@ std::vector<std::string> job_fields(const proto::Job& job) {
 void check_same_job(collectives::Communicator& comm, const proto::Job& job, const std::vector<std::string>& extra) {
   std::vector<std::string> lines = job_fields(job);
   lines.insert(lines.end(), extra.begin(), extra.end());
+  check_same_fields(comm, lines, "jobs");
+}
+
+void check_same_fields(collectives::Communicator& comm, const std::vector<std::string>& lines, std::string_view what) {
   std::string text;
   for (const auto& l : lines) text += l + '\n';
   const auto mine = static_cast<int64_t>(XXH64(text.data(), text.size(), 0));
@@ -230,9 +234,13 @@ void check_same_job(collectives::Communicator& comm, const proto::Job& job, cons
     size_t held = 0;
     for (const auto& [v, ranks] : by_value) held += ranks.size();
     if (by_value.size() == 1 && held == static_cast<size_t>(comm.size())) continue;
+    // Each value with its ranks, in the order of their first rank.
+    std::vector<std::pair<std::vector<int>, std::string>> holders;
+    for (const auto& [v, ranks] : by_value) holders.emplace_back(ranks, v);
+    std::sort(holders.begin(), holders.end());
     std::vector<std::string> each;
     std::vector<int> with;
-    for (const auto& [v, ranks] : by_value) {
+    for (const auto& [ranks, v] : holders) {
       each.push_back(fmt::format("{} on {}", v, ranks_text(ranks)));
       with.insert(with.end(), ranks.begin(), ranks.end());
     }
@@ -245,8 +253,8 @@ void check_same_job(collectives::Communicator& comm, const proto::Job& job, cons
     }
     parts.push_back(fmt::format("{} is {}", field, fmt::join(each, ", ")));
   }
-  throw std::invalid_argument(fmt::format("rank {}: the ranks were started with different jobs: {}", comm.rank(),
-                                          fmt::join(parts, "; ")));
+  throw std::invalid_argument(fmt::format("rank {}: the ranks were started with different {}: {}", comm.rank(),
+                                          what, fmt::join(parts, "; ")));
 }
 
 uint64_t parameter_checksum(const runtime::Core& core, const std::vector<ParamDecl>& params) {

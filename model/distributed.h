@@ -91,6 +91,14 @@ void check_same(collectives::Communicator& comm, uint64_t fingerprint, std::stri
 void check_same_job(collectives::Communicator& comm, const proto::Job& job,
                     const std::vector<std::string>& extra = {});
 
+// Collective: every rank's "name=value" lines must be rank 0's; otherwise
+// every rank throws std::invalid_argument "the ranks were started with
+// different <what>: NAME is V on rank 0, W on rank 1; ..." naming each line
+// that differs (a name some ranks lack: "absent on ..."). One allgather of a
+// hash when they agree.
+void check_same_fields(collectives::Communicator& comm, const std::vector<std::string>& lines,
+                       std::string_view what);
+
 // The job as "path=value" lines, one per leaf field (defaults included,
 // repeated fields indexed: model.layer[1].out=16), in declaration order.
 std::vector<std::string> job_fields(const proto::Job& job);

@@ -5,29 +5,19 @@
 #include <google/protobuf/text_format.h>
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "model/network.h"
+#include "model/text_format.h"
 
 namespace gnnrt::model {
 namespace {
 
 namespace pb = google::protobuf;
-
-// Collects parse errors with their line and column instead of printing them.
-class ErrorCollector : public pb::io::ErrorCollector {
- public:
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (first_.empty()) first_ = fmt::format("line {}, column {}: {}", line + 1, column + 1, message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;
@@ -40,16 +30,44 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   }
 }
 
+// The first floating-point field of `m` (set, at any depth) that is NaN or
+// infinite, as "path = value"; "" when there is none.
+std::string first_non_finite(const pb::Message& m, const std::string& prefix) {
+  const pb::Reflection* r = m.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(m, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string name = prefix + f->name();
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int k = 0; k < n; ++k) {
+      const std::string at = f->is_repeated() ? fmt::format("{}[{}]", name, k) : name;
+      double v = 0;
+      switch (f->cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
+          const pb::Message& sub = f->is_repeated() ? r->GetRepeatedMessage(m, f, k) : r->GetMessage(m, f);
+          if (std::string bad = first_non_finite(sub, at + "."); !bad.empty()) return bad;
+          continue;
+        }
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+          v = f->is_repeated() ? r->GetRepeatedDouble(m, f, k) : r->GetDouble(m, f);
+          break;
+        case pb::FieldDescriptor::CPPTYPE_FLOAT:
+          v = f->is_repeated() ? r->GetRepeatedFloat(m, f, k) : r->GetFloat(m, f);
+          break;
+        default:
+          continue;
+      }
+      if (!std::isfinite(v)) return fmt::format("{} = {}", at, v);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 proto::Job parse_job(std::string_view text, std::string_view source) {
   proto::Job job;
-  ErrorCollector errors;
-  pb::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &job)) {
-    throw JobError(fmt::format("{}: {}", source, errors.first()));
-  }
+  if (const std::string error = parse_text_format(text, source, job); !error.empty()) throw JobError(error);
   return job;
 }
 
@@ -123,7 +141,7 @@ void apply_override(proto::Job& job, std::string_view assignment) {
         (literal.empty() || literal.front() != '"')) {
       literal = fmt::format("\"{}\"", pb::CEscape(literal));
     }
-    ErrorCollector errors;
+    TextFormatErrors errors(assignment);
     pb::TextFormat::Parser parser;
     parser.RecordErrorsTo(&errors);
     if (!parser.ParseFieldValueFromString(literal, field, message)) {
@@ -134,6 +152,10 @@ void apply_override(proto::Job& job, std::string_view assignment) {
 }
 
 void validate(const proto::Job& job) {
+  // No hyper-parameter, rate, probability or size may be NaN or infinite.
+  if (const std::string bad = first_non_finite(job, ""); !bad.empty()) {
+    throw JobError(fmt::format("job: {} is not a finite number", bad));
+  }
   const auto& d = job.dataset();
   if (d.features() != "auto" && d.features() != "dense" && d.features() != "sparse") {
     throw JobError(fmt::format("job: dataset.features '{}' is not auto, dense or sparse", d.features()));

@@ -149,12 +149,13 @@ class ModuleGraphBuilder {
     int set = -1;
     bool has = false, classes = false;
     int64_t width = 0, num_classes = 0;
-    std::string rows_name;
+    std::string rows_name, max_label_at;
     if (graph) {
       has = schema_.graph_target;
       classes = schema_.graph_classes;
       width = schema_.graph_target_width;
       num_classes = schema_.graph_num_classes;
+      max_label_at = schema_.graph_max_label_at;
       rows_name = kGraphSet;
       if (in.domain != Domain::kGraphs) {
         throw std::invalid_argument(fmt::format("{}: target '{}' has one row per graph, input '{}' does not "
@@ -173,6 +174,7 @@ class ModuleGraphBuilder {
       classes = n.classes;
       width = n.target_width;
       num_classes = n.num_classes;
+      max_label_at = n.max_label_at;
       rows_name = n.name;
       if (in.domain != Domain::kNodes || in.set != set) {
         throw std::invalid_argument(fmt::format("{}: target '{}' has the rows of node set '{}', input '{}' "
@@ -186,8 +188,9 @@ class ModuleGraphBuilder {
       if (!classes) throw std::invalid_argument(fmt::format("{}: cross_entropy needs integer targets", where));
       // The labels need not use every class the model gives logits for.
       if (in.width < num_classes) {
-        throw std::invalid_argument(fmt::format("{}: input '{}' gives {} logits, the target's labels go up to {}",
-                                                where, t.input(), in.width, num_classes - 1));
+        throw std::invalid_argument(fmt::format("{}: input '{}' gives {} logits, the target's labels go up to {}{}",
+                                                where, t.input(), in.width, num_classes - 1,
+                                                max_label_at.empty() ? "" : " (" + max_label_at + ")"));
       }
       const ValueId labels = b_.input_once(t.target(), DType::kI64, {rows});
       const ValueId log_prob = b_.log_softmax(in.value);

@@ -24,6 +24,7 @@ struct Schema {
     int64_t width = 0;
     bool target = false, classes = false;
     int64_t target_width = 0, num_classes = 0;
+    std::string max_label_at;  // "FILE row R" of the largest label, for messages
   };
   struct EdgeSetInfo {
     std::string name;
@@ -34,6 +35,7 @@ struct Schema {
   std::vector<EdgeSetInfo> edge_sets;
   bool graph_target = false, graph_classes = false;
   int64_t graph_target_width = 0, graph_num_classes = 0;
+  std::string graph_max_label_at;
 
   int node_set(const std::string& name) const;  // index or -1
   int edge_set(const std::string& name) const;

@@ -1,4 +1,5 @@
 #include "model/shard.h"
+#include "model/text_format.h"
 
 #include <fmt/format.h>
 #include <google/protobuf/text_format.h>
@@ -296,7 +297,9 @@ proto::ShardManifest read_manifest(const fs::path& dir) {
   std::stringstream text;
   text << in.rdbuf();
   proto::ShardManifest m;
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &m)) fail(path, "does not parse");
+  if (const std::string error = parse_text_format(text.str(), "", m); !error.empty()) {
+    fail(path, "does not parse: " + error);
+  }
   if (m.format() != kFormat) {
     fail(path, fmt::format("format '{}' is not {} (written by another version of gnnrt: partition "
                            "again)", m.format(), kFormat));

@@ -281,6 +281,7 @@ void Trainer::init_parameters() {
                                                 path.string(), runtime::shape_string(in.shape()),
                                                 p.name, runtime::shape_string(p.shape)));
       }
+      check_finite_parameter(in, p.name, path);
       const auto values = in.to_vector<float>();  // any numeric dtype, as float32
       core_.memory().put(p.name, Tensor::from<float>(values, p.shape));
     }
@@ -296,7 +297,7 @@ void Trainer::init_parameters() {
 void Trainer::corrupt_parameters() { flip_first_parameter_bit(core_, train_net_.params, rank_); }
 
 bool Trainer::resume() {
-  const Checkpointer checkpointer(job_, comm_, /*by_step=*/false);
+  const Checkpointer checkpointer(job_, comm_, /*by_step=*/false, options_.on_notice);
   // Only the schedule and the partition may change across a resume (more
   // epochs, another rank count).
   const auto loaded = checkpointer.resume(core_, {"model", "optimizer", "dataset"});
@@ -336,7 +337,7 @@ void Trainer::save(int64_t epoch) const {
     const bool persistent = v != runtime::kNoValue && program.value(v).role != runtime::Role::kInput;
     if ((persistent || name.rfind(kBestPrefix, 0) == 0) && name != kMetrics) names.insert(name);
   }
-  Checkpointer(job_, comm_, /*by_step=*/false).write(core_, names, epoch, epoch, [&](proto::CheckpointState& state) {
+  Checkpointer(job_, comm_, /*by_step=*/false, options_.on_notice).write(core_, names, epoch, epoch, [&](proto::CheckpointState& state) {
     state.set_best_val_acc(best_val_);
     state.set_best_epoch(best_epoch_);
     state.set_best_test_acc(best_test_);
@@ -472,27 +473,6 @@ std::filesystem::path rank_path(const std::filesystem::path& path, int rank) {
                                            path.extension().string());
 }
 
-void keep_metrics_through(const std::filesystem::path& path, int64_t epoch) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_object() && record.contains("epoch") && record["epoch"].is_number_integer() &&
-        record["epoch"].get<int64_t>() <= epoch) {
-      kept += line + '\n';
-    }
-  }
-  in.close();
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    if (!out.flush()) throw std::runtime_error("cannot write --metrics " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 namespace {
 
 TrainResult Trainer::run() {
@@ -511,14 +491,9 @@ TrainResult Trainer::run() {
   if (!resume()) init_parameters();
   // Rank 0 writes the files; its failures are agreed on, so every rank
   // stops with the error instead of waiting in the next collective.
-  std::ofstream metrics_out;
+  MetricsSink metrics_out;
   step("opening --metrics", [&] {
-    if (options_.metrics_path.empty() || !writer()) return;
-    // After a resume, the records of epochs past the checkpoint (written by
-    // the run that died) are dropped first, so every epoch has one record.
-    if (start_epoch_ > 0) keep_metrics_through(options_.metrics_path, start_epoch_);
-    metrics_out.open(options_.metrics_path, start_epoch_ > 0 ? std::ios::app : std::ios::trunc);
-    if (!metrics_out) throw std::runtime_error("cannot write --metrics " + options_.metrics_path.string());
+    if (!options_.metrics_path.empty() && writer()) metrics_out = MetricsSink(options_.metrics_path, start_epoch_);
   });
   const int64_t epochs = job_.schedule().epochs();
   const int64_t val_nodes =
@@ -548,8 +523,8 @@ TrainResult Trainer::run() {
                    "(simulated {:.3f} ms)",
                    m.epoch, epochs, m.loss, m.train_acc, m.val_acc, m.test_acc, m.ms, m.simulated_ms);
     }
-    if (metrics_out.is_open()) {
-      metrics_out << nlohmann::json{{"epoch", m.epoch},           {"loss", m.loss},
+    if (!options_.metrics_path.empty()) {
+      const std::string line = nlohmann::json{{"epoch", m.epoch},           {"loss", m.loss},
                                     {"train_acc", m.train_acc},   {"val_acc", m.val_acc},
                                     {"test_acc", m.test_acc},     {"ms", m.ms},
                                     {"train_ms", m.train_ms},     {"infer_ms", m.infer_ms},
@@ -560,9 +535,8 @@ TrainResult Trainer::run() {
                                     {"compute_ms", m.compute_ms}, {"halo_ms", m.halo_ms},
                                     {"grad_ms", m.grad_ms},       {"wait_ms", m.wait_ms},
                                     {"halo_bytes", m.halo_bytes}}
-                         .dump()
-                  << '\n'
-                  << std::flush;
+                                   .dump();
+      step("writing --metrics", [&] { metrics_out.write(line); });
     }
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();

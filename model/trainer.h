@@ -68,6 +68,10 @@ struct TrainOptions {
   // Batch jobs: called after a step (on every rank) when half a second has
   // passed since the last call, with the epochs done and the global step.
   std::function<void(int64_t epochs_done, int64_t step)> on_step;
+  // Rank 0's lines for the user beyond its log (a checkpoint set aside, a
+  // resume that found none): under `gnnrt launch`, the launcher's console
+  // and events.jsonl. Level "warning" or "info".
+  std::function<void(const std::string& level, const std::string& text)> on_notice;
   // Polled once per epoch on every rank (e.g. a launcher's stop request);
   // if any rank says yes, every rank writes the checkpoint after that epoch
   // and stops (TrainResult::stopped).
@@ -161,10 +165,6 @@ std::vector<proto::HaloExchangePlan> halo_exchanges(const proto::Job& job, int64
 
 // `path` for rank 0; `<stem>.rank-K<ext>` for rank K > 0.
 std::filesystem::path rank_path(const std::filesystem::path& path, int rank);
-
-// Drops the records of epochs after `epoch` from a JSON-lines metrics file
-// (replaced atomically); a missing file is left missing.
-void keep_metrics_through(const std::filesystem::path& path, int64_t epoch);
 
 // The partition options a job names (parts: the rank count).
 PartitionOptions partition_options(const proto::Job& job, int parts);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -741,6 +742,92 @@ TEST_F(BadData, EachProblemNamesTheFileFieldAndPosition) {
   yv.pop_back();
   write_npy<float>(d / "graph.y.npy", yv, {static_cast<int64_t>(yv.size()), 1});
   EXPECT_THAT(load_error(d), HasSubstr("targets has shape"));
+}
+
+// Integer labels at their dtype's extremes: refused at load, naming the
+// file and the row (INT64_MAX once passed the load and failed at the first
+// step as a position in the batch, and the launcher restarted it); a label
+// the model has no logit for: refused when the program is built, naming
+// where the largest label is.
+TEST_F(BadData, LabelsAreCheckedAgainstTheirRangeAndTheClassCount) {
+  const fs::path d = dir_ / "classes";
+  fs::copy(kGolden / "graph_classes" / "data", d);
+  const Tensor y = read_npy(d / "graph.y.npy");
+  auto labels = y.to_vector<int64_t>();
+  const auto good = labels;
+  labels[3] = std::numeric_limits<int64_t>::max();
+  write_npy<int64_t>(d / "graph.y.npy", labels, y.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("graph.y.npy (graph_target): label 9223372036854775807 at row 3: at most "
+                                       "1048576 classes are supported"));
+  labels[3] = std::numeric_limits<int64_t>::min();
+  write_npy<int64_t>(d / "graph.y.npy", labels, y.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("graph.y.npy (graph_target): label -9223372036854775808 at row 3 is negative"));
+  labels[3] = int64_t{1} << 62;
+  write_npy<int64_t>(d / "graph.y.npy", labels, y.shape());
+  EXPECT_THAT(load_error(d), HasSubstr("label 4611686018427387904 at row 3: at most"));
+  labels = good;
+  labels[4] = 7;  // the model gives 3 logits
+  write_npy<int64_t>(d / "graph.y.npy", labels, y.shape());
+  proto::Job job = golden_job("graph_classes");
+  apply_override(job, "dataset.path=" + d.string());
+  EXPECT_THAT([&] { train(job, options_); },
+              testing::ThrowsMessage<std::invalid_argument>(HasSubstr(
+                  "input 'cls' gives 3 logits, the target's labels go up to 7 (" + (d / "graph.y.npy").string() +
+                  " (graph_target) row 4)")));
+}
+
+// A manifest that does not parse: the file, line and column in the error.
+TEST_F(BadData, AManifestSyntaxErrorNamesTheLineAndColumn) {
+  const fs::path d = copy();
+  std::string manifest = read_text(d / "manifest.pbtxt");
+  std::ofstream(d / "manifest.pbtxt") << manifest << "edge_set { source: \"a\" relation \"b\" }\n";
+  const int line = static_cast<int>(std::count(manifest.begin(), manifest.end(), '\n')) + 1;
+  EXPECT_THAT(load_error(d), HasSubstr(fmt::format("{}: not a valid BatchManifest: line {}, column 33: Expected \":\"",
+                                                   (d / "manifest.pbtxt").string(), line)));
+}
+
+// A parameter file holding NaN or Inf, or float64 beyond float32: refused
+// naming the key and the position, for module graphs and the layer chain.
+TEST_F(Batch, NonFiniteParametersAreRefusedNamingKeyAndPosition) {
+  const fs::path c = kGolden / "graph_classes";
+  const fs::path in = dir_ / "params";
+  fs::copy(c / "params_init", in);
+  const Tensor w = read_npy(in / "cls.weight.npy");
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    auto v = w.to_vector<float>();
+    v[1 * w.shape()[1] + 2] = bad;
+    write_npy<float>(in / "cls.weight.npy", v, w.shape());
+    options_.params_in = in;
+    EXPECT_THAT([&] { train(golden_job("graph_classes"), options_); },
+                testing::ThrowsMessage<std::invalid_argument>(
+                    HasSubstr(fmt::format("--params-in {}: cls.weight[1, 2] is {}", (in / "cls.weight.npy").string(),
+                                          bad))));
+  }
+  const auto narrow = w.to_vector<float>();
+  std::vector<double> wide(narrow.begin(), narrow.end());
+  wide[0] = 1e300;
+  write_npy<double>(in / "cls.weight.npy", wide, w.shape());
+  EXPECT_THAT([&] { train(golden_job("graph_classes"), options_); },
+              testing::ThrowsMessage<std::invalid_argument>(HasSubstr("cls.weight[0, 0] is 1e+300 (too large for float32)")));
+}
+
+// Non-finite hyper-parameters, anywhere in the job, are refused at validation.
+TEST(JobValidation, NonFiniteValuesAreRefusedNamingTheField) {
+  proto::Job job = golden_job("graph_classes");
+  apply_override(job, "optimizer.weight_decay=nan");
+  EXPECT_THAT([&] { validate(job); },
+              testing::ThrowsMessage<JobError>(HasSubstr("job: optimizer.weight_decay = nan is not a finite number")));
+  job = golden_job("graph_classes");
+  apply_override(job, "optimizer.lr=inf");
+  EXPECT_THAT([&] { validate(job); },
+              testing::ThrowsMessage<JobError>(HasSubstr("job: optimizer.lr = inf is not a finite number")));
+  job = golden_job("graph_classes");
+  apply_override(job, "model.loss_term[1].weight=-inf");
+  EXPECT_THAT([&] { validate(job); },
+              testing::ThrowsMessage<JobError>(HasSubstr("job: model.loss_term[1].weight = -inf is not a finite number")));
+  job = golden_job("graph_classes");
+  apply_override(job, "batching.growth=nan");
+  EXPECT_THAT([&] { validate(job); }, testing::ThrowsMessage<JobError>(HasSubstr("batching.growth = nan")));
 }
 
 TEST(Molecules, AreDeterministicAndShapedLikeZinc) {

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -202,6 +203,111 @@ TEST_F(Trainer, ACorruptNewestCheckpointFallsBackToThePrevious) {
   }
 }
 
+// An entry of the checkpoint folder named like the newest checkpoint that
+// is not a readable file (a directory): set aside, never removed, with a
+// warning naming it (also to the notice callback, the launcher's console),
+// and the run resumes from the newest checkpoint that loads, to the
+// uninterrupted run's state. A later write of that name is not blocked,
+// and pruning never removes what is not a checkpoint file.
+TEST_F(Trainer, ACheckpointNamedEntryThatIsADirectoryIsSetAside) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + (dir_ / "straight").string());
+  train(job, options_);
+  const auto straight = checkpoint_tensors(dir_ / "straight");
+  const fs::path dir = dir_ / "odd";
+  apply_override(job, "checkpoint.dir=" + dir.string());
+  apply_override(job, "checkpoint.every=1");
+  apply_override(job, "schedule.epochs=3");
+  train(job, options_);
+  fs::create_directories(checkpoint_path(dir, 5) / "inside");  // newer than any checkpoint, not empty
+  fs::create_directories(dir / "ckpt-00000001.ckpt");           // older: pruning must leave it
+  std::vector<std::pair<std::string, std::string>> notices;
+  options_.on_notice = [&](const std::string& level, const std::string& text) { notices.emplace_back(level, text); };
+  apply_override(job, "schedule.epochs=6");
+  const TrainResult rest = train(job, options_);
+  EXPECT_EQ(rest.start_epoch, 3);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0].first, "warning");
+  EXPECT_THAT(notices[0].second,
+              testing::AllOf(HasSubstr(checkpoint_path(dir, 5).string() + ": a directory, not a file"),
+                             HasSubstr("set aside as ckpt-00000005.ckpt.corrupt"),
+                             HasSubstr("resuming from the previous checkpoint, " + checkpoint_path(dir, 3).string())));
+  EXPECT_TRUE(fs::is_directory(dir / "ckpt-00000005.ckpt.corrupt" / "inside"));
+  EXPECT_TRUE(fs::is_directory(dir / "ckpt-00000001.ckpt"));
+  EXPECT_TRUE(fs::is_regular_file(checkpoint_path(dir, 5)));
+  const auto resumed = checkpoint_tensors(dir);
+  ASSERT_EQ(resumed.size(), straight.size());
+  for (const auto& [name, b] : straight) EXPECT_TRUE(resumed.at(name) == b) << name << " differs";
+
+  // The same again at the same name: the first one set aside is kept too.
+  fs::remove(checkpoint_path(dir, 6));
+  fs::create_directories(checkpoint_path(dir, 6));
+  notices.clear();
+  train(job, options_);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_THAT(notices[0].second, HasSubstr("set aside as ckpt-00000006.ckpt.corrupt"));
+  fs::remove(checkpoint_path(dir, 6));
+  fs::create_directories(checkpoint_path(dir, 6));
+  notices.clear();
+  train(job, options_);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_THAT(notices[0].second, HasSubstr("set aside as ckpt-00000006.ckpt.corrupt-2"));
+  EXPECT_TRUE(fs::is_directory(dir / "ckpt-00000006.ckpt.corrupt"));
+  EXPECT_TRUE(fs::is_directory(dir / "ckpt-00000006.ckpt.corrupt-2"));
+}
+
+// A resume that finds no checkpoint says so: a warning when the folder is
+// there but empty (its checkpoints deleted), news when it does not exist yet.
+TEST_F(Trainer, AResumeThatFindsNoCheckpointSaysSo) {
+  proto::Job job = small_job();
+  const fs::path dir = dir_ / "empty";
+  apply_override(job, "checkpoint.dir=" + dir.string());
+  apply_override(job, "schedule.epochs=2");
+  std::vector<std::pair<std::string, std::string>> notices;
+  options_.on_notice = [&](const std::string& level, const std::string& text) { notices.emplace_back(level, text); };
+  train(job, options_);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0], std::make_pair(std::string("info"), "no checkpoint found in " + dir.string() +
+                                                                " (not there yet), starting at epoch 1"));
+  for (const auto& e : fs::directory_iterator(dir)) fs::remove(e.path());
+  notices.clear();
+  const TrainResult again = train(job, options_);
+  EXPECT_EQ(again.start_epoch, 0);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0], std::make_pair(std::string("warning"),
+                                       "no checkpoint found in " + dir.string() + ", starting at epoch 1"));
+}
+
+// --metrics holds whole records: a torn tail (a machine that stopped
+// mid-record) is cut back when a resumed run opens it, the records past the
+// checkpoint are cut in place, and no temporary file is made.
+TEST_F(Trainer, MetricsKeepWholeRecordsAcrossAResume) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + (dir_ / "c").string());
+  apply_override(job, "checkpoint.every=2");
+  options_.metrics_path = dir_ / "metrics.jsonl";
+  train(job, options_);
+  // The run "died" after epoch 6 with epoch 4's checkpoint newest, and its
+  // last record torn.
+  fs::remove(checkpoint_path(dir_ / "c", 6));
+  {
+    std::ofstream torn(options_.metrics_path, std::ios::app);
+    torn << R"({"epoch": 7, "loss": 0.)";
+  }
+  apply_override(job, "schedule.epochs=7");
+  train(job, options_);
+  std::ifstream in(options_.metrics_path);
+  std::vector<int> epochs;
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"epoch\":");
+    ASSERT_NE(at, std::string::npos) << line;
+    ASSERT_EQ(line.back(), '}') << line;
+    epochs.push_back(std::stoi(line.substr(at + 8)));
+  }
+  EXPECT_EQ(epochs, (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(file_names(dir_).size(), 3u);  // c/, cache/ and metrics.jsonl: no temporary file
+}
+
 TEST_F(Trainer, CorruptCheckpointIsRefusedWithTheFileNamed) {
   proto::Job job = small_job();
   apply_override(job, "checkpoint.dir=" + dir_.string());
@@ -256,6 +362,24 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   EXPECT_THAT([&] { train(job, again); },
               testing::ThrowsMessage<std::invalid_argument>(
                   HasSubstr("conv1.lin.weight.npy has shape [8, 15], parameter 'conv1.lin.weight' needs [8, 16]")));
+}
+
+// The layer chain's --params-in refuses NaN and Inf too, naming key and position.
+TEST_F(Trainer, NonFiniteParametersAreRefused) {
+  proto::Job job = small_job();
+  apply_override(job, "schedule.epochs=0");
+  options_.params_out = dir_ / "params";
+  train(job, options_);
+  const fs::path file = options_.params_out / "conv1.lin.weight.npy";
+  const Tensor w = read_npy(file);
+  auto v = w.to_vector<float>();
+  v[2 * w.shape()[1] + 5] = std::nanf("");
+  write_npy<float>(file, v, w.shape());
+  TrainOptions in = options_;
+  in.params_in = options_.params_out;
+  in.params_out.clear();
+  EXPECT_THAT([&] { train(job, in); }, testing::ThrowsMessage<std::invalid_argument>(
+                                           HasSubstr("--params-in " + file.string() + ": conv1.lin.weight[2, 5] is nan")));
 }
 
 TEST(Job, OverridesAndErrorsNameTheField) {
