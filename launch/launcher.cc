@@ -210,7 +210,7 @@ struct RankState {
 struct Failure {
   Failure(std::string k, std::string why, int r = -1, std::string h = "", int p = 0)
       : kind(std::move(k)), reason(std::move(why)), rank(r), host(std::move(h)), pid(p) {}
-  std::string kind;    // exit, killed, heartbeat, progress, start
+  std::string kind;    // exit, killed, heartbeat, progress, start, bad_input, launch
   std::string reason;  // one line
   int rank = -1;
   std::string host;
@@ -1083,17 +1083,23 @@ int Launcher::run() {
   int ranks = c_.ranks;
   int status = 1;
   for (int index = 0;; ++index) {
-    bool finished = false;
+    bool finished = false, started = true;
     try {
       finished = attempt(index, ranks, hosts);
     } catch (const std::exception& e) {
       // The attempt could not start (its appfile on a full disk, mpirun
-      // not to be run): the run ends with that reason.
-      std::cerr << "gnnrt launch: attempt " << index << " could not start: " << e.what() << "\n";
-      events_->write({{"event", "finish"}, {"status", 1}, {"attempts", index + 1},
-                      {"reason", fmt::format("attempt {} could not start: {}", index, e.what())}});
-      status = 1;
-      break;
+      // not to be run): a failure like any other, retried after a moment.
+      started = false;
+      Failure f("launch", fmt::format("attempt {} could not start: {}", index, e.what()));
+      f.detected = now_iso();
+      std::cerr << "gnnrt launch: " << f.reason << "\n";
+      events_->write({{"event", "failure"}, {"attempt", index}, {"kind", f.kind}, {"reason", f.reason},
+                      {"detected", f.detected}});
+      last_failure_ = f;
+      if (!first_failure_) {
+        first_failure_ = f;
+        first_failure_log_ = run_dir_ / "logs" / "launcher.log";
+      }
     }
     if (finished) {
       status = signals_.load() > 0 ? 128 + last_signal_.load() : 0;
@@ -1116,9 +1122,11 @@ int Launcher::run() {
       break;
     }
     ++restarts_;
-    if (c_.restart_delay > 0) {
-      spdlog::info("restart {} in {:.1f} s (--restart-delay)", restarts_, c_.restart_delay);
-      std::this_thread::sleep_for(std::chrono::duration<double>(c_.restart_delay));
+    // What kept an attempt from starting (a full disk) may need a moment.
+    const double delay = started ? c_.restart_delay : std::max(c_.restart_delay, 1.0);
+    if (delay > 0) {
+      spdlog::info("restart {} in {:.1f} s", restarts_, delay);
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     }
     // With --min-ranks: go on with the hosts that still answer.
     if (!hosts.empty() && c_.min_ranks < c_.ranks) {

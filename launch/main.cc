@@ -135,9 +135,14 @@ void configure_collectives(gnnrt::collectives::Communicator& comm, const CLI::Ap
                            const std::set<std::string>& skip, const MpiOptions& o) {
   using namespace gnnrt::collectives;
   if (comm.size() > 1) gnnrt::model::check_same_fields(comm, startup_fields(cmd, skip, o), "options");
-  auto options = CommunicatorOptions::from_environment();
+  CommunicatorOptions options;
+  try {
+    options = CommunicatorOptions::from_environment();
+    if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());  // a tuning table that does not read or parse: bad input
+  }
   if (o.timeout > 0) options.timeout_seconds = o.timeout;
-  if (!o.tuning.empty()) options.tuning = std::make_shared<const TuningTable>(TuningTable::load(o.tuning));
   if (!o.algorithm.empty()) options.algorithm = parse_algorithm(o.algorithm);
   comm.set_options(options);
 }

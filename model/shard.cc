@@ -7,7 +7,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -424,6 +426,51 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
   if (s.y.size() != n || !x_ok ||
       s.graph.in_degree.size() != n || s.self_loops.in_degree.size() != n) {
     fail(rd, "arrays of different lengths");
+  }
+  // Every value in its range (the kernels index with them; the checksums
+  // only vouch for what was written, and a hand-edited shard can carry
+  // new ones): the first one out names the file and row.
+  const auto in_range = [&]<typename T>(const char* name, const std::vector<T>& v, int64_t lo, int64_t hi) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto x = static_cast<int64_t>(v[i]);
+      if (x < lo || x >= hi) {
+        fail(rd / (std::string(name) + ".npy"), fmt::format("row {} holds {}, outside [{}, {})", i, x, lo, hi));
+      }
+    }
+  };
+  const auto local = static_cast<int64_t>(n);
+  in_range("global_id", s.global_id, 0, s.num_nodes);
+  for (const auto* flags : {&s.is_master, &s.train_mask, &s.val_mask, &s.test_mask}) {
+    const char* name = flags == &s.is_master ? "is_master" : flags == &s.train_mask ? "train_mask"
+                       : flags == &s.val_mask ? "val_mask" : "test_mask";
+    in_range(name, *flags, 0, 2);
+  }
+  in_range("y", s.y, 0, s.num_classes);
+  for (const auto& [prefix, g] : {std::pair<std::string, const LocalGraph*>{"graph", &s.graph}, {"self_loops", &s.self_loops}}) {
+    if (g->src.size() != g->dst.size() || g->edge_id.size() != g->src.size()) fail(rd, "arrays of different lengths");
+    in_range((prefix + "_src").c_str(), g->src, 0, local);
+    in_range((prefix + "_dst").c_str(), g->dst, 0, local);
+    in_range((prefix + "_in_degree").c_str(), g->in_degree, 0, std::numeric_limits<int64_t>::max());
+    in_range((prefix + "_edge_id").c_str(), g->edge_id, 0, std::numeric_limits<int64_t>::max());
+  }
+  const auto& mt = s.mirrors;
+  in_range("mirror_row", mt.local_row, 0, local);
+  in_range("mirror_global_id", mt.global_id, 0, s.num_nodes);
+  in_range("mirror_ranks", mt.ranks, 0, s.parts);
+  if (mt.offset.size() != mt.local_row.size() + 1 || mt.offset.front() != 0 ||
+      mt.offset.back() != static_cast<int64_t>(mt.ranks.size()) || !std::is_sorted(mt.offset.begin(), mt.offset.end())) {
+    fail(rd / "mirror_offset.npy", "offsets do not ascend from 0 to the number of mirror ranks");
+  }
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    if (!std::isfinite(s.x[i])) {
+      fail(rd / "x.npy", fmt::format("row {}, column {} is {}", i / static_cast<size_t>(s.num_features),
+                                     i % static_cast<size_t>(s.num_features), s.x[i]));
+    }
+  }
+  if (s.x_sparse) {
+    for (size_t i = 0; i < s.x_sparse->values.size(); ++i) {
+      if (!std::isfinite(s.x_sparse->values[i])) fail(rd / "x_values.npy", fmt::format("entry {} is {}", i, s.x_sparse->values[i]));
+    }
   }
   return s;
 }

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 GNNRT = sys.argv[1]
 MPIRUN = sys.argv[2:]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_shards_cli"))
@@ -30,6 +32,7 @@ def check(ok, what):
     if not ok:
         failures.append(what)
         print("FAILED:", what)
+    return ok
 
 
 def run(args, timeout=120):
@@ -169,6 +172,25 @@ def flip(d):
 
 
 expect_refused(2, "checksum mismatch", "--shards", str(damaged("corrupt", flip)))
+
+
+# A hand-edited shard whose manifest was made to agree (its checksum set to
+# what gnnrt computes): every value is still checked against its range, the
+# first one out named with its file and row.
+def out_of_range(d):
+    f = d / "rank-1" / "graph_src.npy"
+    a = np.load(f)
+    a[3] = 1_000_000
+    np.save(f, a)
+
+
+edited = damaged("out_of_range", out_of_range)
+_, out = train(2, "--shards", str(edited))
+found = re.search(r"graph_src\.npy: checksum mismatch \(xxh64 ([0-9a-f]{16}), the manifest says ([0-9a-f]{16})\)", out)
+if check(found is not None, f"out of range: no checksum mismatch first:\n{out[-2000:]}"):
+    manifest = edited / "manifest.pbtxt"
+    manifest.write_text(manifest.read_text().replace(f"xxh64: {int(found.group(2), 16)}", f"xxh64: {int(found.group(1), 16)}"))
+    expect_refused(2, f"{edited}/rank-1/graph_src.npy: row 3 holds 1000000, outside [0, ", "--shards", str(edited))
 
 
 def older_format(d):  # a folder written before the self-loop graph's ids ran in destination order

@@ -110,6 +110,45 @@ again_params = params(WORK / "again_params")
 check(set(again_params) == set(plain) and all(np.array_equal(again_params[k], plain[k]) for k in plain),
       "again: parameters from the final checkpoint differ from the run's")
 
+# ---- checkpoint folder entries that are not checkpoints, and none at all ----
+# A directory named like the newest checkpoint: set aside (renamed, not
+# removed), the previous one used, and both said on the console and in
+# events.jsonl; no restart. Then every checkpoint deleted: "no checkpoint
+# found", as a warning, and training from epoch 1.
+odd = WORK / "odd_checkpoints"
+shutil.rmtree(odd, ignore_errors=True)
+shutil.copytree(ref, odd)
+ckpts = odd / "checkpoints"
+(ckpts / f"ckpt-{EPOCHS + 1:08}.ckpt" / "inside").mkdir(parents=True)
+more = [a if a != f"schedule.epochs={EPOCHS}" else f"schedule.epochs={EPOCHS + 2}" for a in TRAIN]
+before = len(events(odd))
+p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(odd), "--", *more], capture_output=True, text=True,
+                   timeout=240)
+out = p.stdout + p.stderr
+said = (f"gnnrt launch: rank 0: warning: checkpoint {ckpts}/ckpt-{EPOCHS + 1:08}.ckpt: a directory, not a file "
+        f"(set aside as ckpt-{EPOCHS + 1:08}.ckpt.corrupt); resuming from the previous checkpoint, "
+        f"{ckpts}/ckpt-{EPOCHS:08}.ckpt")
+check(p.returncode == 0 and said in out, f"odd checkpoint: exit {p.returncode}, or no warning {said!r}:\n{out[-3000:]}")
+new_events = events(odd)[before:]
+check([e["event"] for e in new_events if e["event"] != "notice"] == ["start", "training", "finish"]
+      and any(e["event"] == "notice" and e["level"] == "warning" and "a directory, not a file" in e["message"]
+              for e in new_events)
+      and next(e for e in new_events if e["event"] == "training")["resumed_after"] == EPOCHS,
+      f"odd checkpoint: events {new_events}")
+check((ckpts / f"ckpt-{EPOCHS + 1:08}.ckpt.corrupt" / "inside").is_dir(), "odd checkpoint: the directory is gone")
+for f in ckpts.glob("ckpt-*.ckpt"):
+    shutil.rmtree(f) if f.is_dir() else f.unlink()
+before = len(events(odd))
+p = subprocess.run([GNNRT, "launch", "-n", "2", "--run-dir", str(odd), "--", *more], capture_output=True, text=True,
+                   timeout=240)
+out = p.stdout + p.stderr
+said = f"gnnrt launch: rank 0: warning: no checkpoint found in {ckpts}, starting at epoch 1"
+check(p.returncode == 0 and said in out, f"no checkpoint: exit {p.returncode}, or no warning {said!r}:\n{out[-3000:]}")
+check(any(e["event"] == "notice" and e["level"] == "warning" and "no checkpoint found" in e["message"]
+          for e in events(odd)[before:]), f"no checkpoint: no warning in events.jsonl: {events(odd)[before:]}")
+check(len(metrics(odd)) == EPOCHS + 2 and metrics(odd)[0]["epoch"] == 1,
+      f"no checkpoint: metrics epochs {[m['epoch'] for m in metrics(odd)][:4]}...")
+
 subprocess.run([GNNRT, *TRAIN, "--params-out", str(WORK / "one_params")], check=True, capture_output=True)
 one = params(WORK / "one_params")
 check(all(np.allclose(one[k], plain[k], rtol=1e-5, atol=1e-6) for k in one), "plain: 4 launched ranks differ from 1 rank")
