@@ -174,9 +174,10 @@ cycle = []
 try:
     while time.monotonic() - t0 < args.seconds and p.poll() is None:
         # Training, with every rank registered in the current attempt.
-        attempt = sum(1 for e in events(run) if e["event"] in ("start", "restart")) - 1
+        ev = events(run)
+        attempt = max((e["attempt"] for e in ev if e["event"] in ("start", "restart", "training")), default=-1)
         if attempt < 0 or (attempt > 0 and not any(e["event"] == "training" and e["attempt"] == attempt
-                                                   for e in events(run))) or epochs_done(run) < 1:
+                                                   for e in ev)) or epochs_done(run) < 1:
             time.sleep(0.05)
             continue
         time.sleep(rng.uniform(*args.every))

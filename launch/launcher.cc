@@ -711,18 +711,18 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     unsetenv("GNNRT_FAULT");
   }
   const MpirunCommand command = mpirun_command(ranks, hosts, index);
-  const fs::path appfile = write_appfile(ranks, index, hosts, command.command);
-  std::vector<std::string> argv = command.options;
-  argv.insert(argv.end(), {"--app", appfile.string()});
   // The command as one would type it (without the launcher's tokens), and
   // what runs: the same options with an appfile of one line per rank.
   const std::string line = join_command(command.by_hand(ranks));
   spdlog::info("attempt {}: {}", index, line);
-  spdlog::info("attempt {}: runs {} (each rank's token in its line of the appfile; its arguments in "
-               "GNNRT_LAUNCH_ARGV)", index, join_command(argv));
   if (index == 0) std::cerr << "gnnrt launch: " << line << "\n";
   events_->write({{"event", index == 0 ? "start" : "restart"}, {"attempt", index}, {"ranks", ranks},
                   {"command", line}});
+  const fs::path appfile = write_appfile(ranks, index, hosts, command.command);
+  std::vector<std::string> argv = command.options;
+  argv.insert(argv.end(), {"--app", appfile.string()});
+  spdlog::info("attempt {}: runs {} (each rank's token in its line of the appfile; its arguments in "
+               "GNNRT_LAUNCH_ARGV)", index, join_command(argv));
   // mpirun's output (the ranks' stdout and stderr) goes to logs/mpirun.log
   // for train (the terminal shows the progress line), and to the terminal
   // for commands that print results (bench).
@@ -987,9 +987,13 @@ int Launcher::run() {
   }
   secret_ = JobSecret::draw();
   job_id_ = random_job_id();
-  if (local_) {
+  boost::system::error_code named_ec;
+  const bool loopback_control =
+      c_.control_address.empty() || asio::ip::make_address(c_.control_address, named_ec).is_loopback();
+  if (local_ && loopback_control) {
     // Before any thread and socket of the launcher's: the whole job in a
-    // network of loopback only.
+    // network of loopback only. (A --control-address off loopback is the
+    // user's wish to be reached: the job then keeps this host's network.)
     if (const std::string why = enter_loopback_only_network(); !why.empty()) {
       std::cerr << "gnnrt launch: warning: the job keeps this host's network (" << why
                 << "): Open MPI's out-of-band listener is open on every address of this host\n";

@@ -23,11 +23,11 @@
 #include <string>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <vector>
 #include <xxhash.h>
-#include <fstream>
-#include <iterator>
 
 #include "collectives/communicator.h"
 #include "collectives/environment.h"
@@ -108,7 +108,7 @@ std::vector<std::string> startup_fields(const CLI::App& cmd, const std::set<std:
   for (const CLI::Option* opt : cmd.get_options()) {
     const std::string name = opt->get_name();
     if (name == "--help" || skip.count(name)) continue;
-    lines.push_back(name + "=" + (opt->count() == 0 ? std::string("not given") : fmt::format("{}", fmt::join(opt->results(), " "))));
+    lines.push_back(name + "=" + (opt->count() == 0 ? "not given" : fmt::format("{}", fmt::join(opt->results(), " "))));
   }
   for (const char* variable : {"GNNRT_COLLECTIVE_TIMEOUT", "GNNRT_COLLECTIVE_ALGORITHM", "GNNRT_COLLECTIVE_TUNING",
                                "GNNRT_COLLECTIVE_CHECK"}) {
@@ -120,8 +120,9 @@ std::vector<std::string> startup_fields(const CLI::App& cmd, const std::set<std:
   if (!tuning.empty()) {
     std::ifstream in(tuning, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    lines.push_back(fmt::format("the tuning table's bytes={}", in.bad() || !in.is_open() ? std::string("unreadable")
-                                                                 : fmt::format("xxh64 {:016x}", XXH64(bytes.data(), bytes.size(), 0))));
+    const bool read = in.is_open() && !in.bad();
+    lines.push_back("the tuning table's bytes=" +
+                    (read ? fmt::format("xxh64 {:016x}", XXH64(bytes.data(), bytes.size(), 0)) : "unreadable"));
   }
   return lines;
 }
