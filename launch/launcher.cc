@@ -107,6 +107,27 @@ std::string network_of(const asio::ip::address& address) {
 
 }  // namespace
 
+namespace {
+
+// A host's first IPv4 endpoint (port 9: only the address counts); throws
+// std::invalid_argument naming the host when it does not resolve.
+asio::ip::udp::endpoint resolve_ipv4(asio::ip::udp::resolver& resolver, const std::string& host) {
+  boost::system::error_code ec;
+  const auto found = resolver.resolve(asio::ip::udp::v4(), host, "9", ec);
+  if (ec || found.empty()) {
+    throw std::invalid_argument(fmt::format("launch: cannot resolve host '{}' ({}) to choose the control server's "
+                                            "address; name one with --control-address",
+                                            host, ec ? ec.message() : "no IPv4 address"));
+  }
+  return found.begin()->endpoint();
+}
+
+bool is_this_host(const asio::ip::address& address, const std::vector<asio::ip::address>& mine) {
+  return address.is_loopback() || std::find(mine.begin(), mine.end(), address) != mine.end();
+}
+
+}  // namespace
+
 // With --hosts: the address of this host's interface that routes to the
 // first host that is not this one (the kernel's choice for a UDP socket
 // connected there; nothing is sent), so that the remote ranks reach the
@@ -117,23 +138,16 @@ std::string control_address_for(const std::vector<HostSlots>& hosts) {
   asio::ip::udp::resolver resolver(io);
   const auto mine = local_addresses();
   for (const auto& h : hosts) {
+    const auto peer = resolve_ipv4(resolver, h.host);
+    if (is_this_host(peer.address(), mine)) continue;
     boost::system::error_code ec;
-    const auto found = resolver.resolve(asio::ip::udp::v4(), h.host, "9", ec);
-    if (ec || found.empty()) {
-      throw std::invalid_argument(fmt::format("launch: cannot resolve host '{}' ({}) to choose the control server's "
-                                              "address; name one with --control-address",
-                                              h.host, ec ? ec.message() : "no IPv4 address"));
-    }
-    const auto peer = found.begin()->endpoint();
-    const auto address = peer.address();
-    if (address.is_loopback() || std::find(mine.begin(), mine.end(), address) != mine.end()) continue;
     asio::ip::udp::socket probe(io);
     probe.open(asio::ip::udp::v4(), ec);
     if (!ec) probe.connect(peer, ec);
     if (ec) {
       throw std::invalid_argument(fmt::format("launch: no route from this host to '{}' ({}): {}; name the control "
                                               "server's address with --control-address",
-                                              h.host, address.to_string(), ec.message()));
+                                              h.host, peer.address().to_string(), ec.message()));
     }
     return probe.local_endpoint().address().to_string();
   }
@@ -143,17 +157,18 @@ std::string control_address_for(const std::vector<HostSlots>& hosts) {
 namespace {
 
 // Whether every host of --hosts is this one (resolves to loopback or to an
-// address of this host's); an empty list is this host.
+// address of this host's); an empty list is this host, a host that does
+// not resolve is not.
 bool every_host_is_this_one(const std::vector<HostSlots>& hosts) {
   asio::io_context io;
   asio::ip::udp::resolver resolver(io);
   const auto mine = local_addresses();
   for (const auto& h : hosts) {
-    boost::system::error_code ec;
-    const auto found = resolver.resolve(asio::ip::udp::v4(), h.host, "9", ec);
-    if (ec || found.empty()) return false;
-    const auto address = found.begin()->endpoint().address();
-    if (!address.is_loopback() && std::find(mine.begin(), mine.end(), address) == mine.end()) return false;
+    try {
+      if (!is_this_host(resolve_ipv4(resolver, h.host).address(), mine)) return false;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
   }
   return true;
 }

@@ -38,14 +38,8 @@ if os.environ.get("GNNRT_TEST_MOUNT_NS") != "1":
     os.environ["GNNRT_TEST_MOUNT_NS"] = "1"
     os.execvp("unshare", ["unshare", "-m", sys.executable, os.path.abspath(__file__), *sys.argv[1:]])
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from launch_common import check, failures  # noqa: E402 (after the re-exec above)
 
 
 def records(path, what):
