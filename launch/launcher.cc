@@ -357,6 +357,10 @@ class Events {
       std::cerr << fmt::format("gnnrt launch: {}: cut back a torn last record ({} bytes without a newline)\n",
                                path.string(), file_.torn_bytes());
     }
+    if (file_.dropped_lines() > 0) {
+      std::cerr << fmt::format("gnnrt launch: {}: dropped {} line(s) that are not whole records (written by an "
+                               "older gnnrt)\n", path.string(), file_.dropped_lines());
+    }
   }
   void write(nlohmann::json record) {
     record["time"] = now_iso();
@@ -475,7 +479,7 @@ fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<HostS
                                  const std::vector<std::string>& command) const {
   const std::string exe = command.front();
   if (exe.find_first_of(" \t\n'\"\\") != std::string::npos) {
-    throw std::runtime_error(fmt::format("launch: the path of gnnrt ({}) has a space or quote, which an Open MPI "
+    throw std::invalid_argument(fmt::format("launch: the path of gnnrt ({}) has a space or quote, which an Open MPI "
                                          "appfile cannot hold; run it from another folder",
                                          exe));
   }
@@ -929,6 +933,12 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     output.assign(std::istreambuf_iterator<char>(in), {});
   }
   const std::string verdict = mpirun_verdict(output, failure->rank);
+  // A rank that ended with status 2 before it could say so (a file its
+  // host lacks, refused before MPI started): bad input, as if it had.
+  if (failure->kind == "exit" && failure->rank < 0 && verdict == "exit code 2") {
+    failure->kind = "bad_input";
+    failure->reason += " (a rank ended with status 2, bad input, before it registered)";
+  }
   const fs::path log = failure->rank >= 0 ? run_dir_ / "logs" / fmt::format("rank-{}.log", failure->rank)
                                           : run_dir_ / "logs" / "mpirun.log";
   nlohmann::json record{{"event", "failure"}, {"attempt", index}, {"kind", failure->kind},
@@ -972,8 +982,11 @@ int Launcher::run() {
   tty_ = isatty(1) != 0;
   run_dir_ = fs::absolute(c_.run_dir);
   local_ = every_host_is_this_one(c_.hosts);
+  // Hosts that are all this one: a single-host job (no --host: inside the
+  // job's loopback-only namespace this host's other addresses are gone).
+  const std::vector<HostSlots> named_hosts = local_ ? std::vector<HostSlots>{} : c_.hosts;
   if (c_.dry_run) {
-    std::cout << join_command(mpirun_command(c_.ranks, c_.hosts, 0).by_hand(c_.ranks)) << "\n";
+    std::cout << join_command(mpirun_command(c_.ranks, named_hosts, 0).by_hand(c_.ranks)) << "\n";
     return 0;
   }
   fs::create_directories(run_dir_ / "logs");
@@ -990,6 +1003,13 @@ int Launcher::run() {
     spdlog::set_default_logger(logger);
   }
   events_ = std::make_unique<Events>(run_dir_ / "events.jsonl");
+  {
+    // A killed launcher's appfiles (ranks' tokens of attempts long gone).
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(run_dir_ / "launch", ec)) {
+      if (entry.path().filename().string().rfind("appfile-", 0) == 0) fs::remove(entry.path(), ec);
+    }
+  }
   if (c_.is_train) {
     // The job the ranks train: the user's overrides and the launcher's.
     model::proto::Job job = c_.job;
@@ -1022,6 +1042,16 @@ int Launcher::run() {
   address_ = !c_.control_address.empty() ? c_.control_address
              : c_.hosts.empty() || local_  ? "127.0.0.1"
                                            : control_address_for(c_.hosts);
+  if (!local_) {
+    boost::system::error_code ec;
+    const auto control = asio::ip::make_address(address_, ec);
+    const bool named = std::find(c_.mpirun_args.begin(), c_.mpirun_args.end(), "oob_tcp_if_include") != c_.mpirun_args.end();
+    if (!named && (ec || network_of(control).empty())) {
+      std::cerr << "gnnrt launch: warning: the control address " << address_ << " is on no interface of this host: "
+                << "Open MPI's channels are not kept to one network (--mpirun-arg=--mca "
+                   "--mpirun-arg=oob_tcp_if_include --mpirun-arg=NET does it)\n";
+    }
+  }
   ControlLimits limits;
   limits.max_registered = 4 * c_.ranks + 16;
   // Silence is the supervisor's to judge (it names the rank); the server's
@@ -1098,13 +1128,17 @@ int Launcher::run() {
     }
   } join_io{io_, io_thread};
 
-  std::vector<HostSlots> hosts = c_.hosts;
+  std::vector<HostSlots> hosts = named_hosts;
   int ranks = c_.ranks;
   int status = 1;
   for (int index = 0;; ++index) {
     bool finished = false, started = true;
     try {
       finished = attempt(index, ranks, hosts);
+    } catch (const std::invalid_argument& e) {
+      // An attempt that can never start (bad usage): no retry.
+      events_->write({{"event", "finish"}, {"status", 2}, {"attempts", index + 1}, {"reason", e.what()}});
+      throw;
     } catch (const std::exception& e) {
       // The attempt could not start (its appfile on a full disk, mpirun
       // not to be run): a failure like any other, retried after a moment.

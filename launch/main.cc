@@ -23,8 +23,6 @@
 #include <string>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <vector>
 #include <xxhash.h>
@@ -43,6 +41,7 @@
 #include "launch/selfcheck.h"
 #include "launch/train.h"
 #include "model/distributed.h"
+#include "runtime/atomic_file.h"
 
 namespace {
 
@@ -118,11 +117,16 @@ std::vector<std::string> startup_fields(const CLI::App& cmd, const std::set<std:
   const char* tuning_env = std::getenv("GNNRT_COLLECTIVE_TUNING");
   const std::string tuning = !o.tuning.empty() ? o.tuning : tuning_env != nullptr ? tuning_env : "";
   if (!tuning.empty()) {
-    std::ifstream in(tuning, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const bool read = in.is_open() && !in.bad();
-    lines.push_back("the tuning table's bytes=" +
-                    (read ? fmt::format("xxh64 {:016x}", XXH64(bytes.data(), bytes.size(), 0)) : "unreadable"));
+    std::string bytes = "unreadable";  // the error comes later, on every rank that cannot read it
+    try {
+      const std::string file = gnnrt::read_whole_file(tuning);
+      bytes = fmt::format("xxh64 {:016x}", XXH64(file.data(), file.size(), 0));
+    } catch (const std::runtime_error&) {
+    }
+    lines.push_back("the tuning table's bytes=" + bytes);
+  }
+  for (const char* variable : {"GNNRT_TEST_SLOW_STEP", "GNNRT_TEST_SLOW_CHECKPOINT"}) {  // the tests' switches
+    if (const char* value = std::getenv(variable)) lines.push_back(fmt::format("${}={}", variable, value));
   }
   return lines;
 }

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 namespace gnnrt::launch {
 namespace {
@@ -44,32 +45,41 @@ std::string loopback_up() {
 
 std::string enter_loopback_only_network() {
   const int before = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  const auto done = [&](std::string why) {
+    if (before >= 0) ::close(before);
+    return why;
+  };
+  // Past unshare, a failure that cannot be undone leaves the process
+  // without a network it can use: an error, not a fallback.
+  const auto stuck = [&](const std::string& why) {
+    if (before >= 0) ::close(before);
+    throw std::runtime_error(fmt::format("launch: the job's network namespace has no working loopback ({}), and this "
+                                         "process cannot return to the host's network",
+                                         why));
+  };
+  bool user_namespace = false;
   if (::unshare(CLONE_NEWNET) != 0) {
-    if (errno != EPERM) {
-      if (before >= 0) ::close(before);
-      return fmt::format("unshare(CLONE_NEWNET): {}", std::strerror(errno));
-    }
+    if (errno != EPERM) return done(fmt::format("unshare(CLONE_NEWNET): {}", std::strerror(errno)));
     // Not privileged: a user namespace first, in which this user may make
     // one; its ids map to themselves.
     const uid_t uid = ::geteuid();
     const gid_t gid = ::getegid();
     if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) {
-      if (before >= 0) ::close(before);
-      return fmt::format("unshare(CLONE_NEWUSER | CLONE_NEWNET): {}", std::strerror(errno));
+      return done(fmt::format("unshare(CLONE_NEWUSER | CLONE_NEWNET): {}", std::strerror(errno)));
     }
+    user_namespace = true;
     for (const auto& [file, text] : {std::pair<const char*, std::string>{"/proc/self/setgroups", "deny"},
                                      {"/proc/self/uid_map", fmt::format("{} {} 1", uid, uid)},
                                      {"/proc/self/gid_map", fmt::format("{} {} 1", gid, gid)}}) {
-      if (std::string why = write_proc(file, text); !why.empty()) {
-        if (before >= 0) ::close(before);
-        return why;
-      }
+      if (std::string why = write_proc(file, text); !why.empty()) stuck(why);
     }
   }
-  std::string why = loopback_up();
-  if (!why.empty() && before >= 0) ::setns(before, CLONE_NEWNET);  // back where it was (root's case)
-  if (before >= 0) ::close(before);
-  return why;
+  if (std::string why = loopback_up(); !why.empty()) {
+    // Root's namespace can be left again; a user namespace cannot.
+    if (user_namespace || before < 0 || ::setns(before, CLONE_NEWNET) != 0) stuck(why);
+    return done(why);
+  }
+  return done("");
 }
 
 }  // namespace gnnrt::launch

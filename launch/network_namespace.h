@@ -18,7 +18,8 @@ namespace gnnrt::launch {
 
 // Returns "" when the process now runs in a namespace whose only interface
 // is loopback (up), else why it could not (the process's network is then
-// as it was).
+// as it was). Throws std::runtime_error in the rare case of a namespace
+// made but left without loopback that the process cannot leave again.
 std::string enter_loopback_only_network();
 
 }  // namespace gnnrt::launch

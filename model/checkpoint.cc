@@ -42,7 +42,17 @@ int64_t epoch_of(const std::string& name) {
 std::vector<std::filesystem::path> checkpoints_of(const std::filesystem::path& dir) {
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  // A folder that is not there holds none; one that cannot be listed (not
+  // a folder, no permission) is an error, not "none".
+  const auto type = std::filesystem::status(dir, ec).type();
+  if (type == std::filesystem::file_type::not_found) return {};
+  if (type != std::filesystem::file_type::directory) {
+    throw CheckpointError(fmt::format("checkpoint.dir {}: {}", dir.string(),
+                                      ec ? ec.message() : std::string("not a folder")));
+  }
+  std::filesystem::directory_iterator entries(dir, ec);
+  if (ec) throw CheckpointError(fmt::format("checkpoint.dir {}: cannot list it: {}", dir.string(), ec.message()));
+  for (const auto& entry : entries) {
     const std::string name = entry.path().filename().string();
     const int64_t epoch = name == kLegacy ? -1 : epoch_of(name);
     if (epoch >= 0 || name == kLegacy) found.emplace_back(epoch, entry.path());
@@ -98,21 +108,11 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
 
 proto::CheckpointState load_checkpoint(const std::filesystem::path& path) {
   const std::string where = fmt::format("checkpoint {}", path.string());
-  std::error_code ec;
-  const auto type = std::filesystem::status(path, ec).type();
-  if (type != std::filesystem::file_type::regular) {
-    throw CheckpointError(where + (ec ? ": cannot open: " + ec.message()
-                                      : type == std::filesystem::file_type::directory ? ": a directory, not a file"
-                                                                                       : ": not a regular file"));
-  }
   std::string bytes;
   try {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw CheckpointError(fmt::format("{}: cannot open: {}", where, std::strerror(errno)));
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) throw CheckpointError(fmt::format("{}: cannot read: {}", where, std::strerror(errno)));
-  } catch (const std::ios_base::failure& e) {  // libstdc++ throws on a read error whatever the stream's mask
-    throw CheckpointError(fmt::format("{}: cannot read: {}", where, e.code().message()));
+    bytes = read_whole_file(path);
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError("checkpoint " + std::string(e.what()));  // a directory, unreadable, ...
   }
   if (bytes.empty()) throw CheckpointError(where + ": the file is empty (0 bytes)");
   if (bytes.size() < 8 || std::memcmp(bytes.data(), kMagic, 8) != 0) {

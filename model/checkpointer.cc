@@ -149,6 +149,10 @@ MetricsSink::MetricsSink(const std::filesystem::path& path, int64_t resumed_epoc
       spdlog::warn("--metrics {}: cut back a torn last record ({} bytes without a newline)", path.string(),
                    file_->torn_bytes());
     }
+    if (file_->dropped_lines() > 0) {
+      spdlog::warn("--metrics {}: dropped {} line(s) that are not whole records (written by an older gnnrt)",
+                   path.string(), file_->dropped_lines());
+    }
     if (resumed_epoch > 0) {
       // The records are in epoch order: the first past the checkpoint and
       // every one after it go.

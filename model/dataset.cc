@@ -32,9 +32,6 @@ DatasetError::DatasetError(std::string where, std::string_view problem)
 
 namespace {
 
-// Node ids index int32 kernels and allocate [N, F] features: a CSV id or a
-// spec beyond this is a typo, not a graph, and must not become a huge allocation.
-constexpr int64_t kMaxNodes = int64_t{1} << 31;
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("({})", fmt::join(shape, ", "));

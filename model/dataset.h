@@ -75,6 +75,10 @@ SelfLoopIds self_loop_ids(const Dataset& d);
 void make_features_sparse(Dataset& d);
 void make_features_dense(Dataset& d);
 
+// The most nodes (and features) a graph may have: node ids index int32
+// kernels and size [N, F] allocations; beyond is a typo, not a graph.
+inline constexpr int64_t kMaxNodes = int64_t{1} << 31;
+
 // The most classes a label may ask for (num_classes = max label + 1 sizes
 // the output layer): a label beyond is a typo, not a class count.
 inline constexpr int64_t kMaxClasses = int64_t{1} << 20;

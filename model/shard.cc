@@ -361,13 +361,29 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
     arrays.emplace(a.name(), std::move(t));
   }
   // Each array converted and dropped at once: one copy of the data at a time.
+  // Each array in the dtype `gnnrt partition` writes (no narrowing: an
+  // int64 edited into an int32 array must not wrap into range).
   const auto take = [&]<typename T>(const std::string& name) {
     auto it = arrays.find(name);
     if (it == arrays.end()) fail(manifest, fmt::format("rank {} has no array '{}'", rank, name));
+    if (it->second.dtype() != dtype_of<T>()) {
+      fail(rd / (name + ".npy"), fmt::format("is {}, a shard's {} is {}", to_string(it->second.dtype()), name,
+                                             to_string(dtype_of<T>())));
+    }
     std::vector<T> v = it->second.template to_vector<T>();
     arrays.erase(it);
     return v;
   };
+  // The sizes the arrays are checked against.
+  if (m.num_nodes() < 1 || m.num_nodes() > kMaxNodes) {
+    fail(manifest, fmt::format("num_nodes = {} is outside [1, 2^31]", m.num_nodes()));
+  }
+  if (m.num_classes() < 1 || m.num_classes() > kMaxClasses) {
+    fail(manifest, fmt::format("num_classes = {} is outside [1, {}]", m.num_classes(), kMaxClasses));
+  }
+  if (m.num_features() < 1 || m.num_features() > kMaxNodes) {
+    fail(manifest, fmt::format("num_features = {} is outside [1, 2^31]", m.num_features()));
+  }
   Shard s;
   s.rank = rank;
   s.parts = m.parts();

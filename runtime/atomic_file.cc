@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +18,10 @@ namespace {
 
 [[noreturn]] void fail(const std::filesystem::path& path, const char* what, int err) {
   throw std::runtime_error(fmt::format("{}: {}: {}", path.string(), what, std::strerror(err)));
+}
+
+[[noreturn]] void fail_text(const std::filesystem::path& path, const std::string& what) {
+  throw std::runtime_error(fmt::format("{}: {}", path.string(), what));
 }
 
 }  // namespace
@@ -56,6 +62,23 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view b
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::string read_whole_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::directory) fail_text(path, "a directory, not a file");
+  if (!ec && type != std::filesystem::file_type::regular) fail_text(path, "not a regular file");
+  std::string bytes;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(path, "cannot open", errno);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) fail(path, "cannot read", errno);
+  } catch (const std::ios_base::failure& e) {  // libstdc++ throws on a read error whatever the stream's mask
+    fail_text(path, "cannot read: " + e.code().message());
+  }
+  return bytes;
 }
 
 }  // namespace gnnrt

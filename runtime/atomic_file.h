@@ -1,4 +1,4 @@
-// Durable, atomic file replacement: the bytes go to a temporary file beside
+// Whole files. Durable, atomic file replacement: the bytes go to a temporary file beside
 // `path` (named with the process id), which is fsynced, renamed over `path`,
 // and the directory entry fsynced. A reader sees the old file or the new one,
 // never a torn one, and a process killed at any moment loses nothing that was
@@ -16,5 +16,10 @@ namespace gnnrt {
 // process killed in the middle of a write).
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes,
                            double spread_seconds = 0);
+
+// A regular file's bytes. Anything else is std::runtime_error naming the
+// path and why: "a directory, not a file", "not a regular file", "cannot
+// open: ...", "cannot read: ..." (never libstdc++'s unnamed read failure).
+std::string read_whole_file(const std::filesystem::path& path);
 
 }  // namespace gnnrt

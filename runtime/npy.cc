@@ -1,5 +1,7 @@
 #include "runtime/npy.h"
 
+#include "runtime/atomic_file.h"
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -173,9 +175,12 @@ Tensor parse_npy(std::span<const std::byte> file, std::string_view source) {
 }
 
 Tensor read_npy(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NpyError(fmt::format("{}: cannot open for reading", path.string()));
-  std::vector<char> content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string content;
+  try {
+    content = read_whole_file(path);
+  } catch (const std::runtime_error& e) {
+    throw NpyError(e.what());  // names the path: a directory, unreadable, ...
+  }
   return parse_npy(std::as_bytes(std::span(content)), path.string());
 }
 

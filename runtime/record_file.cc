@@ -1,7 +1,10 @@
 #include "runtime/record_file.h"
 
+#include "runtime/atomic_file.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,19 +38,41 @@ std::string read_all(int fd, const std::filesystem::path& path) {
 
 RecordFile::RecordFile(const std::filesystem::path& path, Mode mode) : path_(path) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (mode == Mode::kTruncate ? O_TRUNC : 0), 0644);
-  if (fd_ < 0) fail(path, "cannot open", errno);
+  open(mode == Mode::kTruncate ? O_TRUNC : 0);
   if (mode == Mode::kTruncate) return;
   const std::string bytes = read_all(fd_, path);
   const size_t end = bytes.rfind('\n') == std::string::npos ? 0 : bytes.rfind('\n') + 1;
-  if (end == bytes.size()) return;
-  torn_ = static_cast<int64_t>(bytes.size() - end);
-  if (::ftruncate(fd_, static_cast<off_t>(end)) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    fail(path, "cannot cut back its torn last record", err);
+  if (end < bytes.size()) {
+    torn_ = static_cast<int64_t>(bytes.size() - end);
+    if (::ftruncate(fd_, static_cast<off_t>(end)) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      fd_ = -1;
+      fail(path, "cannot cut back its torn last record", err);
+    }
   }
+  std::string kept;
+  for (size_t at = 0; at < end;) {
+    const size_t eol = bytes.find('\n', at);
+    const std::string_view line = std::string_view(bytes).substr(at, eol - at);
+    if (const auto record = nlohmann::json::parse(line, nullptr, false); !record.is_discarded() && record.is_object()) {
+      kept.append(line);
+      kept += '\n';
+    } else {
+      ++dropped_;
+    }
+    at = eol + 1;
+  }
+  if (dropped_ == 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  write_file_atomically(path, kept);
+  open(0);
+}
+
+void RecordFile::open(int flags) {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | flags, 0644);
+  if (fd_ < 0) fail(path_, "cannot open", errno);
 }
 
 RecordFile::~RecordFile() {

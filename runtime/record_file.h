@@ -1,12 +1,14 @@
-// Files of records, one per line (JSON lines: a run's events.jsonl, the
+// Files of records, one JSON object per line (a run's events.jsonl, the
 // --metrics file), that hold whole records only. A record is appended with
 // one write(2) of its line and newline to a descriptor opened O_APPEND; a
 // write that fails or falls short (a full disk) is cut back to the size the
 // file had, so the file holds the whole line or nothing of it. A process
-// killed mid-record leaves the same (the kernel finishes a write to a
-// regular file or does none of it); only a machine that stops can leave a
-// torn tail (bytes after the last newline), which the next open cuts back.
-// Never a temporary file. One writer per file; not thread-safe.
+// killed mid-record leaves the whole line in practice (a record is one
+// small write); what a killed process or a stopped machine leaves torn
+// (bytes after the last newline) is cut back by the next open. Never a
+// temporary file, but for the one-off replacement of a file an older
+// writer left with a broken line inside. One writer per file; not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,9 @@ class RecordFile {
  public:
   enum class Mode { kAppend, kTruncate };
   // Opens (creates) `path`, and its folder; with kAppend cuts a torn tail
-  // back (torn_bytes() says how much). Throws std::runtime_error naming the
+  // back (torn_bytes() says how much) and drops the earlier lines that are
+  // not records, JSON objects (left by an older writer), the file replaced
+  // atomically (dropped_lines()). Throws std::runtime_error naming the
   // file and the system's reason.
   RecordFile(const std::filesystem::path& path, Mode mode);
   ~RecordFile();
@@ -39,11 +43,14 @@ class RecordFile {
 
   const std::filesystem::path& path() const { return path_; }
   int64_t torn_bytes() const { return torn_; }
+  int64_t dropped_lines() const { return dropped_; }
 
  private:
+  void open(int flags);
+
   std::filesystem::path path_;
   int fd_ = -1;
-  int64_t torn_ = 0;
+  int64_t torn_ = 0, dropped_ = 0;
 };
 
 }  // namespace gnnrt

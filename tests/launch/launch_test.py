@@ -533,6 +533,17 @@ run, out, took = launch("bad_input", 2, "--max-restarts", "3", command=TRAIN + [
 check([e["event"] for e in events(run)].count("restart") == 0 and "not restarting" in out,
       f"bad_input: restarted or no reason given:\n{out[-2000:]}")
 
+# ---- --hosts that are all this host (by name and by one of its addresses):
+# a single-host job, in its own loopback-only network namespace ----
+mine = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+for hosts in ["localhost:2"] + ([f"{mine[0]}:1,localhost:1"] if mine and not QUICK else []):
+    run, out, took = launch("hosts_" + hosts.split(":")[0], 2, "--hosts", hosts)
+    command = next((line for line in out.splitlines() if line.startswith("gnnrt launch: mpirun")), "")
+    check("--host " not in command and "btl self,vader" in command,
+          f"--hosts {hosts}: not run as a single-host job:\n{out[:1500]}")
+    check(json.loads((run / "control.json").read_text())["network_namespace"] != "",
+          f"--hosts {hosts}: no network namespace of its own")
+
 # ---- a label at int64's extreme in a batch dataset: refused when it is
 # read, naming the file and row, as bad input: not restarted ----
 golden = Path(__file__).resolve().parents[1] / "golden" / "batch" / "graph_classes"

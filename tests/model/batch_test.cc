@@ -803,6 +803,12 @@ TEST_F(Batch, NonFiniteParametersAreRefusedNamingKeyAndPosition) {
                     HasSubstr(fmt::format("--params-in {}: cls.weight[1, 2] is {}", (in / "cls.weight.npy").string(),
                                           bad))));
   }
+  // A directory named like the key's file: its path and what it is.
+  fs::remove(in / "cls.weight.npy");
+  fs::create_directories(in / "cls.weight.npy");
+  EXPECT_THAT([&] { train(golden_job("graph_classes"), options_); },
+              testing::ThrowsMessage<std::runtime_error>(HasSubstr((in / "cls.weight.npy").string() + ": a directory, not a file")));
+  fs::remove(in / "cls.weight.npy");
   const auto narrow = w.to_vector<float>();
   std::vector<double> wide(narrow.begin(), narrow.end());
   wide[0] = 1e300;

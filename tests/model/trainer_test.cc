@@ -278,6 +278,17 @@ TEST_F(Trainer, AResumeThatFindsNoCheckpointSaysSo) {
                                        "no checkpoint found in " + dir.string() + ", starting at epoch 1"));
 }
 
+// A checkpoint folder that cannot be listed (a file where the folder should
+// be) is an error naming it, never "none found, starting at epoch 1".
+TEST_F(Trainer, ACheckpointFolderThatIsAFileIsRefused) {
+  proto::Job job = small_job();
+  const fs::path file = dir_ / "not_a_folder";
+  std::ofstream(file) << "x";
+  apply_override(job, "checkpoint.dir=" + file.string());
+  EXPECT_THAT([&] { train(job, options_); },
+              testing::ThrowsMessage<CheckpointError>(HasSubstr("checkpoint.dir " + file.string() + ": not a folder")));
+}
+
 // --metrics holds whole records: a torn tail (a machine that stopped
 // mid-record) is cut back when a resumed run opens it, the records past the
 // checkpoint are cut in place, and no temporary file is made.

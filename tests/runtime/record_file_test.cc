@@ -94,6 +94,20 @@ TEST(RecordFile, ATornTailIsCutBackOnOpen) {
   EXPECT_EQ(read(path), "");
 }
 
+// A broken line inside, left by an older writer (two records run
+// together): dropped when the file is opened to append, the file replaced
+// whole, nothing else left beside it.
+TEST(RecordFile, LinesThatAreNotRecordsAreDroppedOnOpen) {
+  const fs::path path = fresh("broken");
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << "{\"a\":1}\n{\"event\":\"rest{\"b\":2}\n[3]\n{\"c\":3}\n";
+  RecordFile f(path, RecordFile::Mode::kAppend);
+  EXPECT_EQ(f.dropped_lines(), 2);
+  f.append(R"({"d":4})");
+  EXPECT_EQ(read(path), "{\"a\":1}\n{\"c\":3}\n{\"d\":4}\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(path.parent_path()), fs::directory_iterator()), 1);
+}
+
 TEST(RecordFile, CutsFromTheFirstRecordDroppedInPlace) {
   const fs::path path = fresh("cut");
   {
