@@ -64,7 +64,7 @@ extern "C" void on_chaos_signal(int sig) { chaos_fault.store(sig); }
 Fault Fault::parse(const std::string& text) {
   const auto bad = [&] {
     return std::invalid_argument(fmt::format(
-        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang, silent, noregister or flip", text));
+        "GNNRT_FAULT='{}': expected KIND:RANK:EPOCH with KIND kill, exit, hang, silent, noregister, flip or killdone", text));
   };
   const size_t a = text.find(':');
   const size_t b = a == std::string::npos ? a : text.find(':', a + 1);
@@ -77,6 +77,7 @@ Fault Fault::parse(const std::string& text) {
   else if (kind == "silent") f.kind = Kind::kSilent;
   else if (kind == "noregister") f.kind = Kind::kNoRegister;
   else if (kind == "flip") f.kind = Kind::kFlip;
+  else if (kind == "killdone") f.kind = Kind::kKillDone;
   else throw bad();
   try {
     size_t used = 0;
@@ -279,6 +280,13 @@ void ControlClient::done(int status, const std::string& error, bool stopped, int
     s->send(std::move(frame));
   });
   written.wait_for(std::chrono::seconds(5));
+  if (const auto& f = state_->fault; f && f->kind == Fault::Kind::kKillDone && f->rank == state_->rank) {
+    // Killed once its work is reported done (as in MPI_Finalize): mpirun's
+    // status is then the only trace, which must still name this rank.
+    spdlog::warn("fault injection: SIGKILL after Done");
+    spdlog::default_logger()->flush();
+    std::raise(SIGKILL);
+  }
 }
 
 bool ControlClient::stop_requested() const { return state_->stop.load(); }
@@ -291,7 +299,10 @@ void ControlClient::inject_fault(int64_t epoch) {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   const auto& f = state_->fault;
-  if (!f || f->rank != state_->rank || f->epoch != epoch || f->kind == Fault::Kind::kFlip) return;
+  if (!f || f->rank != state_->rank || f->epoch != epoch || f->kind == Fault::Kind::kFlip ||
+      f->kind == Fault::Kind::kKillDone) {
+    return;
+  }
   spdlog::warn("fault injection: {} after epoch {}",
                f->kind == Fault::Kind::kKill   ? "SIGKILL"
                : f->kind == Fault::Kind::kExit ? "exit status 3"
@@ -313,6 +324,7 @@ void ControlClient::inject_fault(int64_t epoch) {
       break;
     case Fault::Kind::kNoRegister:
     case Fault::Kind::kFlip:
+    case Fault::Kind::kKillDone:
       break;
   }
 }

@@ -35,7 +35,7 @@ class Progress;
 }
 
 struct Fault {
-  enum class Kind { kKill, kExit, kHang, kSilent, kNoRegister, kFlip };
+  enum class Kind { kKill, kExit, kHang, kSilent, kNoRegister, kFlip, kKillDone };
   Kind kind = Kind::kKill;
   int rank = 0;
   int64_t epoch = 0;

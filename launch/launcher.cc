@@ -411,6 +411,22 @@ std::string mpirun_verdict(const std::string& output, int rank) {
   return "";
 }
 
+// The first rank mpirun says ended on a signal, or -1: a rank killed after
+// it reported its work done (in MPI_Finalize) leaves no other trace.
+int mpirun_signalled_rank(const std::string& output) {
+  for (size_t at = output.find("process rank "); at != std::string::npos;
+       at = output.find("process rank ", at + 1)) {
+    const size_t eol = output.find('\n', at);
+    const std::string line = output.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    if (line.find(" exited on signal ") == std::string::npos) continue;
+    try {
+      return std::stoi(line.substr(13));
+    } catch (const std::logic_error&) {
+    }
+  }
+  return -1;
+}
+
 class Launcher {
  public:
   explicit Launcher(LaunchCommand& c) : c_(c) {}
@@ -931,6 +947,16 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     std::ifstream in(mpirun_log);
     in.seekg(static_cast<std::streamoff>(log_offset));
     output.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  if (failure->kind == "exit" && failure->rank < 0) {
+    const int signalled = mpirun_signalled_rank(output);
+    std::lock_guard lock(supervisor_.mutex);
+    if (signalled >= 0 && signalled < static_cast<int>(supervisor_.ranks.size())) {
+      const auto& r = supervisor_.ranks[static_cast<size_t>(signalled)];
+      failure->rank = signalled;
+      failure->host = r.host;
+      failure->pid = r.pid;
+    }
   }
   const std::string verdict = mpirun_verdict(output, failure->rank);
   // A rank that ended with status 2 before it could say so (a file its

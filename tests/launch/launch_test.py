@@ -183,6 +183,17 @@ if fail:
     if training:
         figures["kill_training_again_s"] = iso(training["at"]) - iso(fail["detected"])
 
+if not QUICK:
+    # ---- a rank killed after it reported its work done (in MPI_Finalize):
+    # mpirun's status is the only trace, and the failure record still names
+    # the rank; the restart resumes after the last epoch and finishes ----
+    run, out, _ = launch("killdone", 2, "--inject-fault", "killdone:1:1", "--max-restarts", "1",
+                         command=TRAIN + ["--params-out", str(WORK / "killdone_params")])
+    fail = next((e for e in events(run) if e["event"] == "failure"), {})
+    check(fail.get("rank") == 1 and fail.get("kind") == "exit" and "signal 9" in fail.get("mpirun", ""),
+          f"killdone: failure record {fail}")
+    check(fail.get("checkpoint", {}).get("epoch") == EPOCHS, f"killdone: failure record {fail}")
+
 if not QUICK:  # fail fast
     # ---- --max-restarts 0: fails fast, with the summary of the first failure ----
     run, out, took = launch("fail_fast", 2, "--inject-fault", "exit:1:2", "--max-restarts", "0", expect=1)
