@@ -83,8 +83,8 @@ core_round_trip_ns, floor_ms, floor_multiple, all_cores_floor_ms,
 all_cores_floor_multiple where it prints them) plus model and model_key.
 blas_kernels is the kernel set OpenBLAS picked for the CPU (both sides
 load the same libopenblas here); the floor's SGEMM rate depends on it, and
-Debian's OpenBLAS 0.3.21 picks its SSE3 "Prescott" set on some AVX-512
-Xeons (bench/README.md, fifth run). Both sides flush subnormal floats to
+Debian's OpenBLAS 0.3.21 picks a slower kernel set on some AVX-512 CPUs
+(docs/benchmarks.md). Both sides flush subnormal floats to
 zero (gnnrt's default, torch.set_flush_denormal(True); --flush-denormals
 off: neither does): after ~1,500 steps
 Adam's moments of weights that no longer get gradient become subnormal, and

@@ -143,9 +143,9 @@ double triad_bytes_per_second(int runs) {
 
 // Registers E-major, so the graph of one E is built once for all kernels.
 // Each run also measures the triad right after its timing loop, at the same
-// thread count (counter triad_bytes_per_second): this VM's memory speed
-// moves by up to 2x within minutes, and "% of triad" should compare the
-// kernel with the machine of the same moment.
+// thread count (counter triad_bytes_per_second): a shared machine's memory
+// speed drifts within minutes, and "% of triad" should compare the kernel
+// with the machine of the same moment (docs/benchmarks.md).
 void register_sweep() {
   for (int64_t E : {100000, 1000000, 4000000}) {
     for (const auto& [name, kernel, features, thread_counts] : kernels()) {

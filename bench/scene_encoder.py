@@ -5,7 +5,9 @@ of the same model written the PyG way, as VectorWorld publishes its layers
 (per-edge [E, H, d] keys, values and messages gathered with index_select,
 PyG's scatter softmax, index_add aggregation; the lane-to-agent and
 lane-to-query layers on the concatenated rows VectorWorld passes), same
-machine, same run, same scenes.
+machine, same run, same scenes. The torch modules are
+tests/reference/vectorworld_reference.py's, shared with the encoder's
+golden data (tests/reference/make_encoder_golden.py).
 
 Scenes: 100 lanes and 30 agents each (Waymo's caps), VectorWorld's full
 connectivity (10,000 lane-to-lane edges with 6 connection types, 3,000
@@ -57,7 +59,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "tests" / "reference"  # vectorworld_reference.py: the torch side's modules
+sys.path.insert(0, str(REPO / "scripts"))
 import scene_encoder_job as jobs  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -156,113 +160,15 @@ import torch
 from torch import nn
 folder, threads, batch, mode, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 S = json.loads(sys.argv[6])
+sys.path.insert(0, sys.argv[7])  # tests/reference
+from vectorworld_reference import Model, kl  # VectorWorld's modules, the PyG way
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 ld = lambda n: torch.from_numpy(np.load(f"{folder}/{n}.npy"))
 
-def softmax(src, index, n):  # torch_geometric.utils.softmax
-    m = torch.full((n, src.shape[1]), -float("inf")).scatter_reduce(0, index.unsqueeze(-1).expand_as(src), src.detach(), "amax")
-    out = (src - m[index]).exp()
-    return out / (torch.zeros(n, src.shape[1]).index_add_(0, index, out) + 1e-16)[index]
-
-class ResidualMLP(nn.Module):  # vectorworld/utils/layers.py
-    def __init__(self, i, h, n=2, o=None):
-        super().__init__()
-        self.linears = nn.ModuleList([nn.Linear(i if k == 0 else h, h) for k in range(n)])
-        self.norms = nn.ModuleList([nn.LayerNorm(h) for _ in range(n)])
-        self.transform_linear, self.transform_norm = nn.Linear(i, h), nn.LayerNorm(h)
-        self.linear_out = nn.Linear(h, o) if o else None
-    def forward(self, x):
-        out = x
-        for k, (lin, norm) in enumerate(zip(self.linears, self.norms)):
-            out = norm(lin(out))
-            if k < len(self.linears) - 1:
-                out = torch.relu(out)
-        out = torch.relu(out + self.transform_norm(self.transform_linear(x)))
-        return self.linear_out(out) if self.linear_out is not None else out
-
-class AttentionLayer(nn.Module):  # QCNet's, as VectorWorld's MessagePassing computes it
-    def __init__(self, h, heads, ff, bipartite, r=None):
-        super().__init__()
-        self.heads, self.d = heads, h // heads
-        self.to_q, self.to_k, self.to_v = nn.Linear(h, h), nn.Linear(h, h, bias=False), nn.Linear(h, h)
-        if r:
-            self.to_k_r, self.to_v_r, self.attn_prenorm_r = nn.Linear(r, h, bias=False), nn.Linear(r, h), nn.LayerNorm(r)
-        self.to_s, self.to_g, self.to_out = nn.Linear(h, h), nn.Linear(2 * h, h), nn.Linear(h, h)
-        self.ff_mlp = nn.Sequential(nn.Linear(h, ff), nn.ReLU(inplace=True), nn.Dropout(0.0), nn.Linear(ff, h))
-        self.attn_prenorm_x_src = nn.LayerNorm(h)
-        self.attn_prenorm_x_dst = nn.LayerNorm(h) if bipartite else self.attn_prenorm_x_src
-        self.attn_postnorm, self.ff_prenorm, self.ff_postnorm = nn.LayerNorm(h), nn.LayerNorm(h), nn.LayerNorm(h)
-    def forward(self, x, r, ei):  # x one tensor, as VectorWorld passes it
-        xs = xd = self.attn_prenorm_x_src(x)
-        H, d = self.heads, self.d
-        q, k, v = self.to_q(xd).view(-1, H, d), self.to_k(xs).view(-1, H, d), self.to_v(xs).view(-1, H, d)
-        src, dst = ei
-        q_i, k_j, v_j = q.index_select(0, dst), k.index_select(0, src), v.index_select(0, src)
-        if r is not None:
-            r = self.attn_prenorm_r(r)
-            k_j = k_j + self.to_k_r(r).view(-1, H, d)
-            v_j = v_j + self.to_v_r(r).view(-1, H, d)
-        attn = softmax((q_i * k_j).sum(-1) * d ** -0.5, dst, x.shape[0])
-        agg = torch.zeros(x.shape[0], H, d).index_add_(0, dst, v_j * attn.unsqueeze(-1)).view(-1, H * d)
-        g = torch.sigmoid(self.to_g(torch.cat([agg, xd], dim=-1)))
-        x = x + self.attn_postnorm(self.to_out(agg + g * (self.to_s(xd) - agg)))
-        return x + self.ff_postnorm(self.ff_mlp(self.ff_prenorm(x)))
-
-class EdgeFeatureUpdate(nn.Module):
-    def __init__(self, n, e):
-        super().__init__()
-        self.node_mlp, self.edge_mlp = ResidualMLP(2 * n, e), ResidualMLP(2 * e, e)
-    def forward(self, x, ei, r):
-        return self.edge_mlp(torch.cat([self.node_mlp(torch.cat([x[ei[1]], x[ei[0]]], -1)), r], -1))
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        H, A = S["hidden"], S["agent_hidden"]
-        self.a2a_transformer_layer = AttentionLayer(A, S["agent_heads"], S["agent_ff"], False)
-        self.l2l_transformer_layer = AttentionLayer(H, S["heads"], S["ff"], False, S["conn_hidden"])
-        self.l2a_transformer_layer = AttentionLayer(A, S["agent_heads"], S["agent_ff"], True)
-        self.update_edge_embeddings = EdgeFeatureUpdate(A, S["conn_hidden"])
-        self.downsample_lane_emb = nn.Linear(H, A)
-    def forward(self, a, l, c, a2a, l2l, l2a):
-        l = self.l2l_transformer_layer(l, c, l2l)
-        down = self.downsample_lane_emb(l)
-        a = self.l2a_transformer_layer(torch.cat([down, a]), None, l2a)[len(l):]
-        a = self.a2a_transformer_layer(a, None, a2a)
-        return a, l, self.update_edge_embeddings(down, l2l, c)
-
-class Encoder(nn.Module):  # vectorworld/networks/vae_net.py's ScenarioDreamerEncoder
-    def __init__(self):
-        super().__init__()
-        H, A = S["hidden"], S["agent_hidden"]
-        self.Q = nn.Parameter(torch.empty(1, H))
-        nn.init.xavier_uniform_(self.Q)
-        self.pred_lane_cond_dis = ResidualMLP(H, H, 2, S["max_lanes"] + 1)
-        self.l2q_transformer_layer = AttentionLayer(H, S["heads"], S["ff"], True)
-        self.agent_static_mlp = ResidualMLP(S["state"] + S["types"], A)
-        self.agent_motion_mlp = ResidualMLP(S["motion"] + S["types"], A)
-        self.agent_gate_mlp = ResidualMLP(S["state"] + S["motion"] + S["types"], A, 1, A)
-        self.lane_mlp, self.lane_conn_mlp = ResidualMLP(S["lane_in"], H), ResidualMLP(S["conn_types"], S["conn_hidden"])
-        self.encoder_transformer_blocks = nn.ModuleList([Block() for _ in range(S["blocks"])])
-        self.agent_mu, self.lane_mu = nn.Linear(A, S["agent_latent"]), nn.Linear(H, S["lane_latent"])
-        self.agent_log_var, self.lane_log_var = nn.Linear(A, S["agent_latent"]), nn.Linear(H, S["lane_latent"])
-    def forward(self, xa, xl, xc, a2a, l2l, l2a, l2q, scenes):
-        st, mo = S["state"], S["motion"]
-        hs = self.agent_static_mlp(torch.cat([xa[:, :st], xa[:, st + mo:]], -1))
-        hm = self.agent_motion_mlp(torch.cat([xa[:, st:st + mo], xa[:, st + mo:]], -1))
-        g = torch.sigmoid(self.agent_gate_mlp(xa))
-        a, l, c = (1 - g) * hs + g * hm, self.lane_mlp(xl), self.lane_conn_mlp(xc)
-        q = self.Q.repeat(scenes, 1)
-        for blk in self.encoder_transformer_blocks:
-            a, l, c = blk(a, l, c, a2a, l2l, l2a)
-            q = self.l2q_transformer_layer(torch.cat([l, q]), None, l2q)[len(l):]
-        return (self.agent_mu(a), self.lane_mu(l), self.agent_log_var(a), self.lane_log_var(l),
-                self.pred_lane_cond_dis(q))
-
-enc = Encoder()
-dec_a, dec_l = nn.Linear(S["agent_latent"], 22), nn.Linear(S["lane_latent"], S["lane_in"])
-params = list(enc.parameters()) + list(dec_a.parameters()) + list(dec_l.parameters())
+model = Model(S)
+enc, dec_a, dec_l = model.encoder, model.recon["agent"], model.recon["lane"]
+params = list(model.parameters())
 opt = torch.optim.Adam(params, lr=1e-4)
 # One PyG-style batch of the first `batch` scenes (built once, not timed); the
 # lane-to-agent and lane-to-query layers index the rows of [lanes; agents]
@@ -278,8 +184,6 @@ def edges(rel, src_off=0, dst_off=0):
 xa, xl, xc = ld("agent.x")[:na], ld("lane.x")[:nl], ld("l2l.x")[:int(np.load(f"{folder}/l2l.ptr.npy")[batch])]
 a2a, l2l, l2a, l2q = edges("a2a"), edges("l2l"), edges("l2a", 0, nl), edges("l2q", 0, nl)
 y = ld("graph.y")[:batch]
-def kl(mu, lv):
-    return (-0.5 * (1 + lv - mu ** 2 - lv.exp())).sum(1).mean()
 times = []
 for rep in range(reps + 1):  # the first is a warm-up
     start = time.perf_counter()
@@ -308,16 +212,17 @@ print(json.dumps({"median_ms": statistics.median(times), "p90_ms": times[min(len
 
 
 # torch's per-edge [E, 768] tensors are above glibc's mmap threshold: with
-# the allocator as it is, each step pays fresh page faults for them (a
-# 1-scene train step measured 1.4 s in one run and 3.1 s in another). torch
-# runs with them kept in the heap (compare_torch.py's `nommap`), its faster
-# and steadier setting.
+# the allocator as it is, each step pays fresh page faults for them, and its
+# times vary widely between runs (docs/benchmarks.md). torch runs with them
+# kept in the heap (compare_torch.py's `nommap`), its faster and steadier
+# setting.
 NOMMAP = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 
 
 def torch_run(data, threads, batch, mode, reps):
     p = subprocess.run(["/usr/bin/python3", "-c", TORCH, str(data), str(threads), str(batch), mode, str(reps),
-                        json.dumps(S)], capture_output=True, text=True, timeout=3600, env={**os.environ, **NOMMAP})
+                        json.dumps(S), str(REFERENCE)],
+                       capture_output=True, text=True, timeout=3600, env={**os.environ, **NOMMAP})
     if p.returncode != 0:
         sys.exit(f"torch reference failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -379,8 +284,8 @@ results = {"cpu": subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuin
 
 # First compile and cached start: the 1-scene train program, a fresh cache, then again.
 cache = OUT / "cache"
-# The cached start is the median of three starts (one alone has read 12 ms
-# where its neighbours read 7: the cache file's first read after other runs).
+# The cached start is the median of three starts (one alone can read far
+# above its neighbours: the cache file's first read after other runs).
 first = gnnrt_train(job(D1, 1, 1), 1, "first", cache)
 again = [gnnrt_train(job(D1, 1, 1), 1, f"again{k}", cache)["cache_load_ms"] for k in range(3)]
 results["first_compile_ms"], results["cached_start_ms"] = first["compile_ms"], statistics.median(again)

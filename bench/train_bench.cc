@@ -139,12 +139,11 @@ double sgemm_gflops(int threads) {
 }
 
 // Median of 5 batches: ns for one cache line to go from OpenMP thread 0 to
-// thread 1 and back (each spins until the other's store arrives). Two
-// threads of this VM either share a cache complex (100-170 ns) or not
-// (450-620 ns), and the host moves them between the two within minutes;
-// on the slow side an op that reads or writes rows the other core touched
-// last loses what the second thread gains (bench/README.md). NaN on one
-// thread.
+// thread 1 and back (each spins until the other's store arrives). On a VM
+// two threads may or may not share a cache complex, and the host can move
+// them between the two; on the slow side an op that reads or writes rows the
+// other core touched last loses what the second thread gains, so the figure
+// says which state a run had (docs/benchmarks.md). NaN on one thread.
 double core_round_trip_ns() {
   if (omp_get_max_threads() < 2) return std::numeric_limits<double>::quiet_NaN();
   constexpr int kTrips = 20000;

@@ -14,12 +14,11 @@ namespace gnnrt::collectives {
 namespace {
 
 // Condensed from `gnnrt bench collectives` sweeps on the reference machine
-// (2-core AMD EPYC VM, Open MPI 4.1.4; 2026-11-22 above 512 KiB, np 2 bound
-// to cores and np 4 oversubscribed; 2026-12-02 up to 1 MiB, where a native
-// call now also verifies the ranks' signatures, about 1 us at np 2: our
-// recursive doubling, binomial tree and Rabenseifner carry the signature
-// in their tags for free and win the small sizes). bench/README.md has the
-// sweeps. Where the rank counts agreed the rule holds for any count.
+// (`measured_on` below; docs/benchmarks.md has the runs, bench/README.md the
+// sweeps). At small sizes a native call also verifies the ranks'
+// signatures, which our recursive doubling, binomial tree and Rabenseifner
+// carry in their tags for free, so those win there. Where the rank counts
+// agreed the rule holds for any count.
 // Native is MPI's blocking call.
 constexpr const char* kDefaults = R"pb(
 measured_on: "built-in: 2-core AMD EPYC VM, Open MPI 4.1.4, 2026-11-22 and 2026-12-02"

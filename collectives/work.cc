@@ -199,7 +199,7 @@ void Work::wait() {
   const auto limit = detail::deadline_of(*state_->owner);
   unsigned polls = 0;
   while (!test()) {
-    // The clock costs ~20 ns; read it every 64 polls.
+    // Reading the clock costs more than a poll: read it every 64 polls.
     if ((++polls & 63) != 0) continue;
     const auto waited = detail::Clock::now() - state_->started;
     if (waited > limit) {

@@ -178,6 +178,15 @@ Port elu(ModuleContext& c) {
 Port activation(ModuleContext& c) {
   const Port x = one_input(c);
   const auto& m = c.module.activation();
+  // job.proto's kinds are ops::Activation's, member for member.
+  using K = proto::ActivationModule;
+  static_assert(static_cast<int>(ops::Activation::kSigmoid) == K::SIGMOID &&
+                static_cast<int>(ops::Activation::kSilu) == K::SILU &&
+                static_cast<int>(ops::Activation::kGeluTanh) == K::GELU_TANH &&
+                static_cast<int>(ops::Activation::kExp) == K::EXP &&
+                static_cast<int>(ops::Activation::kTanh) == K::TANH &&
+                static_cast<int>(ops::Activation::kAbs) == K::ABS &&
+                static_cast<int>(ops::Activation::kClip) == K::CLIP && K::Kind_ARRAYSIZE == 7);
   const auto kind = static_cast<ops::Activation>(m.kind());
   if (kind == ops::Activation::kClip && !(m.bound() >= 0)) c.fail(fmt::format("bound = {} must be >= 0", m.bound()));
   return with(x, x.width, c.b.activation(x.value, kind, m.bound()));

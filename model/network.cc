@@ -164,9 +164,8 @@ class NetworkBuilder {
   // the compiler moves the matmul to the narrower side).
   ValueId gcn(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
     ValueId h = project(x, param(name + ".lin.weight", {out, in}, Init::kGlorot, in, out));
-    // One normalisation per program, shared by every GCN layer (the same
-    // graph gives the same edge weights; computing them per layer cost 11 us
-    // each on Cora).
+    // One normalisation per program, shared by every GCN layer: the same
+    // graph gives the same edge weights.
     if (gcn_norm_ == runtime::kNoValue) gcn_norm_ = b_.gcn_norm(graph_self_loops_);
     const ValueId norm = gcn_norm_;
     h = b_.aggregate(ops::Reduce::kSum, graph_self_loops_, h, norm);

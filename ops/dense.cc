@@ -36,9 +36,9 @@ constexpr int64_t kMaxSplitOutput = 1 << 18;  // C elements per depth-block part
 // The depth of those blocks: kDepthBlock, or for a product with a tiny C
 // and at least kShortSplitWork multiply-adds, a quarter of k (at least
 // kShortDepthBlock), so that a k too short for two kDepthBlocks still gives
-// every thread a piece. GAT's second weight gradient on Cora, [7, 2708] x
-// [2708, 64], was one OpenBLAS call of 75 us whatever the thread count
-// (bench/README.md); its four partials cost 512 extra additions per block.
+// every thread a piece (GAT's classifier weight gradient on Cora,
+// [7, 2708] x [2708, 64], is such a product; docs/kernels.md); its four
+// partials cost 512 extra additions per block.
 constexpr int64_t kShortSplitOutput = 1 << 12;
 constexpr int64_t kShortSplitWork = int64_t{1} << 20;
 constexpr int64_t kShortDepthBlock = 512;
@@ -149,20 +149,16 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, bool tr
   cblas_gemm(trans_a, trans_b, m, n, k, T(1), a, lda, b, ldb, beta, c, n);
 }
 
-// OpenBLAS (0.3.21, Haswell kernels) computes a float product with a few
-// rows or columns of C past their last multiple of 8 in slow edge kernels.
-// On the 2-core VM (a standalone driver, one thread): [2708, 64] x [64, 7]
-// took 80 us against 44 at 8 columns, and the weight gradient [7, 2708] x
-// [2708, 64] 82 us against 48 at 8 rows. Such a product runs at the next
-// multiple of 8 instead: op(b) (or op(a)) copied with zero columns (rows),
-// C computed into a padded buffer and its part copied out (50 and 58 us,
-// copies included). Where the copies cost more than the edge kernels, it is
-// not padded: columns of C are padded when n % 8 is 5-7 and k >= 32 (at
-// k = 16: 17.6 us padded against 16.7 at n = 6), rows when m % 8 is 7 and
-// n >= 32 (at m = 6 the edge kernel is as fast as the copy: 57.3 against
-// 58.4 us at n = 64). Each element of C is the same dot product over k as
-// before, though OpenBLAS may round it differently; the pieces still depend
-// only on (m, k, n), so results stay bitwise the same for any thread count.
+// OpenBLAS computes a float product with a few rows or columns of C past
+// their last multiple of 8 in slow edge kernels, so such a product runs at
+// the next multiple of 8 instead: op(b) (or op(a)) copied with zero columns
+// (rows), C computed into a padded buffer and its part copied out. Where the
+// copies cost more than the edge kernels, it is not padded: columns of C are
+// padded when n % 8 is 5-7 and k >= 32, rows when m % 8 is 7 and n >= 32
+// (measurements: docs/kernels.md). Each element of C is the same dot
+// product over k as before, though OpenBLAS may round it differently; the
+// pieces still depend only on (m, k, n), so results stay bitwise the same
+// for any thread count.
 // The buffers are held per calling thread and bounded (kPadElements each,
 // 3 MiB in all, outside the memory plan): a product whose padded operand
 // (or, when trans_a, whose padded C) would be larger is not padded; a tall C
@@ -581,8 +577,8 @@ namespace {
 
 // Rows of a [rows, cols] matrix in blocks of about 1024 elements (at least
 // one row), spread over threads when large: fn(first row, end row). A row
-// costs a log and a few passes besides its columns (about 10 ns at 7
-// columns), so rows count for 16 elements each in the threshold.
+// costs a log and a few passes besides its columns (at 7 columns, about
+// what 16 elements cost), so rows count for 16 elements each in the threshold.
 template <typename Fn>
 void row_blocks(int64_t rows, int64_t cols, const Fn& fn) {
   const int64_t block = std::max<int64_t>(1, 1024 / std::max<int64_t>(cols, 1));
@@ -593,8 +589,7 @@ void row_blocks(int64_t rows, int64_t cols, const Fn& fn) {
 // known at compile time (1..16; 0: read from `columns`), so a row's loops
 // unroll. A function of its own with __restrict pointers: inside the
 // row_blocks lambda the captured pointers lost __restrict, and the row
-// loops reloaded through memory. Cora's 7-class rows, one thread, in one
-// VM state: 54 us before, 29 with the inline log, 19 with kCols = 7.
+// loops reloaded through memory (docs/kernels.md).
 template <int kCols, typename T>
 void log_softmax_rows(const T* __restrict xp, int64_t r0, int64_t r1, int64_t columns,
                       T* __restrict o) {
@@ -642,9 +637,8 @@ void log_softmax_grad_rows(const T* __restrict o, const T* __restrict g, int64_t
 // sum in column order, and the block's logs in one flat loop
 // (detail::log_normal, inline, so it vectorises). A row's maximum is the
 // first of its largest values, as std::max_element finds it, but by
-// selects instead of branches: on random logits the branches mispredicted
-// about once a row, and a 7-class log_softmax over Cora's 2708 rows took
-// 38 us (one thread).
+// selects instead of branches, which mispredicted about once a row on
+// random logits.
 template <typename T>
 void log_softmax_forward(std::span<const T> x, int64_t rows, int64_t cols, std::span<T> out) {
   constexpr std::string_view op = "log_softmax";
@@ -736,8 +730,7 @@ namespace {
 // together and goes through log_softmax_forward's row function, whose
 // results do not depend on the block (per-row maxima and sums, element-wise
 // exp and log), so the bits are the full log_softmax's. One row at a time
-// took about 60 ns a row at Cora's 7 classes (the width's dispatch and
-// scalar exp and log per call).
+// paid the width's dispatch and a scalar exp and log per call.
 template <typename T, typename Fn>
 void log_softmax_selected(const T* x, int64_t rows, int64_t cols, const uint8_t* mask, Fn fn) {
   const int64_t block = std::max<int64_t>(1, 1024 / cols);
@@ -788,9 +781,8 @@ void cross_entropy_backward(std::span<const T> x, int64_t rows, int64_t classes,
   expect_size(op, "x", x.size(), rows * classes, "rows*classes");
   expect_size(op, "grad_x", grad_x.size(), rows * classes, "rows*classes");
   if (classes == 0) return;
-  // Zeros, then the selected rows' gradients (a train mask is a few hundred
-  // rows; the other rows' zeros written row by row took 24 us on Cora, one
-  // thread).
+  // Zeros in one fill, then the selected rows' gradients (a train mask is a
+  // few hundred rows; writing the other rows' zeros row by row was slower).
   std::fill(grad_x.begin(), grad_x.end(), T(0));
   std::vector<T> g, gx;
   log_softmax_selected(x.data(), rows, classes, mask.empty() ? nullptr : mask.data(),

@@ -124,12 +124,11 @@ std::string blas_kernels();
 // options, "DYNAMIC_ARCH" when it can switch sets, the set picked).
 std::string blas_config();
 
-// A warning when those kernels leave the CPU's AVX2 and FMA idle. Debian
-// 12's OpenBLAS 0.3.21 picks its SSE3 Prescott set on an Intel Xeon of
-// family 6, model 207 (AVX-512): SGEMM 1024^3 at 21-38 GFLOP/s on one
-// thread against 125-172 with its SkylakeX set (bench/README.md, fifth
-// run). OpenBLAS picks before main (it reads OPENBLAS_CORETYPE when it
-// loads), so the warning names the setting and the user decides.
+// A warning when those kernels leave the CPU's AVX2 and FMA idle: some
+// OpenBLAS builds pick a set far below the CPU, at a fraction of its SGEMM
+// rate (docs/benchmarks.md). OpenBLAS picks before main (it reads
+// OPENBLAS_CORETYPE when it loads), so the warning names the setting and
+// the user decides.
 std::optional<std::string> blas_kernels_warning();
 // The same for given kernels, CPU features and whether OpenBLAS can switch
 // kernel sets (a DYNAMIC_ARCH build).

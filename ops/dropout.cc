@@ -77,7 +77,7 @@ struct Mask {
 // one byte per element, 1 = kept), or nothing when kKeep is false. Kernels
 // store through a local __restrict pointer: a byte store may alias anything,
 // and without it GCC reloaded every operand after each store and vectorised
-// nothing ([2708, 64] took 1.2 ms instead of 45 us).
+// nothing.
 template <bool kKeep>
 struct KeepOut {
   uint8_t* bytes;
@@ -114,9 +114,8 @@ uint64_t expect_rows_fit(std::string_view op, int64_t cols, std::span<const int6
 
 // Independent draws per lane (ops/threefry.h): their four words each are
 // the loop's live state. Four fill half of AVX-512's 32 registers; with
-// AVX2's 16, four chains' 16 words spilled to the stack and two run twice
-// as fast ([2708, 64] forward, one thread, Zen 3: 2.2 -> 1.1 ns an element;
-// three 1.5, one 1.3). The chain count does not change the bits.
+// AVX2's 16, four chains' 16 words spill to the stack, so AVX2 runs two
+// (docs/kernels.md). The chain count does not change the bits.
 constexpr int kChains = detail::kVectorRegisters >= 32 ? 4 : 2;
 
 // Draws d0 + l + 16 j of lane l, j < N: their four words in x[.][j].
@@ -147,8 +146,8 @@ template <typename T, bool kKeep>
     const T* __restrict xb = x + first;
     T* __restrict ob = o + first;
     // Kept flags as 32-bit lanes first, narrowed to bytes after the loop:
-    // byte stores in the drawing loop made GCC vectorise it 4 lanes wide
-    // (25x slower).
+    // byte stores in the drawing loop made GCC vectorise it only 4 lanes
+    // wide.
     uint32_t kept_lanes[kKeep ? N * kBlock : 1];
 #pragma omp simd
     for (uint32_t l = 0; l < kBlockDraws; ++l) {

@@ -33,9 +33,8 @@ bool dropout_keeps(const DropoutKey& key, double p, uint64_t global_row, uint64_
                    uint64_t cols);
 
 // keep (optional, [rows, cols] bytes or empty): 1 where the element was
-// kept, 0 where dropped, for the backward (a byte per element moves less
-// than drawing the mask again: GAT Cora's three masks took 77 us a step to
-// draw, docs/kernels.md).
+// kept, 0 where dropped, for the backward (reading a byte per element
+// costs less than drawing the mask again: docs/kernels.md).
 template <typename T>
 void dropout_forward(const DropoutKey& key, double p, int64_t cols,
                      std::span<const int64_t> global_rows, std::span<const T> x, std::span<T> out,

@@ -17,8 +17,8 @@ void gather_forward(const Csr<I>& seg, int64_t features, std::span<const T> x, s
   expect_size(op, "out", out.size(), seg.num_edges() * features, "E*F");
   // In edge order: sequential writes of out, random reads of x (asked for
   // ahead). Walking x's rows instead and copying each to its edges' rows
-  // scattered the writes: 3.3x slower than torch's index_select at
-  // E = 4e6, F = 64 once torch pays no page faults (bench/README.md).
+  // scattered the writes, which lost to torch's index_select
+  // (docs/kernels.md).
   const int64_t E = seg.num_edges(), F = features;
   const I* row = seg.row_of_edge().data();
   const T* xp = x.data();

@@ -31,9 +31,9 @@ Norm graph_norm(std::span<const double> moments, double eps) {
 }
 
 // The sum of f(c) over c in [0, cols), in 8 interleaved double lanes added
-// in a fixed order at the end: independent adds the compiler vectorizes (one
-// chain of dependent adds took about 150 ns a row of 96 columns, 6 GB/s),
-// and the same bits for any thread count.
+// in a fixed order at the end: independent adds the compiler vectorizes
+// (one chain of dependent adds waits on each add's latency), and the same
+// bits for any thread count.
 template <typename F>
 inline double lane_sum(int64_t cols, F f) {
   constexpr int64_t kLanes = 8;

@@ -15,8 +15,8 @@ inline constexpr int64_t kParallelElements = 1 << 15;
 // Calls fn(begin, end) for the blocks [0, block), [block, 2 block), ... of
 // [0, count), spread over OpenMP threads when `parallel`. fn's loop over
 // raw pointers is what vectorises: a per-element lambda inside `omp parallel
-// for` did not (GCC 12 kept one branch per element; a [13264, 8] leaky_relu
-// took 1.6 ns per element, mispredicting on the sign). Each thread runs a
+// for` did not (GCC 12 kept one branch per element, mispredicting on the
+// sign; docs/kernels.md). Each thread runs a
 // private copy of fn: the outlined region would otherwise reach fn's
 // pointers through memory the loop writes, and reload them per element
 // instead of vectorising.

@@ -85,9 +85,8 @@ void sddmm_add_forward(const Adjacency<I>& adj, int64_t heads, std::span<const T
   const T* __restrict bp = b.data();
   T* __restrict o = out.data();
   // kH: the heads when 1..16, so an edge's row is one fixed-width vector
-  // addition (one head: a gather per operand across edges); 0: run time.
-  // With the width read at run time, Cora GAT's [13264, 8] took about 30
-  // us on one thread and [13264, 1] 17.
+  // addition (one head: a gather per operand across edges); 0: run time,
+  // which is slower (docs/kernels.md).
   const auto rows = [&]<int kH>() {
 #pragma omp parallel if (E * H > detail::kParallelWork)
     {

@@ -35,10 +35,9 @@ inline constexpr int64_t kParallelWork = 1 << 15;
 // first cache line of the row `far` positions ahead, the rest of the row
 // `near` = far / 2 positions ahead. A likely reason it helps: the head starts
 // the DRAM access and its page walk early, and the tail's lines then find
-// the page translated. Against asking for the whole row at one distance it
-// made spmm 1.12-1.57x faster at rows of 256 and 512 bytes on one thread of
-// the 2-core EPYC VM (docs/kernels.md). `far` keeps about kPrefetchBytes of
-// row heads in flight: 64 rows of 64 B, 16 of 256 B, 8 of 512 B.
+// the page translated. It beat asking for the whole row at one distance
+// (docs/kernels.md). `far` keeps about kPrefetchBytes of row heads in
+// flight: 64 rows of 64 B, 16 of 256 B, 8 of 512 B.
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 struct Prefetch {
@@ -95,14 +94,11 @@ template <typename T, typename I>
 // Operands a row loop reads out of address order (x[source[p]], a weight
 // per edge id) are "pulled" by each thread first when the loop runs on
 // several: one byte of every cache line, in address order. The rows came
-// from the ops before, written by both threads, and on the 2-core VM a line
-// the other core wrote costs 60-100 ns when first touched out of order but
-// about 2.4 ns in address order, which the hardware prefetcher follows (0.6
-// ns from the core's own cache). Cora's spmm at 16 columns, after a
-// two-thread op rewrote x: 73 us on two threads, 31 us pulling x first (24
-// us on one thread); GCN's train step with every op on two threads 0.71 ->
-// 0.59 ms (docs/kernels.md). Only operands of at most kPullBytes are pulled (they stay in the
-// core's L2 and L3); larger ones are asked for ahead instead (Prefetch).
+// from the ops before, written by both threads, and a line the other core
+// wrote costs far more when first touched out of order than in address
+// order, which the hardware prefetcher follows (docs/kernels.md). Only
+// operands of at most kPullBytes are pulled (they stay in the core's L2 and
+// L3); larger ones are asked for ahead instead (Prefetch).
 struct Pull {
   const void* data = nullptr;
   int64_t bytes = 0;
@@ -131,9 +127,8 @@ inline void pull_shared(std::initializer_list<Pull> pulls) {
 // rows, each thread about an equal share of edges + rows. The ranges depend
 // only on the row pointers and the thread count, so the ops of a step over
 // the same rows give each thread the same rows, whose values stay in its
-// cache (the dynamic schedule before moved them between cores, at about 85
-// ns a cache line on the 2-core VM: Cora's spmm at 64 columns took 61 us on
-// two threads with it, 37 us without).
+// cache (a dynamic schedule moves them between cores, a costly transfer per
+// cache line: docs/kernels.md).
 template <typename I>
 std::pair<int64_t, int64_t> thread_rows(const Csr<I>& csr, int64_t threads, int64_t t) {
   const int64_t rows = csr.num_rows();
@@ -219,8 +214,8 @@ struct SegmentReduce {
 template <Reduce R, typename T>
 inline bool improves(T candidate, T current) {
   // (c != c) is isnan(c), spelled so that the compiler vectorises it; & and |
-  // rather than && and ||, which GCC kept as branches (a mispredicted branch
-  // per element on random scores: 8 ns per score in a softmax's max).
+  // rather than && and ||, which GCC kept as branches (mispredicted about
+  // once per element on random scores).
   const bool nan_wins = (candidate != candidate) & (current == current);
   if constexpr (R == Reduce::kMax) {
     return (candidate > current) | nan_wins;
@@ -233,8 +228,8 @@ inline bool improves(T candidate, T current) {
 //
 // The walk below keeps a row's running sums in out[r] and adds each message
 // to memory, so every edge waits on the previous edge's store of the same
-// columns: 5-9 ns per edge on Cora's rows of 7-16 columns, whose messages sit
-// in cache (bench/README.md). Here a block of columns (64, 16, or the last
+// columns, which is what costs on small graphs whose messages sit in cache
+// (docs/kernels.md). Here a block of columns (64, 16, or the last
 // 1-15) is summed in registers over the whole row and stored once; a row
 // wider than a block walks its edges once per block. Weighted rows of
 // several narrow heads (GAT: 8 heads of 8) take a group of heads per block,
@@ -267,8 +262,8 @@ template <typename T, typename I>
   return out_at(a, a.out, r, f);
 }
 
-// kV sums of T: a GCC vector, or a plain T for one (GCC's one-lane vectors
-// made Cora's 7-column rows 2.5x slower than scalars).
+// kV sums of T: a GCC vector, or a plain T for one (GCC compiles one-lane
+// vectors worse than scalars).
 template <typename T, int kV>
 struct LanesOf {
   using type [[gnu::vector_size(kV * sizeof(T))]] = T;
@@ -309,9 +304,8 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, bool kPa
   // first kD lanes adds the same products as a scalar would). A 7-class
   // aggregation over Cora's graph walked 7 scalars an edge. The last row of
   // x, where those lanes would read past x, is read column by column.
-  // Only where that vector is one register: on AVX2, widths 9-15 padded to
-  // 16 floats took 200 us for a Cora-sized spmm at 12 columns, as scalars
-  // 70 (a standalone probe).
+  // Only where that vector is one register: a wider one is split through
+  // the stack, slower than scalars (docs/kernels.md).
   constexpr int kPad = static_cast<int>(std::bit_ceil(static_cast<unsigned>(kD)));
   constexpr bool kPadded = !kVector && kG == 1 && kD > 2 && kD < 16 &&
                            kPad * static_cast<int>(sizeof(T)) <= kVectorBytes;
@@ -463,9 +457,8 @@ template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename
 // staged as rows of a small block in L1, then stored as its 8 x 8
 // transposes, eight consecutive rows per column. Stored element by element,
 // each of a row's sums went to another cache line (column f of out is row f
-// of the [F, rows] result): Cora's X^T G at 64 columns took 147-151 us on
-// one thread against 114-116 through the block (docs/kernels.md). The sums
-// and their bits are sum_block's.
+// of the [F, rows] result; docs/kernels.md). The sums and their bits are
+// sum_block's.
 template <int kN, int kG, bool kWeighted, bool kScaled, bool kPrefetch, typename T, typename I>
 void transposed_rows(const SegmentReduce<T, I>& a, int64_t begin, int64_t end, int64_t h0,
                      int64_t lo, Prefetch plan) {
@@ -707,13 +700,10 @@ void segment_reduce(Reduce reduce, const SegmentReduce<T, I>& a) {
 // same products in the same order as segment_reduce, so both results have
 // its bits. True when it took the call: a weighted sum of one head, no
 // degree scale or mask, 16 or 32 columns; false when the caller must make
-// two segment_reduce calls. Measured on one thread of the 2-core VM with
-// Cora's and CiteSeer's features: two [K, 16] weights took 0.71-0.80x the
-// time of two products (their gradients 0.79-0.86x), 32 columns 0.72-0.97x;
-// 7 columns (a scalar tail) 0.83-1.01x and 64 columns 0.99-1.06x (1.46-1.50x
-// for the transposed gradient), so those run as two walks, and one block
-// shape keeps the instantiations (and the sanitizer build's compile time)
-// small (docs/kernels.md).
+// two segment_reduce calls. Only those widths gained from one walk, so other
+// widths run as two walks, and one block shape keeps the instantiations (and
+// the sanitizer build's compile time) small (docs/kernels.md has the
+// measurements).
 inline constexpr int64_t kPairMaxCols = 2 * kBlockCols;
 
 template <typename T, typename I>
@@ -749,11 +739,9 @@ bool segment_reduce_pair(const SegmentReduce<T, I>& a) {
 // edges in id order: out[row_of_edge[e]] += src[e]. The walk reads one random
 // row of src [E, F] per edge; streaming reads src in order and moves the
 // random access to a row of out, which is E/N times smaller and more often
-// cached. On one thread it won at every size for rows of at most a cache line
-// (kStreamMaxRowBytes), and beat the walk on two threads from E = 1e6 (at
-// E = 1e5 it took 1.15x the two-thread walk's 0.4 ms); for wider rows the
-// walk with its two-step prefetch won at E = 4e6, where it matters, though
-// not always below (docs/kernels.md has the measurements). Every row still
+// cached. It wins for rows of at most a cache line (kStreamMaxRowBytes);
+// for wider rows the walk with its two-step prefetch wins on large graphs,
+// where it matters (docs/kernels.md has the measurements). Every row still
 // adds its edges in ascending id, so the values equal the CSR walk's (a NaN's
 // sign may differ: tests/ops/determinism_test.cc, ScatterPaths).
 inline constexpr int64_t kStreamMaxRowBytes = 64;
@@ -813,9 +801,8 @@ template <int kD, bool kPrefetch, typename T, typename I>
 void edge_dot_fixed(const Csr<I>& csr, int64_t heads, const T* a, const T* b,
                     bool divide_by_degree, T* out) {
   // Heads of kD <= 16 channels with no winner mask: the dot is unrolled
-  // (a runtime-length loop with the mask test per element took 13-23 ns per
-  // edge on Cora's GAT: bench/README.md). a's rows are prefetched when they
-  // do not stay in cache (without, E = 4e6, F = 64 took 2.6x as long).
+  // (a runtime-length loop tested the mask per element). a's rows are
+  // prefetched when they do not stay in cache (docs/kernels.md).
   const int64_t H = heads, F = kD * heads;
   const int64_t* rp = csr.rowptr().data();
   const I* edge = csr.edge().data();
@@ -880,8 +867,7 @@ void edge_dot(const Csr<I>& csr, int64_t features, int64_t heads, const T* a, co
 // segment_reduce_double.cc, for the kernels' value and index types; the
 // kernel files that call them only link to them. Compiled in each of the
 // four that called segment_reduce, they were most of a build's time
-// (spmm.cc took 608 of a Release build's 2040 CPU seconds on the 2-core
-// Zen 3 VM: docs/kernels.md).
+// (docs/kernels.md).
 #define GNNRT_SEGMENT_REDUCE(prefix, T, I)                                            \
   prefix template void segment_reduce<T, I>(Reduce, const SegmentReduce<T, I>&);      \
   prefix template void edge_dot<T, I>(const Csr<I>&, int64_t, int64_t, const T*, const T*, \

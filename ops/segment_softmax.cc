@@ -37,9 +37,9 @@ T* node_scratch(int64_t size) {
 }
 
 // Heads known at compile time (1..16; 0: read from `heads`), so the loops
-// over a score's heads unroll and a row's running values stay in registers.
-// Per-edge loops over a runtime H, with exp called per element, took 3-10
-// ns per score on Cora's GAT (bench/README.md).
+// over a score's heads unroll and a row's running values stay in registers
+// (per-edge loops over a runtime H, with exp called per element, were slow:
+// docs/kernels.md).
 template <int kH>
 struct Heads {
   int64_t runtime;
@@ -75,7 +75,7 @@ template <int kH, typename T, typename I, typename Fold>
 // fn(i, n) for the scores i of edges [begin, end), n = the score's index
 // in the per-destination arrays [N, H]. Vectorised over the edges for one
 // head, over the heads of an edge for several (one flat loop with a gather
-// per score was 3x slower at 8 heads).
+// per score was slower at 8 heads).
 template <int kH, typename I, typename Fn>
 [[gnu::always_inline]] inline void for_scores(const I* row, int64_t H, int64_t begin, int64_t end,
                                               Fn fn) {
@@ -108,10 +108,8 @@ struct Passes {
 
   // Several passes and, forward, an exponential per score: a second thread
   // pays from about 8k scores and rows, a quarter of the aggregations'
-  // kParallelWork. Cora's 1-head softmax (13264 scores) ran on one thread
-  // below that: 85 -> 64 us forward on two threads, 34 -> 27 backward
-  // (alternating call by call in one process; the thread tuner still picks
-  // one thread or two per op in a step).
+  // kParallelWork (docs/kernels.md; the thread tuner still picks one thread
+  // or two per op in a step).
   static constexpr int64_t kParallelScores = int64_t{1} << 13;
 
   bool parallel() const { return (seg.num_edges() + seg.num_rows()) * heads > kParallelScores; }
@@ -178,8 +176,7 @@ void softmax_forward(const Csr<I>& seg, Heads<kH> heads, Score score_of, T* alph
     if constexpr (kH == 1) {
       // One score per edge: a select the compiler keeps as a max
       // instruction, NaN tracked apart. improves() became a branch here,
-      // mispredicted on about every other score (the max pass was 34 of a
-      // 1-head softmax's 50 us on Cora, standalone on one thread).
+      // mispredicted on about every other score.
       T acc = kNegInf;
       bool nan = false;
       for (int64_t p = rp[v]; p < rp[v + 1]; ++p) {

@@ -40,9 +40,7 @@ void check_shapes(std::string_view op, Reduce reduce, const Adjacency<I>& adj, i
 
 // [rows, H, D] -> [rows, D, H]: a row's heads side by side per channel.
 // GAT's 8 heads of 8 make a row one 8 x 8 block, transposed with vector
-// shuffles: Cora GAT's [13264, 8] weight gradient, both reshapes included,
-// 234 against 341 us element by element on one thread, 181-183 against
-// 241-245 on two (alternating call by call in one process).
+// shuffles, faster than element by element (docs/kernels.md).
 template <int kH, int kD, typename T>
 void heads_last(const T* in, int64_t rows, T* out) {
   constexpr int kF = kH * kD;
@@ -61,9 +59,8 @@ void heads_last(const T* in, int64_t rows, T* out) {
 // grad_w[edge[p], h] = scale(r) * <grad_out[r, h, :], x[col[p], h, :]> for
 // kH heads of kD channels (ops/segment_reduce.h edge_dot's sums, the same
 // bits): x and grad_out first turned to [rows, D, H], so that each step over
-// d is one multiply-add across the heads' lanes. Dot by dot, eight 8-long
-// dots per edge took 11-12 ns an edge on Cora's GAT (E = 13264, one
-// thread: 158 us; 94 this way, the two reshapes included).
+// d is one multiply-add across the heads' lanes, not a chain of short dots
+// per edge (docs/kernels.md).
 template <int kH, int kD, typename T, typename I>
 void edge_dot_heads(const Csr<I>& csr, int64_t x_rows, const T* x, const T* grad_out, bool mean,
                     T* grad_w) {

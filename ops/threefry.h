@@ -26,10 +26,10 @@ struct ThreefryKey {
 
 // The 20 rounds on N counters at once, x[word][j] the words of counter j,
 // in place. A vector loop whose lanes each run N independent counters keeps
-// N dependency chains of add-rotate-xor in flight: with N = 1 a 16-lane
-// loop waited on each round's latency (1.4 ns a draw on this machine), with
-// N = 4 it runs at 0.7 ns. The 4 N words must stay in registers with room
-// to spare (ops/dropout.cc's kChains: 4 on AVX-512, 2 on AVX2).
+// N dependency chains of add-rotate-xor in flight, where with N = 1 a
+// 16-lane loop waits on each round's latency (docs/kernels.md). The 4 N
+// words must stay in registers with room to spare (ops/dropout.cc's
+// kChains: 4 on AVX-512, 2 on AVX2).
 template <int N>
 [[gnu::always_inline]] inline void threefry_rounds(const ThreefryKey& key, uint32_t (&x)[4][N]) {
   constexpr int kRotate[8][2] = {{10, 26}, {11, 21}, {13, 27}, {23, 5},

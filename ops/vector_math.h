@@ -8,16 +8,16 @@
 //
 // glibc's expf is a call the compiler cannot vectorise (its vector variants
 // need -ffast-math, which this project does not use: results must not
-// depend on the compiler's reassociation). A softmax, log_softmax or ELU
-// over [E, 8] spent 2-3 ns per element in that call (bench/README.md).
+// depend on the compiler's reassociation), and that call per element is
+// what a softmax, log_softmax or ELU spent its time in (docs/kernels.md).
 // These are plain inline arithmetic, so a loop over them becomes SIMD code.
 //
 // float: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, n in [-126, 0];
 // q = e^r - 1 = r + r^2 P(r) with Cephes' expf polynomial for P, and then
 // e^x = 2^n q + 2^n and e^x - 1 = 2^n q + (2^n - 1): one scale (2^n is a
 // normal float over the whole range) and no cancellation near 0, so one
-// polynomial serves both (an ELU over [2708, 64] took 88 us with the former
-// two-branch expm1, 34 with this). Accuracy (tests/ops/vector_math_test.cc,
+// polynomial serves both, with no second branch for expm1 (docs/kernels.md).
+// Accuracy (tests/ops/vector_math_test.cc,
 // sweeping the range): within 1 ulp of the correctly rounded result on
 // [-87.33, 0]; below -87.34 exp gives 0 (no subnormal results) and expm1
 // -1; NaN gives NaN; -0 gives 1 and -0. A positive argument is treated as
@@ -38,11 +38,9 @@ namespace gnnrt::ops::detail {
 
 // The widest vector register, in bytes, and how many the target has. A GCC
 // vector wider than a register is split into pieces that GCC keeps on the
-// stack: on an AVX2-only AMD EPYC (Zen 3) the 16-float vectors of a
-// 64-column block made GAT Cora's sparse product take 2135 us on one thread
-// instead of 267; and a loop whose live values outnumber the registers
-// spills them (four Threefry chains' 16 words on AVX2: dropout masks at
-// twice the time; docs/kernels.md).
+// stack, and a loop whose live values outnumber the registers spills them
+// (four Threefry chains' 16 words on AVX2); either slows the loop down
+// badly (docs/kernels.md).
 #if defined(__AVX512F__)
 inline constexpr int kVectorBytes = 64;
 inline constexpr int kVectorRegisters = 32;
@@ -159,8 +157,7 @@ template <typename T>
 // (tests/ops/vector_math_test.cc); NaN gives NaN and +inf gives +inf. Zero,
 // negative and subnormal arguments are not handled: the callers never pass
 // one. glibc's logf, one call per row that the compiler cannot vectorise,
-// was about half of a 7-class log_softmax over Cora's 2708 rows (54 -> 29
-// us with this log, one thread, one VM state; docs/kernels.md).
+// was about half of a narrow log_softmax's time (docs/kernels.md).
 [[gnu::always_inline]] inline float log_normal_float(float x) {
   const auto bits = std::bit_cast<int32_t>(x);
   // x = 2^(e0) m0 with m0 in [0.5, 1) (frexp), then m0 < sqrt(1/2) moves
@@ -234,8 +231,7 @@ template <typename V>
 // (row stride out_stride), through transpose8. The loads and stores are
 // unrolled: as loops, GCC filled v on the stack 16 bytes at a time and
 // transpose8 read it back 32 at a time, a store-forwarding stall per row
-// on AVX2 (Zen 3, one thread: spmm's [13264, 8] weight gradient with its
-// two heads_last reshapes 335 -> 193-223 us, docs/kernels.md).
+// on AVX2 (docs/kernels.md).
 template <typename T>
 [[gnu::always_inline]] inline void transpose_block8(const T* in, int64_t in_stride, T* out,
                                                     int64_t out_stride) {

@@ -214,6 +214,13 @@ class Core {
   static constexpr int kBlockKinds = 3;  // one thread, the mix, all threads
   static constexpr int kTuningRuns = 2 * kThreadSamples + 1 + kBlockKinds * kBlockRounds * kBlockRuns;
   void set_trace(bool on) { options_.trace = on; }
+
+  // For the collective kernels (runtime/defs/collective.cc). An allreduce op
+  // on `count` elements of `dtype`; returns the bytes sent.
+  double all_reduce_op(DType dtype, const std::byte* in, std::byte* out, std::size_t count);
+  // Gradient buckets in flight, by bucket id.
+  void start_bucket(uint64_t bucket, void* data, std::size_t count, bool f64);
+  void wait_bucket(uint64_t bucket);
   // Chrome trace (chrome://tracing, Perfetto) of every op run so far.
   void write_trace(const std::filesystem::path& path) const;
 
@@ -225,11 +232,6 @@ class Core {
                  const RunContext& context);
   int communicator_size() const;
   int communicator_rank() const;
-  // An allreduce op on `count` elements of `dtype`; returns the bytes sent.
-  double all_reduce_op(DType dtype, const std::byte* in, std::byte* out, std::size_t count);
-  // Gradient buckets in flight, by bucket id.
-  void start_bucket(uint64_t bucket, void* data, std::size_t count, bool f64);
-  void wait_bucket(uint64_t bucket);
   void poll_buckets();
   void check_finite(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound) const;
 

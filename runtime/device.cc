@@ -12,9 +12,9 @@ namespace gnnrt::runtime {
 DeviceProfile DeviceProfile::named(std::string_view name) {
   // Per NeuronCore: a chip's published figures divided by its cores
   // (docs/runtime.md lists the sources). The launch overhead is our
-  // assumption, not a published number; so are the link latency (5 us) and
-  // the link bandwidth per core (50 GB/s): AWS publishes no per-core
-  // NeuronLink figures.
+  // assumption, not a published number; so are the link latency and the
+  // link bandwidth per core (the last two values below): AWS publishes no
+  // per-core NeuronLink figures.
   if (name == "trn1") {
     // Trainium: 2 cores, 32 GiB HBM, 820 GB/s, 47.5 TFLOPS fp32 per chip.
     return {"trn1", int64_t{16} << 30, 47.5e12 / 2, 820e9 / 2, 2e-6, 5e-6, 50e9};

@@ -1,6 +1,6 @@
 // Core::run: binds a compiled program's values to memory and executes its
-// ops one after another, each through its kernel in ops/ (or a collective),
-// in the program's float type.
+// ops one after another, each through the kernel of its definition
+// (runtime/defs/), in the program's float type.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -11,23 +11,14 @@
 #include <xmmintrin.h>
 #endif
 
+#include <type_traits>
+
 #include "collectives/communicator.h"
-#include "ops/dense.h"
-#include "ops/dropout.h"
-#include "ops/elementwise.h"
-#include "ops/gather.h"
 #include "ops/gcn_norm.h"
-#include "ops/head_edges.h"
-#include "ops/layer_norm.h"
-#include "ops/noise.h"
-#include "ops/optimizer.h"
-#include "ops/scatter.h"
-#include "ops/sddmm.h"
-#include "ops/segment_softmax.h"
-#include "ops/sparse_matmul.h"
-#include "ops/spmm.h"
 #include "runtime/core.h"
 #include "runtime/halo.h"
+#include "runtime/kernel.h"
+#include "runtime/op_defs.h"
 
 namespace gnnrt::runtime {
 
@@ -136,9 +127,8 @@ class OpThreads {
 // the rest of MXCSR, the exception flags the run raised included, stays as
 // the run left it. An operand or result below 2^-126 in
 // float (2^-1022 in double) costs a microcode assist of ~100+ cycles per
-// vector instruction on x86: Adam's moments of weights that stop getting
-// gradient decay into that range after ~1,500 steps (Cora's GCN, two
-// threads: Adam 48-60 us a step, 15-16 flushed). TensorFlow runs its CPU
+// vector instruction on x86, and Adam's moments of weights that stop getting
+// gradient decay into that range (docs/kernels.md). TensorFlow runs its CPU
 // kernels under the same setting (port::ScopedFlushDenormal); PyTorch
 // offers it as torch.set_flush_denormal. Elsewhere than x86 it does nothing.
 class FlushDenormals {
@@ -217,10 +207,8 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 }
 
 // Op threads: an op that reads rows another core has just written pays for
-// moving each cache line between the cores (about 85 ns a line on the 2-core
-// VM, against 5 ns from the core's own cache), so a small op often ran
-// slower on two threads than on one (Cora's train step: 0.48 ms on one
-// thread, 0.68 ms on two). Which ops gain depends on the op, its sizes and
+// moving each cache line between the cores, so a small op can run slower on
+// two threads than on one. Which ops gain depends on the op, its sizes and
 // the ops around it, so Core::run measures instead of guessing: after a
 // warm-up run, runs alternate between every op on one thread and every op on
 // all, kThreadSamples each, and each op takes the count whose median was
@@ -231,17 +219,12 @@ std::vector<int> Core::op_threads(const CompiledProgram& compiled) const {
 // kBlockRounds times, and the lowest median over a kind's runs decides.
 // Every op on all threads is a candidate of its own because the mix can be
 // slower than both: where one thread's op reads what two threads' ops
-// wrote, the lines cross between the cores at each change (GAT Cora on the
-// Zen 5 VM: mixes of 19-27 of 49 ops ran 1.2-1.4 ms, every op on two
-// threads 0.70-0.72, one thread 1.12-1.15). Blocks, not alternation, and
-// the first run of each dropped: after a run with parallel ops the worker
-// still spins through much of the next run, so one-thread runs that
-// alternated with the mix ran slow (Cora's GCN step kept a mix at
-// 0.50-0.54 ms that ran 0.42-0.45 ms on one thread). The VM's noise (the
-// other vCPU taken away for some milliseconds) is why there are 7 samples
-// per op and several rounds of blocks: with 3 samples and one pair of
-// blocks, about one GAT Cora process in 15 kept every op on one thread
-// (2.09 ms against 1.7-2.0 for the others' mixes).
+// wrote, the lines cross between the cores at each change. Blocks, not
+// alternation, and the first run of each dropped: after a run with parallel
+// ops the worker still spins through much of the next run, so one-thread
+// runs that alternated with the mix ran slow. A shared machine's noise (a
+// core taken away for some milliseconds) is why there are 7 samples per op
+// and several rounds of blocks; fewer kept bad plans (docs/kernels.md).
 void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
@@ -399,448 +382,18 @@ void Core::check_finite(const CompiledProgram& compiled, std::size_t op_index,
   }
 }
 
-// One op in the value type T. Returns the bytes it sent to other ranks.
+// One op in the value type T, by its kernel (runtime/defs/). Returns the
+// bytes it sent to other ranks.
 template <typename T>
 double Core::execute(const CompiledProgram& compiled, std::size_t op_index, const Bound& bound,
                      const RunContext& context) {
   const Program& p = compiled.program;
-  const Op& op = p.ops[op_index];
-  const OpAttrs& a = op.attrs;
-  const auto elements = [&](ValueId v) { return static_cast<size_t>(p.value(v).elements()); };
-  const auto shape = [&](ValueId v) -> const std::vector<int64_t>& { return p.value(v).shape; };
-  const auto typed = [&]<typename U>(ValueId v) {
-    return std::span<U>(reinterpret_cast<U*>(bound.data[static_cast<size_t>(v)]), elements(v));
-  };
-  // Spans of output k and input k, by type; optional inputs give empty spans.
-  const auto out_of = [&]<typename U = T>(size_t k = 0) { return typed.template operator()<U>(op.outputs[k]); };
-  const auto in = [&]<typename U = T>(size_t k) {
-    if (k >= op.inputs.size() || op.inputs[k] == kNoValue) return std::span<const U>();
-    return std::span<const U>(typed.template operator()<U>(op.inputs[k]));
-  };
-  const auto mutable_in = [&]<typename U = T>(size_t k) { return typed.template operator()<U>(op.inputs[k]); };
-  const auto graph = [&]() -> const Adjacency& { return *bound.graphs.at(static_cast<size_t>(a.graph())); };
-  const auto rows = [&](ValueId v) { return shape(v).at(0); };
-  const auto cols = [&](ValueId v) { return shape(v).size() > 1 ? shape(v)[1] : int64_t{1}; };
-  // A loss's count: the global one when given (partitioned), else this rank's.
-  const auto loss_count = [&](size_t mask_input, size_t count_input, int64_t per_row) {
-    if (count_input < op.inputs.size()) return in.template operator()<int64_t>(count_input)[0] * per_row;
-    int64_t n = 0;
-    for (uint8_t m : in.template operator()<uint8_t>(mask_input)) n += m != 0;
-    return n * per_row;
-  };
-  const ValueId out = op.outputs.empty() ? kNoValue : op.outputs[0];
-  const ops::DropoutKey dropout_key{context.seed, static_cast<uint64_t>(context.step), a.key()};
-  const auto slope = static_cast<T>(a.alpha());
-  const auto norm_mode = a.per_node() ? ops::LayerNormMode::kNode : ops::LayerNormMode::kGraph;
-  const auto f = [&]() { return out_of(); };
-  if ((op.kind == OpKind::kHaloSum || op.kind == OpKind::kHaloMax) && !options_.halo) {
-    throw RunError(fmt::format("program '{}': {}: the core has no halo (CoreOptions::halo)", p.name,
-                               p.describe(op_index)));
-  }
-
-  switch (op.kind) {
-    case OpKind::kFill:
-      std::fill(f().begin(), f().end(), static_cast<T>(a.alpha()));
-      return 0;
-    case OpKind::kMatMul: {
-      const int64_t k = a.trans_a() ? rows(op.inputs[0]) : cols(op.inputs[0]);
-      ops::matmul<T>(in(0), in(1), f(), rows(out), k, cols(out), a.trans_a(), a.trans_b());
-      return 0;
-    }
-    case OpKind::kAdd:
-      ops::add<T>(in(0), in(1), f());
-      return 0;
-    case OpKind::kMul:
-      ops::mul<T>(in(0), in(1), f());
-      return 0;
-    case OpKind::kScale:
-      ops::scale<T>(in(0), static_cast<T>(a.alpha()), f());
-      return 0;
-    case OpKind::kBiasAdd:
-      ops::bias_add_forward<T>(in(0), in(1), f(), rows(out), cols(out));
-      return 0;
-    case OpKind::kRelu:
-      ops::relu_forward<T>(in(0), f());
-      return 0;
-    case OpKind::kLeakyRelu:
-      ops::leaky_relu_forward<T>(in(0), slope, f());
-      return 0;
-    case OpKind::kElu:
-      ops::elu_forward<T>(in(0), slope, f());
-      return 0;
-    case OpKind::kConcat: {
-      std::vector<std::span<const T>> inputs;
-      std::vector<int64_t> widths;
-      for (size_t i = 0; i < op.inputs.size(); ++i) {
-        inputs.push_back(in(i));
-        widths.push_back(cols(op.inputs[i]));
-      }
-      ops::concat_cols<T>(inputs, widths, rows(out), f());
-      return 0;
-    }
-    case OpKind::kSliceCols:
-      ops::slice_cols<T>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), a.begin(), a.width(), f());
-      return 0;
-    case OpKind::kActivation:
-      ops::activation_forward<T>(static_cast<ops::Activation>(a.activation()), in(0), f(), slope);
-      return 0;
-    case OpKind::kDropout:
-      ops::dropout_forward<T>(dropout_key, a.alpha(), cols(out), in.template operator()<int64_t>(1),
-                              in(0), f(), out_of.template operator()<uint8_t>(1));
-      return 0;
-    case OpKind::kNormal:
-      ops::normal_forward<T>(dropout_key, a.width(), in.template operator()<int64_t>(0), f());
-      return 0;
-    case OpKind::kLogSoftmax:
-      ops::log_softmax_forward<T>(in(0), rows(out), cols(out), f());
-      return 0;
-    case OpKind::kNllLoss: {
-      const ValueId lp = op.inputs[0];
-      const ops::LossSum s = ops::nll_loss_forward<T, int64_t>(
-          in(0), rows(lp), cols(lp), in.template operator()<int64_t>(1), in.template operator()<uint8_t>(2));
-      const int64_t count = loss_count(2, 3, 1);
-      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
-      return 0;
-    }
-    case OpKind::kCrossEntropy: {
-      const ValueId x = op.inputs[0];
-      const ops::LossSum s = ops::cross_entropy_forward<T, int64_t>(
-          in(0), rows(x), cols(x), in.template operator()<int64_t>(1), in.template operator()<uint8_t>(2));
-      const int64_t count = loss_count(2, 3, 1);
-      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
-      return 0;
-    }
-    case OpKind::kMseLoss: {
-      const ValueId pred = op.inputs[0];
-      const ops::SquaredSum s = ops::mse_loss_forward<T>(in(0), in(1), in.template operator()<uint8_t>(2),
-                                                         rows(pred), cols(pred), loss_form_of(a));
-      const int64_t count = loss_count(2, 3, cols(pred));
-      f()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
-      return 0;
-    }
-    case OpKind::kHeadDot:
-      ops::head_dot_forward<T>(in(0), in(1), rows(out), a.heads(), cols(op.inputs[0]) / a.heads(), f());
-      return 0;
-    case OpKind::kHeadMean:
-      ops::head_mean_forward<T>(in(0), rows(out), a.heads(), cols(out), f());
-      return 0;
-    case OpKind::kLayerNormMoments: {
-      const ValueId x = op.inputs[0];
-      ops::layer_norm_moments<T>(in(0), in.template operator()<uint8_t>(1), rows(x), cols(x),
-                                 out_of.template operator()<double>());
-      return 0;
-    }
-    case OpKind::kLayerNorm:
-      ops::layer_norm_forward<T>(norm_mode, in(0), in(1), in(2), in.template operator()<double>(3),
-                                 rows(out), cols(out), a.alpha(), f());
-      return 0;
-    case OpKind::kLayerNormGradSums: {
-      const ValueId x = op.inputs[0];
-      ops::layer_norm_grad_sums<T>(in(0), in(1), in(2), in.template operator()<double>(3), rows(x),
-                                   cols(x), out_of.template operator()<double>());
-      return 0;
-    }
-    case OpKind::kLayerNormGradX:
-      ops::layer_norm_backward_x<T>(norm_mode, in(0), in(1), in(2), in.template operator()<double>(3),
-                                    in.template operator()<double>(4), in.template operator()<uint8_t>(5),
-                                    rows(out), cols(out), a.alpha(), f());
-      return 0;
-    case OpKind::kLayerNormGradGamma: {
-      const ValueId x = op.inputs[0];
-      ops::layer_norm_backward_gamma<T>(norm_mode, in(0), in(1), in.template operator()<double>(2),
-                                        rows(x), cols(x), a.alpha(), f());
-      return 0;
-    }
-    case OpKind::kGcnNorm:
-      if (is_graph_constant(op)) return 0;  // bound to its value, computed once (Core::bind)
-      ops::gcn_norm<T, int32_t>(graph(), in.template operator()<int64_t>(0), f());
-      return 0;
-    case OpKind::kDivideRows:
-      ops::divide_rows<T>(in(0), in.template operator()<int64_t>(1), cols(out), f());
-      return 0;
-    case OpKind::kGather:
-      ops::gather_forward<T, int32_t>(graph().by_src, cols(out), in(0), f());
-      return 0;
-    case OpKind::kEdgeScale:
-      ops::edge_scale<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f());
-      return 0;
-    case OpKind::kScatter:
-      ops::scatter_forward<T, int32_t>(reduce_of(a), graph().by_dst, cols(out), in(0), f(),
-                                       op.outputs.size() > 1 ? out_of.template operator()<int32_t>(1)
-                                                             : std::span<int32_t>());
-      return 0;
-    case OpKind::kSpmm:
-      ops::spmm_forward<T, int32_t>(reduce_of(a), graph(), cols(out), in(0), in(1), f(),
-                                    op.outputs.size() > 1 ? out_of.template operator()<int32_t>(1)
-                                                          : std::span<int32_t>());
-      return 0;
-    case OpKind::kSparseMatMul:
-      if (op.inputs.size() == 3) {  // a pair (pair_sparse_products)
-        ops::sparse_matmul_forward_pair<T, int32_t>(graph(), in(0), in(1), in(2), cols(out),
-                                                    a.trans_b(), out_of(1), out_of(3), f(),
-                                                    out_of(2));
-        return 0;
-      }
-      ops::sparse_matmul_forward<T, int32_t>(graph(), in(0), in(1), cols(out), a.trans_b(),
-                                             out_of(1), f());
-      return 0;
-    case OpKind::kSparseDropout:
-      ops::sparse_dropout_forward<T, int32_t>(dropout_key, a.alpha(), graph().by_dst,
-                                              in.template operator()<int64_t>(1), in(0), f());
-      return 0;
-    case OpKind::kSparseMatMulGradB:
-      if (op.inputs.size() == 3) {  // a pair (pair_sparse_products)
-        ops::sparse_matmul_backward_b_pair<T, int32_t>(graph(), in(0), in(1), in(2),
-                                                       cols(op.inputs[1]), a.trans_b(), out_of(1),
-                                                       out_of(3), f(), out_of(2));
-        return 0;
-      }
-      ops::sparse_matmul_backward_b<T, int32_t>(graph(), in(0), in(1), cols(op.inputs[1]),
-                                                a.trans_b(), out_of(1), f());
-      return 0;
-    case OpKind::kSddmmAdd:
-      ops::sddmm_add_forward<T, int32_t>(graph(), a.heads(), in(0), in(1), f());
-      return 0;
-    case OpKind::kSddmmDot:
-      ops::sddmm_dot_forward<T, int32_t>(graph(), cols(op.inputs[0]), a.heads(), in(0), in(1), f());
-      return 0;
-    case OpKind::kSddmmDotGradA:
-      // Only b's values are read for a's gradient (and a's for b's).
-      ops::sddmm_dot_backward<T, int32_t>(graph(), cols(out), a.heads(), {}, in(0), in(1), f(), {});
-      return 0;
-    case OpKind::kSddmmDotGradB:
-      ops::sddmm_dot_backward<T, int32_t>(graph(), cols(out), a.heads(), in(0), {}, in(1), {}, f());
-      return 0;
-    case OpKind::kReshape:
-      std::copy(in(0).begin(), in(0).end(), f().begin());
-      return 0;
-    case OpKind::kEdgeHeadDot:
-      ops::edge_head_dot<T, int32_t>(graph(), a.heads(), cols(op.inputs[1]), in(0), in(1), f());
-      return 0;
-    case OpKind::kHeadScatter:
-      ops::head_scatter<T, int32_t>(graph(), a.heads(), cols(op.inputs[1]), in(0), in(1), f());
-      return 0;
-    case OpKind::kHeadGather:
-      ops::head_gather<T, int32_t>(graph(), a.heads(), cols(out), in(0), in(1), f());
-      return 0;
-    case OpKind::kHeadMatMul: {
-      const int64_t p_ = cols(op.inputs[0]) / a.heads();
-      ops::head_matmul<T>(in(0), in(1), f(), rows(out), a.heads(), p_, cols(out) / a.heads(), a.trans_b());
-      return 0;
-    }
-    case OpKind::kHeadOuter:
-      ops::head_outer<T>(in(0), in(1), f(), rows(op.inputs[0]), a.heads(), cols(op.inputs[0]) / a.heads(),
-                         cols(op.inputs[1]) / a.heads());
-      return 0;
-    case OpKind::kSegmentSoftmax:
-      ops::segment_softmax_forward<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
-      return 0;
-    case OpKind::kAttentionSoftmax:
-      ops::attention_softmax_forward<T, int32_t>(graph(), a.heads(), slope, in(0), in(1), f());
-      return 0;
-    case OpKind::kSegmentMax:
-      ops::segment_max<T, int32_t>(graph().by_dst, a.heads(), in(0), f());
-      return 0;
-    case OpKind::kSegmentExpSum:
-      ops::segment_exp_sum<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), f());
-      return 0;
-    case OpKind::kSegmentSoftmaxApply:
-      ops::segment_softmax_apply<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
-      return 0;
-    case OpKind::kBiasGrad:
-      ops::bias_add_backward<T>(in(0), rows(op.inputs[0]), cols(op.inputs[0]), f());
-      return 0;
-    case OpKind::kReluGrad:
-      ops::relu_backward<T>(in(0), in(1), f());
-      return 0;
-    case OpKind::kLeakyReluGrad:
-      ops::leaky_relu_backward<T>(in(0), slope, in(1), f());
-      return 0;
-    case OpKind::kEluGrad:
-      ops::elu_backward<T>(in(0), slope, in(1), f());
-      return 0;
-    case OpKind::kActivationGrad:
-      ops::activation_backward<T>(static_cast<ops::Activation>(a.activation()), in(0), in(1), f(), slope);
-      return 0;
-    case OpKind::kDropoutGrad:
-      ops::dropout_backward<T>(a.alpha(), in.template operator()<uint8_t>(1), in(0), f());
-      return 0;
-    case OpKind::kLogSoftmaxGrad:
-      ops::log_softmax_backward<T>(in(0), in(1), rows(out), cols(out), f());
-      return 0;
-    case OpKind::kNllLossGrad: {
-      const int64_t count = loss_count(2, 4, 1);
-      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
-      ops::nll_loss_backward<T, int64_t>(rows(out), cols(out), in.template operator()<int64_t>(1),
-                                         in.template operator()<uint8_t>(2), scale, f());
-      return 0;
-    }
-    case OpKind::kCrossEntropyGrad: {
-      const int64_t count = loss_count(2, 4, 1);
-      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
-      ops::cross_entropy_backward<T, int64_t>(in(0), rows(out), cols(out),
-                                              in.template operator()<int64_t>(1),
-                                              in.template operator()<uint8_t>(2), scale, f());
-      return 0;
-    }
-    case OpKind::kMseLossGrad: {
-      const int64_t count = loss_count(2, 4, cols(out));
-      const T scale = count > 0 ? in(3)[0] / static_cast<T>(count) : T(0);
-      ops::mse_loss_backward<T>(in(0), in(1), in.template operator()<uint8_t>(2), rows(out), cols(out),
-                                scale, f(), loss_form_of(a));
-      return 0;
-    }
-    case OpKind::kHeadDotGradX:
-      ops::head_dot_backward_x<T>(in(0), in(1), rows(out), a.heads(), cols(out) / a.heads(), f(),
-                                  op.inputs.size() > 2 ? in(2) : std::span<const T>{});
-      return 0;
-    case OpKind::kHeadDotGradAtt: {
-      const ValueId x = op.inputs[0];
-      ops::head_dot_backward_att<T>(in(0), in(1), rows(x), a.heads(), cols(x) / a.heads(), f());
-      return 0;
-    }
-    case OpKind::kHeadMeanGrad:
-      ops::head_mean_backward<T>(in(0), rows(out), a.heads(), cols(op.inputs[0]), f());
-      return 0;
-    case OpKind::kGatherGrad:
-      ops::gather_backward<T, int32_t>(graph().by_src, cols(out), in(0), f());
-      return 0;
-    case OpKind::kEdgeDot: {
-      const ValueId g = op.inputs[0];
-      ops::edge_dot<T>(in(0), in(1), rows(g), a.heads(), cols(g) / a.heads(), f());
-      return 0;
-    }
-    case OpKind::kScatterGrad:
-      ops::scatter_backward<T, int32_t>(reduce_of(a), graph().by_dst, cols(out), in(0),
-                                        in.template operator()<int32_t>(1), f());
-      return 0;
-    case OpKind::kSpmmGradX:
-      // inputs: x, g, edge weight (or none), arg (or none)
-      ops::spmm_backward<T, int32_t>(reduce_of(a), graph(), cols(out), in(0), in(2), in(1),
-                                     in.template operator()<int32_t>(3), f(), {});
-      return 0;
-    case OpKind::kSpmmGradW:
-      // inputs: x, g, edge weight, arg (or none)
-      ops::spmm_backward<T, int32_t>(reduce_of(a), graph(), cols(op.inputs[0]), in(0), in(2), in(1),
-                                     in.template operator()<int32_t>(3), {}, f());
-      return 0;
-    case OpKind::kSddmmAddGradA:
-      ops::sddmm_add_backward<T, int32_t>(graph(), a.heads(), in(0), f(), {});
-      return 0;
-    case OpKind::kSddmmAddGradB:
-      ops::sddmm_add_backward<T, int32_t>(graph(), a.heads(), in(0), {}, f());
-      return 0;
-    case OpKind::kSegmentSoftmaxGrad:
-      ops::segment_softmax_backward<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), f());
-      return 0;
-    case OpKind::kAttentionSoftmaxGrad:
-      ops::attention_softmax_backward<T, int32_t>(graph(), a.heads(), slope, in(0), in(1), in(2),
-                                                  in(3), f());
-      return 0;
-    case OpKind::kSegmentExpSumGrad:
-      ops::segment_exp_sum_grad<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
-      return 0;
-    case OpKind::kSegmentSoftmaxApplyGradS:
-      ops::segment_softmax_apply_grad_s<T, int32_t>(graph().by_dst, a.heads(), in(0), in(1), in(2), f());
-      return 0;
-    case OpKind::kKeepWinners: {
-      const auto g = in(0);
-      const auto arg = in.template operator()<int32_t>(1);
-      const auto edges = static_cast<int32_t>(graph().num_edges());
-      auto o = f();
-      for (size_t k = 0; k < o.size(); ++k) o[k] = arg[k] < edges ? g[k] : T(0);
-      return 0;
-    }
-    case OpKind::kAllReduce:
-      return all_reduce_op(p.value(op.inputs[0]).dtype, bound.data[static_cast<size_t>(op.inputs[0])],
-                           bound.data[static_cast<size_t>(out)], elements(out));
-    case OpKind::kHaloSum: {
-      auto o = f();
-      std::copy(in(0).begin(), in(0).end(), o.begin());
-      const double before = options_.halo->bytes_sent();
-      options_.halo->sum<T>(o, cols(out));
-      return options_.halo->bytes_sent() - before;
-    }
-    case OpKind::kHaloMax: {
-      auto o = f();
-      std::copy(in(0).begin(), in(0).end(), o.begin());
-      const bool max = reduce_of(a) == ops::Reduce::kMax;
-      const double before = options_.halo->bytes_sent();
-      if (op.inputs.size() == 1) {
-        if (!max) throw RunError("halo_max without arg is a max");
-        options_.halo->max<T>(o, cols(out));
-        return options_.halo->bytes_sent() - before;
-      }
-      // Keys: the global id of each element's local winning edge.
-      const auto arg = in.template operator()<int32_t>(1);
-      const auto edge_id = in.template operator()<int64_t>(2);
-      const auto edges = static_cast<int32_t>(edge_id.size());
-      std::vector<int64_t> keys(o.size());
-      for (size_t k = 0; k < o.size(); ++k) {
-        keys[k] = arg[k] < edges ? edge_id[static_cast<size_t>(arg[k])] : collectives::HaloExchange::kNoKey;
-      }
-      std::vector<int64_t> mine = keys;
-      options_.halo->keyed<T>(o, keys, cols(out), max);
-      auto new_arg = out_of.template operator()<int32_t>(1);
-      for (size_t k = 0; k < o.size(); ++k) {
-        const bool won = mine[k] != collectives::HaloExchange::kNoKey && keys[k] == mine[k];
-        new_arg[k] = won ? arg[k] : edges;
-        if (keys[k] == collectives::HaloExchange::kNoKey) o[k] = T(0);  // empty everywhere
-      }
-      return options_.halo->bytes_sent() - before;
-    }
-    case OpKind::kBucketStart: {
-      auto bucket = f();
-      size_t at = 0;
-      for (size_t k = 0; k < op.inputs.size(); ++k) {
-        const auto g = in(k);
-        std::copy(g.begin(), g.end(), bucket.begin() + static_cast<std::ptrdiff_t>(at));
-        at += g.size();
-      }
-      start_bucket(a.key(), bucket.data(), bucket.size(), sizeof(T) == 8);
-      return static_cast<double>(bucket.size_bytes());
-    }
-    case OpKind::kBucketWait: {
-      wait_bucket(a.key());
-      const auto bucket = in(0);
-      size_t at = 0;
-      for (size_t k = 0; k < op.outputs.size(); ++k) {
-        auto g = out_of(k);
-        std::copy_n(bucket.begin() + static_cast<std::ptrdiff_t>(at), g.size(), g.begin());
-        at += g.size();
-      }
-      return 0;
-    }
-    case OpKind::kAdamUpdate:
-      ops::adam_update<T>({.lr = context.lr,
-                           .beta1 = a.beta1(),
-                           .beta2 = a.beta2(),
-                           .eps = a.eps(),
-                           .weight_decay = a.weight_decay(),
-                           .decoupled = a.decoupled(),
-                           .step = context.step},
-                          in(1), mutable_in(0), mutable_in(2), mutable_in(3));
-      return 0;
-    case OpKind::kSgdUpdate:
-      ops::sgd_update<T>({.lr = context.lr,
-                          .momentum = a.momentum(),
-                          .weight_decay = a.weight_decay(),
-                          .nesterov = a.nesterov(),
-                          .step = context.step},
-                         in(1), mutable_in(0), mutable_in(2));
-      return 0;
-    case OpKind::kAccumulate:
-      mutable_in.template operator()<double>(0)[a.key()] += static_cast<double>(in(1)[0]);
-      return 0;
-    case OpKind::kCountCorrect: {
-      const ValueId lp = op.inputs[1];
-      const ops::CorrectCount c = ops::count_correct<T>(in(1), in.template operator()<int64_t>(2),
-                                                        in.template operator()<uint8_t>(3), rows(lp), cols(lp));
-      auto metrics = mutable_in.template operator()<double>(0);
-      metrics[a.key()] += static_cast<double>(c.correct);
-      metrics[a.key() + 1] += static_cast<double>(c.total);
-      return 0;
-    }
+  const OpDef& def = op_def(p.ops[op_index].kind);
+  const Kernel<T> kernel(*this, p, op_index, bound.data, bound.graphs, context);
+  if constexpr (std::is_same_v<T, double>) {
+    if (def.run_f64 != nullptr) return def.run_f64(kernel);
+  } else {
+    if (def.run_f32 != nullptr) return def.run_f32(kernel);
   }
   throw RunError(fmt::format("program '{}': {} has no kernel", p.name, p.describe(op_index)));
 }

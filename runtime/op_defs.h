@@ -1,16 +1,18 @@
-// The definition of each op the core runs, in one table (op_defs.cc): its
-// flags, its shape rule and, where the generic estimate is wrong for it, its
-// cost. The Builder emits an op's results from its shape rule, the verifier
-// re-checks every op of a program against it (programs loaded from the cache
-// included), the autodiff reads the flags, and the cost model the cost.
-// The other two parts of an op live where their code runs: its kernel in
-// executor.cc (templated on the float type) and its backward rule in
-// autodiff.cc. docs/runtime.md lists the places an op touches.
+// The definition of each op the core runs: its flags, its shape rule, its
+// cost where the generic estimate is wrong for it, its kernel (templated on
+// the float type) and its gradient rule, all in its family's file under
+// runtime/defs/ (dense, activation, loss, random, norm, graph, attention,
+// heads, collective, state). The Builder emits an op's results from its
+// shape rule, the verifier re-checks every op of a program against it
+// (programs loaded from the cache included), the executor runs its kernel,
+// the autodiff its gradient rule and the cost model reads its cost.
+// docs/runtime.md, "Adding an op", lists the files an op touches.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/device.h"
@@ -81,6 +83,39 @@ class OpCheck {
   std::vector<OutputSpec> outputs_;
 };
 
+template <typename T>
+class Kernel;  // runtime/kernel.h
+class Builder;  // runtime/builder.h
+
+// What an op's gradient rule sees (runtime/autodiff.cc runs the rules in
+// reverse op order): the op, the gradient g of its first result and the
+// builder to emit the backward ops with. add() sums a gradient into an
+// operand's; needs() says whether an operand wants one at all.
+class Gradient {
+ public:
+  Gradient(Builder& b, const Op& op, ValueId g, const std::vector<bool>& needs,
+           std::unordered_map<ValueId, ValueId>& sums)
+      : b(b), op(op), a(op.attrs), g(g), needs_(needs), sums_(sums) {}
+
+  Builder& b;
+  const Op& op;
+  const OpAttrs& a;
+  const ValueId g;
+
+  bool needs(ValueId v) const { return v != kNoValue && needs_[static_cast<std::size_t>(v)]; }
+  void add(ValueId v, ValueId grad) { sum_into(b, needs_, sums_, v, grad); }
+  // Operand k, or kNoValue when an optional one is not listed.
+  ValueId optional(std::size_t k) const { return k < op.inputs.size() ? op.inputs[k] : kNoValue; }
+
+  // sums[v] += grad (a new sum op when v has one already), when v needs it.
+  static void sum_into(Builder& b, const std::vector<bool>& needs, std::unordered_map<ValueId, ValueId>& sums,
+                       ValueId v, ValueId grad);
+
+ private:
+  const std::vector<bool>& needs_;
+  std::unordered_map<ValueId, ValueId>& sums_;
+};
+
 struct OpDef {
   OpKind kind;
   uint32_t flags = 0;
@@ -88,7 +123,42 @@ struct OpDef {
   // Adjusts the generic cost (bytes of operands and results, one flop per
   // result element; graph ops also read their index arrays); null for none.
   void (*cost)(const Program&, const Op&, OpCost&) = nullptr;
+  // The kernel in float and in double; returns the bytes sent to other
+  // ranks (collectives), 0 for the rest.
+  double (*run_f32)(const Kernel<float>&) = nullptr;
+  double (*run_f64)(const Kernel<double>&) = nullptr;
+  // Null for an op that is never differentiated (a gradient op itself, or
+  // one whose flags say kNoGradient).
+  void (*gradient)(Gradient&) = nullptr;
 };
+
+// An op's kernel in both float types, for an OpDef row.
+#define GNNRT_KERNEL(fn) &fn<float>, &fn<double>
+
+// The table the family files fill, one row per op (checked: each op once).
+class OpTable {
+ public:
+  void add(const OpDef& def);
+  const OpDef& at(OpKind kind) const;
+  void check_complete() const;  // throws std::logic_error naming an op without a row
+
+ private:
+  std::vector<OpDef> defs_;
+  std::vector<bool> set_;
+};
+
+namespace defs {  // one per family file
+void define_dense(OpTable& t);
+void define_activation(OpTable& t);
+void define_loss(OpTable& t);
+void define_random(OpTable& t);
+void define_norm(OpTable& t);
+void define_graph(OpTable& t);
+void define_attention(OpTable& t);
+void define_heads(OpTable& t);
+void define_collective(OpTable& t);
+void define_state(OpTable& t);
+}  // namespace defs
 
 const OpDef& op_def(OpKind kind);
 inline bool has_flag(OpKind kind, OpFlag flag) { return (op_def(kind).flags & flag) != 0; }

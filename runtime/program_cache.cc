@@ -124,8 +124,8 @@ namespace {
 
 // The program as the key hashes it: what Program::to_text() prints, as
 // length-prefixed fields, each op's attributes in Protobuf's binary form
-// (printing them through reflection took 1.2 ms of a 6 ms cached start for
-// the 45 M encoder's 2,000 ops; this takes about 0.2).
+// (printing them through reflection was a large share of a cached start for
+// a model of thousands of ops; docs/kernels.md).
 class ProgramHash {
  public:
   ProgramHash() { XXH64_reset(state_, 0); }
@@ -202,7 +202,7 @@ std::optional<CompiledProgram> ProgramCache::load(const std::string& key) const 
   if (dir_.empty()) return std::nullopt;
   std::ifstream in(path(key), std::ios::binary);
   if (!in) return std::nullopt;
-  // One read of the whole entry (a stream iterator took 0.4 ms for 438 KB).
+  // One read of the whole entry (a stream iterator is slow on large entries).
   in.seekg(0, std::ios::end);
   std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
   in.seekg(0);

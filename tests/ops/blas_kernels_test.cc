@@ -1,7 +1,7 @@
 // ops::blas_kernels and blas_kernels_warning: when OpenBLAS's kernel set
 // leaves the CPU's AVX2 and FMA idle (Debian's 0.3.21 picks Prescott on
-// some AVX-512 Xeons), gnnrt says so and names the setting; otherwise it
-// stays quiet.
+// some AVX-512 CPUs: docs/benchmarks.md), gnnrt says so and names the
+// setting; otherwise it stays quiet.
 #include <gtest/gtest.h>
 
 #include <string>

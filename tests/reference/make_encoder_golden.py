@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Writes the golden data of gnnrt's scene-encoder tests from an independent
 PyTorch 1.13 reference of VectorWorld's VAE scene encoder
-(ScenarioDreamerEncoder), written from its formulas: torch.nn modules laid
-out as VectorWorld lays them out, so that their state_dict names are the
-names gnnrt must give its parameters, and forwards from the layer formulas
-of make_batch_golden.py (ResidualMLP, QCNet's attention layer), with
-PyG-style batching.
+(ScenarioDreamerEncoder), written from its formulas: the torch.nn modules
+of vectorworld_reference.py (VectorWorld's layout, shared with
+bench/scene_encoder.py), so that their state_dict names are the names gnnrt
+must give its parameters, and forwards from the layer formulas of
+make_batch_golden.py (ResidualMLP, QCNet's attention layer), with PyG-style
+batching.
 
 Layout under --out (default tests/golden/batch/scene_encoder/):
   data/            a batch dataset folder of small synthetic scenes (numpy)
@@ -43,6 +44,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "scripts"))
 import make_batch_golden as mbg  # noqa: E402
 import scene_encoder_job as jobs  # noqa: E402
+import vectorworld_reference as vw  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -83,89 +85,6 @@ def noise(seed, step, op, global_rows, cols):
     return torch.tensor(out)
 
 
-# ---- VectorWorld's module layout (vectorworld/utils/layers.py, networks/vae_net.py) ----
-
-class ResidualMLP(nn.Module):
-    def __init__(self, inp, hidden, n_hidden=2, out=None):
-        super().__init__()
-        self.n_hidden, self.has_out = n_hidden, out is not None
-        self.linears = nn.ModuleList([nn.Linear(inp if i == 0 else hidden, hidden) for i in range(n_hidden)])
-        self.norms = nn.ModuleList([nn.LayerNorm(hidden) for _ in range(n_hidden)])
-        self.transform_linear = nn.Linear(inp, hidden)
-        self.transform_norm = nn.LayerNorm(hidden)
-        self.linear_out = nn.Linear(hidden, out) if out is not None else None
-
-
-class AttentionLayer(nn.Module):
-    def __init__(self, hidden, heads, ff, bipartite, r_width=None):
-        super().__init__()
-        self.heads = heads
-        self.to_q = nn.Linear(hidden, hidden)
-        self.to_k = nn.Linear(hidden, hidden, bias=False)
-        self.to_v = nn.Linear(hidden, hidden)
-        if r_width:
-            self.to_k_r = nn.Linear(r_width, hidden, bias=False)
-            self.to_v_r = nn.Linear(r_width, hidden)
-        self.to_s = nn.Linear(hidden, hidden)
-        self.to_g = nn.Linear(2 * hidden, hidden)
-        self.to_out = nn.Linear(hidden, hidden)
-        self.ff_mlp = nn.Sequential(nn.Linear(hidden, ff), nn.ReLU(), nn.Dropout(0.0), nn.Linear(ff, hidden))
-        self.attn_prenorm_x_src = nn.LayerNorm(hidden)
-        # Not bipartite: one norm under two names, as VectorWorld aliases it.
-        self.attn_prenorm_x_dst = nn.LayerNorm(hidden) if bipartite else self.attn_prenorm_x_src
-        if r_width:
-            self.attn_prenorm_r = nn.LayerNorm(r_width)
-        self.attn_postnorm = nn.LayerNorm(hidden)
-        self.ff_prenorm = nn.LayerNorm(hidden)
-        self.ff_postnorm = nn.LayerNorm(hidden)
-
-
-class EdgeFeatureUpdate(nn.Module):
-    def __init__(self, node_hidden, edge_hidden):
-        super().__init__()
-        self.node_mlp = ResidualMLP(2 * node_hidden, edge_hidden)
-        self.edge_mlp = ResidualMLP(2 * edge_hidden, edge_hidden)
-
-
-class Block(nn.Module):
-    def __init__(self, s):
-        super().__init__()
-        H, A = s["hidden"], s["agent_hidden"]
-        self.a2a_transformer_layer = AttentionLayer(A, s["agent_heads"], s["agent_ff"], False)
-        self.l2l_transformer_layer = AttentionLayer(H, s["heads"], s["ff"], False, s["conn_hidden"])
-        self.l2a_transformer_layer = AttentionLayer(A, s["agent_heads"], s["agent_ff"], True)
-        self.update_edge_embeddings = EdgeFeatureUpdate(A, s["conn_hidden"])
-        self.downsample_lane_emb = nn.Linear(H, A)
-
-
-class Encoder(nn.Module):
-    def __init__(self, s):
-        super().__init__()
-        H, A = s["hidden"], s["agent_hidden"]
-        self.Q = nn.Parameter(torch.empty(1, H))
-        self.pred_lane_cond_dis = ResidualMLP(H, H, 2, s["max_lanes"] + 1)
-        self.l2q_transformer_layer = AttentionLayer(H, s["heads"], s["ff"], True)
-        self.agent_static_mlp = ResidualMLP(s["state"] + s["types"], A)
-        self.agent_motion_mlp = ResidualMLP(s["motion"] + s["types"], A)
-        self.agent_gate_mlp = ResidualMLP(s["state"] + s["motion"] + s["types"], A, 1, A)
-        self.lane_mlp = ResidualMLP(s["lane_in"], H)
-        self.lane_conn_mlp = ResidualMLP(s["conn_types"], s["conn_hidden"])
-        self.encoder_transformer_blocks = nn.ModuleList([Block(s) for _ in range(s["blocks"])])
-        self.agent_mu = nn.Linear(A, s["agent_latent"])
-        self.lane_mu = nn.Linear(H, s["lane_latent"])
-        self.agent_log_var = nn.Linear(A, s["agent_latent"])
-        self.lane_log_var = nn.Linear(H, s["lane_latent"])
-
-
-class Model(nn.Module):
-    """The job's model: the encoder and its linear reconstruction decoders."""
-    def __init__(self, s):
-        super().__init__()
-        self.encoder = Encoder(s)
-        self.recon = nn.ModuleDict({"agent": nn.Linear(s["agent_latent"], s["state"] + s["motion"] + s["types"]),
-                                    "lane": nn.Linear(s["lane_latent"], s["lane_in"])})
-
-
 def encode(p, s, bt):
     """ScenarioDreamerEncoder.forward with the parameters p (state_dict
     names, "encoder." prefixed)."""
@@ -201,10 +120,6 @@ def encode(p, s, bt):
             "encoder.agent_log_var": mbg.linear(p, "encoder.agent_log_var", agents),
             "encoder.lane_log_var": mbg.linear(p, "encoder.lane_log_var", lanes),
             "lane_count_logits": rmlp("pred_lane_cond_dis", query, 2, s["max_lanes"] + 1)}
-
-
-def kl(mu, log_var):
-    return (-0.5 * (1 + log_var - mu ** 2 - log_var.exp())).sum(dim=1).mean()
 
 
 # Reduced widths: every layer of the full encoder, small enough for CI.
@@ -286,7 +201,7 @@ def main():
     s = SMALL
 
     # The full encoder's keys, shapes and distinct parameter count.
-    full = Encoder(jobs.FULL)
+    full = vw.Encoder(jobs.FULL)
     lines = [f"encoder.{k} {'x'.join(str(d) for d in v.shape)}" for k, v in full.state_dict().items()]
     distinct = sum(p.numel() for p in full.parameters())
     (args.out / "keys.txt").write_text("\n".join(sorted(lines)) + f"\nparameters {distinct}\n")
@@ -302,7 +217,7 @@ def main():
     names = [line.split('name: "')[1].split('"')[0] for line in job.splitlines() if line.strip().startswith("module {")]
     key = {n: names.index(n) + 1 for n in ("agent_z", "lane_z")}  # a module's dropout/noise key
 
-    model = Model(s)
+    model = vw.Model(s)
     p32 = draw(model, torch.Generator().manual_seed(3))
     # Keys of one tensor share its float64 clone.
     clones, params = {}, {}
@@ -323,8 +238,8 @@ def main():
         zl = o["encoder.lane_mu"] + (0.5 * o["encoder.lane_log_var"]).exp() * noise(
             SEED, step, key["lane_z"], xl_rows, s["lane_latent"])
         return (mbg.mse(mbg.linear(params, "recon.agent", za), ya) + mbg.mse(mbg.linear(params, "recon.lane", zl), yl)
-                + 0.01 * kl(o["encoder.agent_mu"], o["encoder.agent_log_var"])
-                + 0.01 * kl(o["encoder.lane_mu"], o["encoder.lane_log_var"])
+                + 0.01 * vw.kl(o["encoder.agent_mu"], o["encoder.agent_log_var"])
+                + 0.01 * vw.kl(o["encoder.lane_mu"], o["encoder.lane_log_var"])
                 + 0.08 * torch.nn.functional.cross_entropy(o["lane_count_logits"], batch["y"]))
 
     def save(sub, tensors):

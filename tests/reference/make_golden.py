@@ -12,7 +12,8 @@ Semantics follow PyG / torch_scatter. Where torch itself differs, the rule
 is written out here in torch ops, not taken from gnnrt:
   - scatter/spmm max and min: torch.scatter_reduce splits the gradient among
     tied maxima; torch_scatter sends it to one arg-winner, the lowest edge id.
-    winner_reduce() computes that winner with torch ops.
+    gnn_reference's WinnerReduce computes that winner with torch ops (the
+    reductions, sum and mean too, are gnn_reference's, as the layers use).
   - segment softmax: PyG's formula (max-subtracted, +1e-16 in the
     denominator), with the max of an all -inf segment taken as 0 so that it
     gives 0, not NaN.
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gnn_reference import dropout_uniforms  # noqa: E402
+import gnn_reference as ref  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -90,61 +91,22 @@ def leaf(a):
 # ---------------------------------------------------------------- references
 
 
-def winner_reduce(msg, index, n, reduce):
-    """torch_scatter's max/min: value per (n, f) and the lowest edge id that
-    attains it (E for an empty segment); empty segments give 0."""
-    e, f = msg.shape
-    amax = "amax" if reduce == "max" else "amin"
-    out = torch.zeros(n, f).scatter_reduce(0, index[:, None].expand(e, f), msg, amax,
-                                           include_self=False)
-    counts = torch.zeros(n).index_add_(0, index, torch.ones(e))
-    out = torch.where(counts[:, None] > 0, out, torch.zeros(()))
-    hit = msg == out[index]
-    cand = torch.where(hit, torch.arange(e)[:, None].expand(e, f), torch.full((e, f), e))
-    arg = torch.full((n, f), e, dtype=torch.int64).scatter_reduce(
-        0, index[:, None].expand(e, f), cand, "amin", include_self=True)
-    return out, arg
-
-
-class WinnerReduce(torch.autograd.Function):
-    """max/min whose backward routes each output gradient to its winner only."""
-
-    @staticmethod
-    def forward(ctx, msg, index, n, reduce):
-        out, arg = winner_reduce(msg.detach(), index, n, reduce)
-        ctx.save_for_backward(arg)
-        ctx.e = msg.shape[0]
-        return out, arg
-
-    @staticmethod
-    def backward(ctx, grad_out, _grad_arg):
-        (arg,) = ctx.saved_tensors
-        e = ctx.e
-        grad = torch.zeros(e + 1, grad_out.shape[1])  # row e collects empty segments
-        grad.scatter_(0, arg, grad_out)
-        return grad[:e], None, None, None
-
-
 def scatter_ref(msg, index, n, reduce):
-    """Returns (out, arg or None) with PyG semantics, differentiable in msg."""
-    f = msg.shape[1]
-    if reduce == "sum":
-        return torch.zeros(n, f).index_add(0, index, msg), None
-    if reduce == "mean":
-        s = torch.zeros(n, f).index_add(0, index, msg)
-        c = torch.zeros(n).index_add_(0, index, torch.ones(len(index))).clamp(min=1)
-        return s / c[:, None], None
-    return WinnerReduce.apply(msg, index, n, reduce)
+    """Returns (out, arg or None) with PyG semantics, differentiable in msg:
+    gnn_reference's reductions (max and min through its WinnerReduce)."""
+    if reduce in ("sum", "mean"):
+        return ref.SCATTER[reduce](msg, index, n), None
+    return ref.WinnerReduce.apply(msg, index, n, reduce)
 
 
 def segment_softmax_ref(score, index, n):
-    e, h = score.shape
-    m = torch.full((n, h), float("-inf")).scatter_reduce(
-        0, index[:, None].expand(e, h), score.detach(), "amax", include_self=True)
+    """gnn_reference.segment_softmax (PyG's formula) but for a segment whose
+    scores are all -inf: its max is taken as 0, so it gives 0, where PyG's
+    (and gnn_reference's) -inf - -inf gives NaN."""
+    m = ref.scatter_max(score.detach(), index, n)
     m = torch.where(torch.isinf(m), torch.zeros(()), m)
     ex = (score - m[index]).exp()
-    s = torch.zeros(n, h).index_add(0, index, ex)
-    return ex / (s[index] + 1e-16)
+    return ex / (ref.scatter_sum(ex, index, n)[index] + 1e-16)
 
 
 # ---------------------------------------------------------------- cases
@@ -838,7 +800,7 @@ def gen_dropout(w, rng):
         x = src.standard_normal((r, c)).astype(np.float32)
         gout = src.standard_normal((r, c)).astype(np.float32)
         global_rows = np.arange(r, dtype=np.int64) if rows is None else np.array(rows, np.int64)
-        mask = dropout_uniforms(seed, step, op, global_rows, c) >= p
+        mask = ref.dropout_uniforms(seed, step, op, global_rows, c) >= p
         scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
         out = x.astype(np.float64) * mask * scale
         inputs = {"x": x}
@@ -903,7 +865,7 @@ def gen_sparse_dropout(w, rng):
         r, c = sparse_entries(rng, n, k, density, True)
         values = rng.standard_normal(len(r)).astype(np.float32)
         global_rows = np.arange(n, dtype=np.int64) if rows is None else np.array(rows, np.int64)
-        keep = dropout_uniforms(seed, step, op, global_rows[r], k)[np.arange(len(r)), c] >= p
+        keep = ref.dropout_uniforms(seed, step, op, global_rows[r], k)[np.arange(len(r)), c] >= p
         scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
         inputs = {"values": values, "src": c, "dst": r}
         if rows is not None:

@@ -1,0 +1,145 @@
+// Losses (negative log-likelihood, cross-entropy, squared and absolute error) and their gradients: each op's shape
+// rule, cost, kernel and gradient rule.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "ops/dense.h"
+#include "ops/elementwise.h"
+#include "runtime/builder.h"
+#include "runtime/defs/checks.h"
+#include "runtime/kernel.h"
+#include "runtime/op_defs.h"
+
+namespace gnnrt::runtime::defs {
+namespace {
+
+// (x, labels, mask[, count]) -> [1]
+void nll_loss(OpCheck& c) {
+  c.operands(3, 4);
+  class_loss(c, c.op().kind == OpKind::kNllLoss ? "log_prob" : "x");
+  optional_count(c, 3);
+  c.out_float({1});
+}
+
+template <typename T>
+double run_nll_loss(const Kernel<T>& run) {
+  const ops::LossSum s =
+      ops::nll_loss_forward<T, int64_t>(run.in(0), run.in_rows(0), run.in_cols(0), run.in_i64(1), run.in_u8(2));
+  const int64_t count = run.loss_count(2, 3, 1);
+  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  return 0;
+}
+
+void nll_loss_gradient(Gradient& d) {
+  if (d.needs(d.op.inputs[0]))
+    d.add(d.op.inputs[0], d.b.nll_loss_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g, d.optional(3)));
+}
+
+template <typename T>
+double run_cross_entropy(const Kernel<T>& run) {
+  const ops::LossSum s =
+      ops::cross_entropy_forward<T, int64_t>(run.in(0), run.in_rows(0), run.in_cols(0), run.in_i64(1), run.in_u8(2));
+  const int64_t count = run.loss_count(2, 3, 1);
+  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  return 0;
+}
+
+void cross_entropy_gradient(Gradient& d) {
+  if (d.needs(d.op.inputs[0]))
+    d.add(d.op.inputs[0], d.b.cross_entropy_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g, d.optional(3)));
+}
+
+// (pred, target, mask[, count]) -> [1]
+void mse_loss(OpCheck& c) {
+  c.operands(3, 4);
+  c.rank(0, 2, "pred");
+  c.same_shape(0, 1, "pred", "target");
+  c.floating(0, "pred");
+  c.floating(1, "target");
+  vector_of(c, 2, DType::kBool, c.rows(0), "mask");
+  optional_count(c, 3);
+  c.out_float({1});
+}
+
+template <typename T>
+double run_mse_loss(const Kernel<T>& run) {
+  const ops::SquaredSum s = ops::mse_loss_forward<T>(run.in(0), run.in(1), run.in_u8(2), run.in_rows(0), run.in_cols(0),
+                                                     loss_form_of(run.attrs));
+  const int64_t count = run.loss_count(2, 3, run.in_cols(0));
+  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  return 0;
+}
+
+void mse_loss_gradient(Gradient& d) {
+  if (d.needs(d.op.inputs[0]))
+    d.add(d.op.inputs[0],
+          d.b.mse_loss_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g, d.optional(3), loss_form_of(d.a)));
+  if (d.needs(d.op.inputs[1])) {
+    d.add(d.op.inputs[1], d.b.scale(d.b.mse_loss_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g,
+                                                      d.optional(3), loss_form_of(d.a)),
+                                    -1.0));
+  }
+}
+
+// (x, labels, mask, g[, count]) -> x's shape
+void nll_loss_grad(OpCheck& c) {
+  c.operands(4, 5);
+  class_loss(c, c.op().kind == OpKind::kNllLossGrad ? "log_prob" : "x");
+  loss_seed(c, 3);
+  optional_count(c, 4);
+  c.out_float(c.shape(0));
+}
+
+template <typename T>
+double run_nll_loss_grad(const Kernel<T>& run) {
+  const int64_t count = run.loss_count(2, 4, 1);
+  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  ops::nll_loss_backward<T, int64_t>(run.out_rows(), run.out_cols(), run.in_i64(1), run.in_u8(2), scale, run.out());
+  return 0;
+}
+
+template <typename T>
+double run_cross_entropy_grad(const Kernel<T>& run) {
+  const int64_t count = run.loss_count(2, 4, 1);
+  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  ops::cross_entropy_backward<T, int64_t>(run.in(0), run.out_rows(), run.out_cols(), run.in_i64(1), run.in_u8(2), scale,
+                                          run.out());
+  return 0;
+}
+
+// (pred, target, mask, g[, count]) -> pred's shape
+void mse_loss_grad(OpCheck& c) {
+  c.operands(4, 5);
+  matrix(c, 0, "pred");
+  c.floating(1, "target");
+  c.same_shape(0, 1, "pred", "target");
+  vector_of(c, 2, DType::kBool, c.rows(0), "mask");
+  loss_seed(c, 3);
+  optional_count(c, 4);
+  c.out_float(c.shape(0));
+}
+
+template <typename T>
+double run_mse_loss_grad(const Kernel<T>& run) {
+  const int64_t count = run.loss_count(2, 4, run.out_cols());
+  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  ops::mse_loss_backward<T>(run.in(0), run.in(1), run.in_u8(2), run.out_rows(), run.out_cols(), scale, run.out(),
+                            loss_form_of(run.attrs));
+  return 0;
+}
+
+}  // namespace
+
+void define_loss(OpTable& t) {
+  t.add({OpKind::kNllLoss, 0, nll_loss, nullptr, GNNRT_KERNEL(run_nll_loss), nll_loss_gradient});
+  t.add({OpKind::kCrossEntropy, 0, nll_loss, nullptr, GNNRT_KERNEL(run_cross_entropy), cross_entropy_gradient});
+  t.add({OpKind::kMseLoss, 0, mse_loss, nullptr, GNNRT_KERNEL(run_mse_loss), mse_loss_gradient});
+  t.add({OpKind::kNllLossGrad, 0, nll_loss_grad, nullptr, GNNRT_KERNEL(run_nll_loss_grad), nullptr});
+  t.add({OpKind::kCrossEntropyGrad, 0, nll_loss_grad, nullptr, GNNRT_KERNEL(run_cross_entropy_grad), nullptr});
+  t.add({OpKind::kMseLossGrad, 0, mse_loss_grad, nullptr, GNNRT_KERNEL(run_mse_loss_grad), nullptr});
+}
+
+}  // namespace gnnrt::runtime::defs
