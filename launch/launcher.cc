@@ -378,11 +378,11 @@ class Events {
   RecordFile file_;
 };
 
-// The exit code or signal mpirun reported for a rank, from its own words:
-// "process rank K with PID P on node H exited on signal S (Name)", or
-// "Exit code:    N" in its report of the first process that failed.
-std::string mpirun_verdict(const std::string& output, int rank) {
-  std::string any;
+// The ranks mpirun says ended on a signal, in its order, each with the
+// signal as it names it ("9 (Killed)"), from its lines "process rank K with
+// PID P on node H exited on signal S (Name)."; rank -1 where K is unreadable.
+std::vector<std::pair<int, std::string>> mpirun_signals(const std::string& output) {
+  std::vector<std::pair<int, std::string>> signals;
   for (size_t at = output.find("process rank "); at != std::string::npos;
        at = output.find("process rank ", at + 1)) {
     const size_t eol = output.find('\n', at);
@@ -390,17 +390,26 @@ std::string mpirun_verdict(const std::string& output, int rank) {
     const size_t on = line.find(" exited on signal ");
     if (on == std::string::npos) continue;
     const std::string signal = line.substr(on + 18);  // "9 (Killed)."
-    const std::string what = signal.substr(0, signal.find(')') == std::string::npos ? signal.size()
-                                                                                     : signal.find(')') + 1);
+    const size_t close = signal.find(')');
     int who = -1;
     try {
       who = std::stoi(line.substr(13));
     } catch (const std::logic_error&) {
     }
-    if (who == rank) return "signal " + what;
-    if (any.empty()) any = fmt::format("signal {} on rank {}", what, who);
+    signals.emplace_back(who, signal.substr(0, close == std::string::npos ? signal.size() : close + 1));
   }
-  if (!any.empty()) return any;
+  return signals;
+}
+
+// The exit code or signal mpirun reported for a rank, from its own words:
+// a signal (mpirun_signals), or "Exit code:    N" in its report of the
+// first process that failed.
+std::string mpirun_verdict(const std::string& output, const std::vector<std::pair<int, std::string>>& signals,
+                           int rank) {
+  for (const auto& [who, what] : signals) {
+    if (who == rank) return "signal " + what;
+  }
+  if (!signals.empty()) return fmt::format("signal {} on rank {}", signals[0].second, signals[0].first);
   const size_t code = output.find("Exit code:");
   if (code != std::string::npos) {
     const size_t digits = output.find_first_of("0123456789", code);
@@ -409,22 +418,6 @@ std::string mpirun_verdict(const std::string& output, int rank) {
     }
   }
   return "";
-}
-
-// The first rank mpirun says ended on a signal, or -1: a rank killed after
-// it reported its work done (in MPI_Finalize) leaves no other trace.
-int mpirun_signalled_rank(const std::string& output) {
-  for (size_t at = output.find("process rank "); at != std::string::npos;
-       at = output.find("process rank ", at + 1)) {
-    const size_t eol = output.find('\n', at);
-    const std::string line = output.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-    if (line.find(" exited on signal ") == std::string::npos) continue;
-    try {
-      return std::stoi(line.substr(13));
-    } catch (const std::logic_error&) {
-    }
-  }
-  return -1;
 }
 
 class Launcher {
@@ -450,6 +443,7 @@ class Launcher {
                          const std::vector<std::string>& command) const;
   // Runs one attempt; returns true when the job finished (or stopped on request).
   bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
+  void record_failure(int index, Failure failure, const fs::path& mpirun_log, uintmax_t log_offset);
   void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
   void kill_job_processes() const;
   bool host_answers(const HostSlots& h) const;
@@ -942,37 +936,49 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     return true;
   }
   if (!failure) return false;  // stopped at once by a second signal
+  record_failure(index, *failure, mpirun_log, log_offset);
+  return false;
+}
+
+// The failed attempt's record (events.jsonl, the console), after every
+// process of it is gone: the rank and mpirun's verdict from mpirun's output
+// (this attempt's part of its log), and the checkpoint a restart resumes from.
+void Launcher::record_failure(int index, Failure failure, const fs::path& mpirun_log, uintmax_t log_offset) {
   std::string output;
   {
     std::ifstream in(mpirun_log);
     in.seekg(static_cast<std::streamoff>(log_offset));
     output.assign(std::istreambuf_iterator<char>(in), {});
   }
-  if (failure->kind == "exit" && failure->rank < 0) {
-    const int signalled = mpirun_signalled_rank(output);
+  const auto signals = mpirun_signals(output);
+  // No rank blamed (one killed after it reported its work done, in
+  // MPI_Finalize, leaves no other trace): the first that mpirun says a signal ended.
+  if (failure.kind == "exit" && failure.rank < 0) {
     std::lock_guard lock(supervisor_.mutex);
-    if (signalled >= 0 && signalled < static_cast<int>(supervisor_.ranks.size())) {
-      const auto& r = supervisor_.ranks[static_cast<size_t>(signalled)];
-      failure->rank = signalled;
-      failure->host = r.host;
-      failure->pid = r.pid;
+    for (const auto& [who, what] : signals) {
+      if (who < 0 || who >= static_cast<int>(supervisor_.ranks.size())) continue;
+      const auto& r = supervisor_.ranks[static_cast<size_t>(who)];
+      failure.rank = who;
+      failure.host = r.host;
+      failure.pid = r.pid;
+      break;
     }
   }
-  const std::string verdict = mpirun_verdict(output, failure->rank);
+  const std::string verdict = mpirun_verdict(output, signals, failure.rank);
   // A rank that ended with status 2 before it could say so (a file its
   // host lacks, refused before MPI started): bad input, as if it had.
-  if (failure->kind == "exit" && failure->rank < 0 && verdict == "exit code 2") {
-    failure->kind = "bad_input";
-    failure->reason += " (a rank ended with status 2, bad input, before it registered)";
+  if (failure.kind == "exit" && failure.rank < 0 && verdict == "exit code 2") {
+    failure.kind = "bad_input";
+    failure.reason += " (a rank ended with status 2, bad input, before it registered)";
   }
-  const fs::path log = failure->rank >= 0 ? run_dir_ / "logs" / fmt::format("rank-{}.log", failure->rank)
+  const fs::path log = failure.rank >= 0 ? run_dir_ / "logs" / fmt::format("rank-{}.log", failure.rank)
                                           : run_dir_ / "logs" / "mpirun.log";
-  nlohmann::json record{{"event", "failure"}, {"attempt", index}, {"kind", failure->kind},
-                        {"reason", failure->reason}, {"detected", failure->detected}};
-  if (failure->rank >= 0) {
-    record["rank"] = failure->rank;
-    record["host"] = failure->host;
-    record["pid"] = failure->pid;
+  nlohmann::json record{{"event", "failure"}, {"attempt", index}, {"kind", failure.kind},
+                        {"reason", failure.reason}, {"detected", failure.detected}};
+  if (failure.rank >= 0) {
+    record["rank"] = failure.rank;
+    record["host"] = failure.host;
+    record["pid"] = failure.pid;
   }
   // Where a restart will resume: the newest checkpoint that loads, read
   // (and only read: rank 0 sets a bad one aside and says so) after every
@@ -993,7 +999,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   }
   if (!verdict.empty()) record["mpirun"] = verdict;
   events_->write(record);
-  std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure->reason
+  std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure.reason
             << (verdict.empty() ? "" : " [mpirun: " + verdict + "]") << "\n";
   last_failure_ = failure;
   if (!first_failure_) {
@@ -1001,7 +1007,6 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
     first_failure_log_ = log;
     first_failure_verdict_ = verdict;
   }
-  return false;
 }
 
 int Launcher::run() {

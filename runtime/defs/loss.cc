@@ -16,6 +16,17 @@
 namespace gnnrt::runtime::defs {
 namespace {
 
+// A loss is the mean over its real rows (loss_count): the sum over the count,
+// 0 when there are none. Its gradient's seed is divided the same way.
+template <typename T>
+void write_mean(const Kernel<T>& run, double sum, int64_t count) {
+  run.out()[0] = count > 0 ? static_cast<T>(sum / static_cast<double>(count)) : T(0);
+}
+template <typename T>
+T seed_per_row(const Kernel<T>& run, int64_t count) {
+  return count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+}
+
 // (x, labels, mask[, count]) -> [1]
 void nll_loss(OpCheck& c) {
   c.operands(3, 4);
@@ -28,8 +39,7 @@ template <typename T>
 double run_nll_loss(const Kernel<T>& run) {
   const ops::LossSum s =
       ops::nll_loss_forward<T, int64_t>(run.in(0), run.in_rows(0), run.in_cols(0), run.in_i64(1), run.in_u8(2));
-  const int64_t count = run.loss_count(2, 3, 1);
-  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  write_mean(run, s.sum, run.loss_count(2, 3, 1));
   return 0;
 }
 
@@ -42,8 +52,7 @@ template <typename T>
 double run_cross_entropy(const Kernel<T>& run) {
   const ops::LossSum s =
       ops::cross_entropy_forward<T, int64_t>(run.in(0), run.in_rows(0), run.in_cols(0), run.in_i64(1), run.in_u8(2));
-  const int64_t count = run.loss_count(2, 3, 1);
-  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  write_mean(run, s.sum, run.loss_count(2, 3, 1));
   return 0;
 }
 
@@ -68,8 +77,7 @@ template <typename T>
 double run_mse_loss(const Kernel<T>& run) {
   const ops::SquaredSum s = ops::mse_loss_forward<T>(run.in(0), run.in(1), run.in_u8(2), run.in_rows(0), run.in_cols(0),
                                                      loss_form_of(run.attrs));
-  const int64_t count = run.loss_count(2, 3, run.in_cols(0));
-  run.out()[0] = count > 0 ? static_cast<T>(s.sum / static_cast<double>(count)) : T(0);
+  write_mean(run, s.sum, run.loss_count(2, 3, run.in_cols(0)));
   return 0;
 }
 
@@ -95,16 +103,14 @@ void nll_loss_grad(OpCheck& c) {
 
 template <typename T>
 double run_nll_loss_grad(const Kernel<T>& run) {
-  const int64_t count = run.loss_count(2, 4, 1);
-  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  const T scale = seed_per_row(run, run.loss_count(2, 4, 1));
   ops::nll_loss_backward<T, int64_t>(run.out_rows(), run.out_cols(), run.in_i64(1), run.in_u8(2), scale, run.out());
   return 0;
 }
 
 template <typename T>
 double run_cross_entropy_grad(const Kernel<T>& run) {
-  const int64_t count = run.loss_count(2, 4, 1);
-  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  const T scale = seed_per_row(run, run.loss_count(2, 4, 1));
   ops::cross_entropy_backward<T, int64_t>(run.in(0), run.out_rows(), run.out_cols(), run.in_i64(1), run.in_u8(2), scale,
                                           run.out());
   return 0;
@@ -124,8 +130,7 @@ void mse_loss_grad(OpCheck& c) {
 
 template <typename T>
 double run_mse_loss_grad(const Kernel<T>& run) {
-  const int64_t count = run.loss_count(2, 4, run.out_cols());
-  const T scale = count > 0 ? run.in(3)[0] / static_cast<T>(count) : T(0);
+  const T scale = seed_per_row(run, run.loss_count(2, 4, run.out_cols()));
   ops::mse_loss_backward<T>(run.in(0), run.in(1), run.in_u8(2), run.out_rows(), run.out_cols(), scale, run.out(),
                             loss_form_of(run.attrs));
   return 0;
