@@ -98,11 +98,11 @@ def job_text(data, epochs):
         if i < LAYERS:
             modules.append(f'module {{ name: "act{i}" input: "{prev}" relu {{}} }}')
             prev = f"act{i}"
-    modules.append(f'module {{ name: "pool" input: "{prev}" pool {{ reduce: "sum" }} }}')
+    modules.append(f'module {{ name: "pool" input: "{prev}" pool {{ reduce: SUM }} }}')
     modules.append(f'module {{ name: "head" input: "pool" mlp {{ hidden: {HIDDEN} out: 1 }} }}')
     return (f'name: "batched_gin"\ndataset {{ path: "{data}" }}\nmodel {{\n  ' + "\n  ".join(modules) +
             '\n  loss_term { input: "head" target: "graph.y" }\n}\n'
-            f'optimizer {{ kind: "adam" lr: 0.001 weight_decay: 0 }}\nschedule {{ epochs: {epochs} }}\n'
+            f'optimizer {{ kind: ADAM lr: 0.001 weight_decay: 0 }}\nschedule {{ epochs: {epochs} }}\n'
             f'batching {{ batch_size: {args.batch} shuffle: false }}\n')
 
 

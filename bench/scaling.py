@@ -45,11 +45,11 @@ REPO = Path(__file__).resolve().parents[1]
 CORES = os.cpu_count() or 1
 
 MODEL_GCN = """model {{
-  layer {{ type: "dropout" p: 0.5 }}
-  layer {{ type: "gcn" out: {hidden} }}
-  layer {{ type: "relu" }}
-  layer {{ type: "dropout" p: 0.5 }}
-  layer {{ type: "gcn" }}
+  layer {{ type: DROPOUT p: 0.5 }}
+  layer {{ type: GCN out: {hidden} }}
+  layer {{ type: RELU }}
+  layer {{ type: DROPOUT p: 0.5 }}
+  layer {{ type: GCN }}
 }}
 """
 WORKLOADS = {
@@ -105,7 +105,7 @@ def write_job(out, name, spec, args):
     dataset = spec["dataset"].format(nodes=spec.get("nodes", 0), root=args.datasets_root)
     job.write_text(f'name: "scaling_{name}"\n{dataset}\n' + MODEL_GCN.format(hidden=spec["hidden"]) +
                    f'schedule {{ epochs: {args.epochs or spec["epochs"]} }}\n'
-                   'partition { method: "metis" }\n')
+                   'partition { method: METIS }\n')
     return job
 
 

@@ -332,7 +332,7 @@ write_scenes(D_BIG, 1, lanes=1000, agents=2, seed=2)
 agg_job = OUT / "max_aggregation.pbtxt"
 agg_job.write_text(f"""dataset {{ path: "{D_BIG.resolve()}" }}
 model {{
-  module {{ name: "agg" input: "lane.x" sage {{ edges: "l2l" out: 40 aggr: "max" }} }}
+  module {{ name: "agg" input: "lane.x" sage {{ edges: "l2l" out: 40 aggr: MAX }} }}
   output: "agg"
 }}
 batching {{ batch_size: 1 }}

@@ -49,12 +49,14 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
+#include "model/job.h"
+#include "model/modules/network.h"
+#include "model/training/setup.h"
+#include "model/training/state_dict.h"
+#include "model/training/trainer.h"
 #include "ops/dense.h"
 #include "runtime/device.h"
-#include "model/job.h"
-#include "model/network.h"
-#include "model/trainer.h"
 
 namespace {
 
@@ -65,21 +67,21 @@ model::proto::Model model_for(const std::string& name, int64_t* hidden, int64_t*
   *heads = 1;
   if (name == "gcn" || name == "gcn256") {
     *hidden = name == "gcn" ? 16 : 256;
-    text = fmt::format(R"pb(layer {{ type: "dropout" p: 0.5 }} layer {{ type: "gcn" out: {} }}
-                           layer {{ type: "relu" }} layer {{ type: "dropout" p: 0.5 }}
-                           layer {{ type: "gcn" }})pb", *hidden);
+    text = fmt::format(R"pb(layer {{ type: DROPOUT p: 0.5 }} layer {{ type: GCN out: {} }}
+                           layer {{ type: RELU }} layer {{ type: DROPOUT p: 0.5 }}
+                           layer {{ type: GCN }})pb", *hidden);
   } else if (name == "sage") {
     *hidden = 16;
-    text = R"pb(layer { type: "dropout" p: 0.5 } layer { type: "sage" out: 16 aggr: "mean" }
-                layer { type: "relu" } layer { type: "dropout" p: 0.5 }
-                layer { type: "sage" aggr: "mean" })pb";
+    text = R"pb(layer { type: DROPOUT p: 0.5 } layer { type: SAGE out: 16 aggr: MEAN }
+                layer { type: RELU } layer { type: DROPOUT p: 0.5 }
+                layer { type: SAGE aggr: MEAN })pb";
   } else if (name == "gat") {
     *hidden = 8;
     *heads = 8;
-    text = R"pb(layer { type: "dropout" p: 0.6 }
-                layer { type: "gat" out: 8 heads: 8 attention_dropout: 0.6 }
-                layer { type: "elu" } layer { type: "dropout" p: 0.6 }
-                layer { type: "gat" heads: 1 concat: false attention_dropout: 0.6 })pb";
+    text = R"pb(layer { type: DROPOUT p: 0.6 }
+                layer { type: GAT out: 8 heads: 8 attention_dropout: 0.6 }
+                layer { type: ELU } layer { type: DROPOUT p: 0.6 }
+                layer { type: GAT heads: 1 concat: false attention_dropout: 0.6 })pb";
   } else {
     throw std::invalid_argument("unknown model " + name + " (gcn, gcn256, sage, gat)");
   }
@@ -224,6 +226,40 @@ void print_profile(runtime::Core& core, const runtime::CompiledProgram& step, in
   }
 }
 
+// What the step must move at least: the features once (stored values
+// and indices when sparse), each graph's indices once, per parameter
+// its value, gradient and Adam moments read and written (32 bytes),
+// labels and the train mask, and each forward value (the eval-mode
+// forward's) written once and read once by the backward.
+double must_move_bytes(const model::NetworkShape& shape, bool sparse, const runtime::CompiledProgram& step,
+                       const runtime::CompiledProgram& infer) {
+  const int64_t n = shape.nodes;
+  double must_bytes = sparse ? 8.0 * static_cast<double>(shape.feature_nnz) + 8.0 * static_cast<double>(n + 1)
+                             : 4.0 * static_cast<double>(n * shape.features);
+  for (const runtime::GraphInfo& g : step.program.graphs) {
+    if (g.name != model::kFeatures) must_bytes += 8.0 * static_cast<double>(g.num_edges);
+  }
+  for (const runtime::ValueId p : step.params) {
+    must_bytes += 32.0 * static_cast<double>(step.program.value(p).elements());
+  }
+  must_bytes += 9.0 * static_cast<double>(n);
+  // Not counted: the classifier's log softmax when the train step's loss
+  // computes the masked rows' only (cross_entropy); a graph constant is
+  // read, not written.
+  const bool fused_loss = std::any_of(step.program.ops.begin(), step.program.ops.end(),
+                                      [](const runtime::Op& op) { return op.kind == runtime::OpKind::kCrossEntropy; });
+  for (const runtime::Op& op : infer.program.ops) {
+    if (fused_loss && op.kind == runtime::OpKind::kLogSoftmax) continue;
+    for (const runtime::ValueId v : op.outputs) {
+      const runtime::ValueInfo& info = infer.program.value(v);
+      if (info.role == runtime::Role::kTemp && is_floating(info.dtype)) {
+        must_bytes += (runtime::is_graph_constant(op) ? 1.0 : 2.0) * static_cast<double>(info.bytes());
+      }
+    }
+  }
+  return must_bytes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -267,11 +303,11 @@ int main(int argc, char** argv) {
     *job.mutable_model() = model_for(model_name, &hidden, &heads);
     if (dropout == "off") {
       for (auto& l : *job.mutable_model()->mutable_layer()) {
-        if (l.type() == "dropout") l.set_p(0);
+        if (l.type() == model::proto::Layer::DROPOUT) l.set_p(0);
         l.set_attention_dropout(0);
       }
     }
-    job.mutable_dataset()->set_features(features);
+    model::apply_override(job, "dataset.features=" + features);
     const model::proto::Model& spec = job.model();
     model::Dataset data = model::load_npy_folder(dataset_dir);
     model::prepare_features(data, job);
@@ -284,7 +320,7 @@ int main(int argc, char** argv) {
     const model::Network train_net = model::build_train_step(spec, shape);
     const model::Network infer_net = model::build_inference(spec, shape);
     model::proto::Optimizer adam;
-    adam.set_kind("adam");
+    adam.set_kind(model::proto::Optimizer::ADAM);
     runtime::CompileOptions options;
     options.train = runtime::TrainStep{train_net.loss, train_net.param_ids, model::optimizer_config(adam)};
     const auto step = core.compile(train_net.program, options);
@@ -304,35 +340,7 @@ int main(int argc, char** argv) {
       step_bytes += c.bytes;
       step_flops += c.flops;
     }
-    // What the step must move at least: the features once (stored values
-    // and indices when sparse), each graph's indices once, per parameter
-    // its value, gradient and Adam moments read and written (32 bytes),
-    // labels and the train mask, and each forward value (the eval-mode
-    // forward's) written once and read once by the backward.
-    const int64_t n = shape.nodes;
-    double must_bytes = sparse ? 8.0 * static_cast<double>(shape.feature_nnz) + 8.0 * static_cast<double>(n + 1)
-                               : 4.0 * static_cast<double>(n * shape.features);
-    for (const runtime::GraphInfo& g : step->program.graphs) {
-      if (g.name != model::kFeatures) must_bytes += 8.0 * static_cast<double>(g.num_edges);
-    }
-    for (const runtime::ValueId p : step->params) {
-      must_bytes += 32.0 * static_cast<double>(step->program.value(p).elements());
-    }
-    must_bytes += 9.0 * static_cast<double>(n);
-    // Not counted: the classifier's log softmax when the train step's loss
-    // computes the masked rows' only (cross_entropy); a graph constant is
-    // read, not written.
-    const bool fused_loss = std::any_of(step->program.ops.begin(), step->program.ops.end(),
-                                        [](const runtime::Op& op) { return op.kind == runtime::OpKind::kCrossEntropy; });
-    for (const runtime::Op& op : infer->program.ops) {
-      if (fused_loss && op.kind == runtime::OpKind::kLogSoftmax) continue;
-      for (const runtime::ValueId v : op.outputs) {
-        const runtime::ValueInfo& info = infer->program.value(v);
-        if (info.role == runtime::Role::kTemp && is_floating(info.dtype)) {
-          must_bytes += (runtime::is_graph_constant(op) ? 1.0 : 2.0) * static_cast<double>(info.bytes());
-        }
-      }
-    }
+    const double must_bytes = must_move_bytes(shape, sparse, *step, *infer);
     const std::vector<int> op_threads = core.op_threads(*step);
     const auto ops_on_all = op_threads.empty()
                                 ? static_cast<int64_t>(step->program.ops.size())

@@ -13,8 +13,8 @@
 
 #include "collectives/halo_exchange.h"
 #include "launch/bench_common.h"
-#include "model/dataset.h"
-#include "model/partition.h"
+#include "model/data/dataset.h"
+#include "model/data/partition.h"
 #include "ops/rng.h"
 
 namespace gnnrt::launch {

@@ -4,7 +4,7 @@
 // one that every rank generates alike (a fraction --locality of the edges
 // join vertices at most --window ids apart, as in graphs with community
 // structure, the rest are uniform). Every rank partitions its edges the same
-// way (model/partition.h: random, destination, hdrf or metis); a rank holds
+// way (model/data/partition.h: random, destination, hdrf or metis); a rank holds
 // the endpoints of its edges, and vertices held by several ranks are
 // mirrors. It times one halo all-reduce (sum) of a [local rows, F] f32 buffer
 // over each transport and one dense allreduce of the full [nodes, F] matrix,

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "model/distributed.h"
+#include "model/training/distributed.h"
 
 namespace gnnrt::launch {
 

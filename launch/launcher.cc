@@ -1,16 +1,10 @@
 #include "launch/launcher.h"
 
 #include <fmt/format.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
-#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
 
@@ -21,49 +15,29 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
-#include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
 #include <future>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "launch/console.h"
 #include "launch/control_server.h"
+#include "launch/hosts.h"
+#include "launch/mpirun_command.h"
 #include "launch/network_namespace.h"
+#include "launch/supervisor.h"
 #include "launch/tokens.h"
-#include "model/checkpoint.h"
 #include "model/job.h"
 #include "runtime/atomic_file.h"
-#include "runtime/record_file.h"
 
 namespace gnnrt::launch {
 
 namespace asio = boost::asio;
 namespace bp = boost::process;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string now_iso() {
-  const auto t = std::chrono::system_clock::now();
-  const auto secs = std::chrono::system_clock::to_time_t(t);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  localtime_r(&secs, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-}
-
-std::string this_host() {
-  char buffer[256] = {};
-  return gethostname(buffer, sizeof buffer - 1) == 0 ? buffer : "?";
-}
 
 // Whether `child` exits within `seconds`; polled, since Boost 1.74's
 // child::wait_for can oversleep its timeout.
@@ -74,120 +48,6 @@ bool exited_within(bp::child& child, double seconds) {
   return !child.running();
 }
 
-
-// This host's IPv4 addresses (every interface's, loopback included).
-std::vector<asio::ip::address> local_addresses() {
-  std::vector<asio::ip::address> found;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return found;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    found.push_back(asio::ip::address_v4(ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr)));
-  }
-  freeifaddrs(list);
-  return found;
-}
-
-// The network (CIDR) of this host's interface that has `address`, e.g.
-// "198.18.0.0/24"; "" when no interface has it.
-std::string network_of(const asio::ip::address& address) {
-  std::string found;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return found;
-  for (ifaddrs* a = list; a != nullptr && found.empty(); a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_netmask == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    const uint32_t ip = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr);
-    if (asio::ip::address_v4(ip) != address) continue;
-    const uint32_t mask = ntohl(reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr);
-    found = fmt::format("{}/{}", asio::ip::address_v4(ip & mask).to_string(), __builtin_popcount(mask));
-  }
-  freeifaddrs(list);
-  return found;
-}
-
-}  // namespace
-
-namespace {
-
-// A host's first IPv4 endpoint (port 9: only the address counts); throws
-// std::invalid_argument naming the host when it does not resolve.
-asio::ip::udp::endpoint resolve_ipv4(asio::ip::udp::resolver& resolver, const std::string& host) {
-  boost::system::error_code ec;
-  const auto found = resolver.resolve(asio::ip::udp::v4(), host, "9", ec);
-  if (ec || found.empty()) {
-    throw std::invalid_argument(fmt::format("launch: cannot resolve host '{}' ({}) to choose the control server's "
-                                            "address; name one with --control-address",
-                                            host, ec ? ec.message() : "no IPv4 address"));
-  }
-  return found.begin()->endpoint();
-}
-
-bool is_this_host(const asio::ip::address& address, const std::vector<asio::ip::address>& mine) {
-  return address.is_loopback() || std::find(mine.begin(), mine.end(), address) != mine.end();
-}
-
-}  // namespace
-
-// With --hosts: the address of this host's interface that routes to the
-// first host that is not this one (the kernel's choice for a UDP socket
-// connected there; nothing is sent), so that the remote ranks reach the
-// control server on the network they share with this host, whatever other
-// interfaces it has. Loopback when every host is this one.
-std::string control_address_for(const std::vector<HostSlots>& hosts) {
-  asio::io_context io;
-  asio::ip::udp::resolver resolver(io);
-  const auto mine = local_addresses();
-  for (const auto& h : hosts) {
-    const auto peer = resolve_ipv4(resolver, h.host);
-    if (is_this_host(peer.address(), mine)) continue;
-    boost::system::error_code ec;
-    asio::ip::udp::socket probe(io);
-    probe.open(asio::ip::udp::v4(), ec);
-    if (!ec) probe.connect(peer, ec);
-    if (ec) {
-      throw std::invalid_argument(fmt::format("launch: no route from this host to '{}' ({}): {}; name the control "
-                                              "server's address with --control-address",
-                                              h.host, peer.address().to_string(), ec.message()));
-    }
-    return probe.local_endpoint().address().to_string();
-  }
-  return "127.0.0.1";
-}
-
-namespace {
-
-// Whether every host of --hosts is this one (resolves to loopback or to an
-// address of this host's); an empty list is this host, a host that does
-// not resolve is not.
-bool every_host_is_this_one(const std::vector<HostSlots>& hosts) {
-  asio::io_context io;
-  asio::ip::udp::resolver resolver(io);
-  const auto mine = local_addresses();
-  for (const auto& h : hosts) {
-    try {
-      if (!is_this_host(resolve_ipv4(resolver, h.host).address(), mine)) return false;
-    } catch (const std::invalid_argument&) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,@%+") ==
-                        std::string::npos) {
-    return s;
-  }
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string join_command(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) s += (s.empty() ? "" : " ") + shell_quote(a);
-  return s;
-}
 
 // A file of the run directory, replaced atomically (an old one stays whole
 // on a full disk); a failure is a warning on the console, the job goes on.
@@ -211,214 +71,7 @@ std::vector<std::string> last_lines(const fs::path& path, size_t n) {
   return {lines.begin(), lines.end()};
 }
 
-// What one rank of the current attempt has said.
-struct RankState {
-  bool registered = false;
-  std::string host;
-  int pid = 0;
-  Clock::time_point last_heard{}, last_progress{};
-  int64_t epoch = 0;
-  std::optional<proto::Done> done;
-  std::optional<std::string> closed;  // the connection ended (why)
-};
 
-struct Failure {
-  Failure(std::string k, std::string why, int r = -1, std::string h = "", int p = 0)
-      : kind(std::move(k)), reason(std::move(why)), rank(r), host(std::move(h)), pid(p) {}
-  std::string kind;    // exit, killed, heartbeat, progress, start, bad_input, launch
-  std::string reason;  // one line
-  int rank = -1;
-  std::string host;
-  int pid = 0;
-  std::string detected;  // when (ISO time), set by Supervisor::fail
-};
-
-// State shared between the control server's thread and the supervisor.
-class Supervisor : public ControlServer::Handler {
- public:
-  std::mutex mutex;
-  int attempt = 0, size = 0;
-  std::map<ControlServer::SessionId, int> session_rank;
-  std::vector<RankState> ranks;
-  proto::Progress latest;  // rank 0's newest epoch
-  bool has_latest = false;
-  int64_t start_epoch = -1;  // the first epoch rank 0 reported in this attempt, minus one
-  std::string first_progress;  // when it arrived (ISO time)
-  Clock::time_point attempt_start{};
-  std::optional<Failure> failure;  // the first failure of this attempt
-  std::vector<std::pair<int64_t, double>> epoch_times;  // for the ETA
-  struct Notice {
-    int rank;
-    proto::Notice notice;
-  };
-  std::vector<Notice> notices;  // not yet shown
-
-  void begin(int a, int n) {
-    std::lock_guard lock(mutex);
-    attempt = a;
-    size = n;
-    session_rank.clear();
-    ranks.assign(static_cast<size_t>(n), RankState{});
-    has_latest = false;
-    start_epoch = -1;
-    attempt_start = Clock::now();
-    failure.reset();
-    epoch_times.clear();
-  }
-  void fail(Failure f) {  // caller holds the lock
-    if (failure) return;
-    f.detected = now_iso();
-    failure = std::move(f);
-  }
-
-  bool on_hello(ControlServer::SessionId id, const proto::Hello& h) override {
-    std::lock_guard lock(mutex);
-    if (h.attempt() != attempt || h.rank() < 0 || h.rank() >= size || h.size() != size ||
-        ranks[static_cast<size_t>(h.rank())].registered) {
-      spdlog::warn("control: refused a hello from rank {} of {} (attempt {}, pid {} on {}): not of attempt {} "
-                   "with {} ranks, or registered twice",
-                   h.rank(), h.size(), h.attempt(), h.pid(), h.host(), attempt, size);
-      return false;
-    }
-    auto& r = ranks[static_cast<size_t>(h.rank())];
-    r.registered = true;
-    r.host = h.host();
-    r.pid = h.pid();
-    r.last_heard = r.last_progress = Clock::now();
-    session_rank[id] = h.rank();
-    spdlog::info("rank {} registered: host {}, pid {}", h.rank(), h.host(), h.pid());
-    return true;
-  }
-  void on_message(ControlServer::SessionId id, const proto::RankMessage& m) override {
-    std::lock_guard lock(mutex);
-    const auto it = session_rank.find(id);
-    if (it == session_rank.end()) return;
-    auto& r = ranks[static_cast<size_t>(it->second)];
-    r.last_heard = Clock::now();
-    if (m.has_progress() && m.progress().within_epoch()) {
-      // A batch job's step inside an epoch: progress, not a finished epoch.
-      r.epoch = m.progress().epoch();
-      r.last_progress = Clock::now();
-      if (it->second == 0) {
-        if (!has_latest) latest = m.progress();
-        has_latest = true;
-        latest.set_step(m.progress().step());
-      }
-    } else if (m.has_progress()) {
-      r.epoch = m.progress().epoch();
-      r.last_progress = Clock::now();
-      if (it->second == 0) {
-        if (start_epoch < 0) {
-          start_epoch = m.progress().epoch() - 1;
-          first_progress = now_iso();
-        }
-        // An epoch's end keeps the last step reported within it.
-        const std::optional<int64_t> step =
-            latest.has_step() ? std::optional<int64_t>(latest.step()) : std::nullopt;
-        latest = m.progress();
-        if (step && !latest.has_step()) latest.set_step(*step);
-        has_latest = true;
-        epoch_times.emplace_back(m.progress().epoch(), m.progress().ms());
-      }
-    } else if (m.has_notice()) {
-      notices.push_back({it->second, m.notice()});
-    } else if (m.has_done()) {
-      r.done = m.done();
-      if (m.done().status() != 0) {
-        // Status 2 is bad input (a job, dataset, checkpoint): the same on a restart.
-        fail({m.done().status() == 2 ? "bad_input" : "exit", fmt::format("rank {} on {} (pid {}) stopped with status {}: {}", it->second, r.host, r.pid,
-                                  m.done().status(), m.done().error()),
-              it->second, r.host, r.pid});
-      }
-    }
-  }
-  void on_closed(ControlServer::SessionId id, const std::string& reason) override {
-    std::lock_guard lock(mutex);
-    const auto it = session_rank.find(id);
-    if (it == session_rank.end()) return;
-    auto& r = ranks[static_cast<size_t>(it->second)];
-    r.closed = reason;
-    if (!r.done) {
-      fail({"killed", fmt::format("rank {} on {} (pid {}) ended without finishing ({})", it->second, r.host,
-                                  r.pid, reason),
-            it->second, r.host, r.pid});
-    }
-  }
-};
-
-// RUN/events.jsonl: one whole record per event (runtime/record_file.h: a
-// full disk or a crash leaves the whole line or nothing). A record that
-// cannot be written is said on the console instead, with its text, so its
-// absence is explained and nothing of it is lost.
-class Events {
- public:
-  explicit Events(const fs::path& path) : file_(path, RecordFile::Mode::kAppend) {
-    if (file_.torn_bytes() > 0) {
-      std::cerr << fmt::format("gnnrt launch: {}: cut back a torn last record ({} bytes without a newline)\n",
-                               path.string(), file_.torn_bytes());
-    }
-    if (file_.dropped_lines() > 0) {
-      std::cerr << fmt::format("gnnrt launch: {}: dropped {} line(s) that are not whole records (written by an "
-                               "older gnnrt)\n", path.string(), file_.dropped_lines());
-    }
-  }
-  void write(nlohmann::json record) {
-    record["time"] = now_iso();
-    const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    try {
-      file_.append(line);
-    } catch (const std::runtime_error& e) {
-      std::cerr << fmt::format("gnnrt launch: the {} record is not in events.jsonl ({}): {}\n",
-                               record.value("event", "?"), e.what(), line);
-      spdlog::error("events.jsonl: {}: {}", e.what(), line);
-    }
-  }
-
- private:
-  RecordFile file_;
-};
-
-// The ranks mpirun says ended on a signal, in its order, each with the
-// signal as it names it ("9 (Killed)"), from its lines "process rank K with
-// PID P on node H exited on signal S (Name)."; rank -1 where K is unreadable.
-std::vector<std::pair<int, std::string>> mpirun_signals(const std::string& output) {
-  std::vector<std::pair<int, std::string>> signals;
-  for (size_t at = output.find("process rank "); at != std::string::npos;
-       at = output.find("process rank ", at + 1)) {
-    const size_t eol = output.find('\n', at);
-    const std::string line = output.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
-    const size_t on = line.find(" exited on signal ");
-    if (on == std::string::npos) continue;
-    const std::string signal = line.substr(on + 18);  // "9 (Killed)."
-    const size_t close = signal.find(')');
-    int who = -1;
-    try {
-      who = std::stoi(line.substr(13));
-    } catch (const std::logic_error&) {
-    }
-    signals.emplace_back(who, signal.substr(0, close == std::string::npos ? signal.size() : close + 1));
-  }
-  return signals;
-}
-
-// The exit code or signal mpirun reported for a rank, from its own words:
-// a signal (mpirun_signals), or "Exit code:    N" in its report of the
-// first process that failed.
-std::string mpirun_verdict(const std::string& output, const std::vector<std::pair<int, std::string>>& signals,
-                           int rank) {
-  for (const auto& [who, what] : signals) {
-    if (who == rank) return "signal " + what;
-  }
-  if (!signals.empty()) return fmt::format("signal {} on rank {}", signals[0].second, signals[0].first);
-  const size_t code = output.find("Exit code:");
-  if (code != std::string::npos) {
-    const size_t digits = output.find_first_of("0123456789", code);
-    if (digits != std::string::npos) {
-      return "exit code " + output.substr(digits, output.find_first_not_of("0123456789", digits) - digits);
-    }
-  }
-  return "";
-}
 
 class Launcher {
  public:
@@ -426,23 +79,20 @@ class Launcher {
   int run();
 
  private:
-  // mpirun and its options, and the command each rank runs (gnnrt and its
-  // arguments). By hand: options, -np N, command; the launcher runs
-  // options, --app FILE, with one line per rank giving it its own token.
-  struct MpirunCommand {
-    std::vector<std::string> options, command;
-    std::vector<std::string> by_hand(int ranks) const;
-  };
-  MpirunCommand mpirun_command(int ranks, const std::vector<HostSlots>& hosts, int attempt) const;
-  // Writes RUN/launch/appfile-<attempt> (mode 0600): rank r's line passes
-  // its token, the command itself travels in GNNRT_LAUNCH_ARGV (an appfile
-  // cannot quote an argument).
-  // With hosts, each line also names its rank's host: ranks fill the hosts'
-  // slots in order, as mpirun maps one app context.
-  fs::path write_appfile(int ranks, int attempt, const std::vector<HostSlots>& hosts,
-                         const std::vector<std::string>& command) const;
+  MpirunCommand command_for(int ranks, const std::vector<HostSlots>& hosts, int attempt) const {
+    return mpirun_command(c_, run_dir_, local_, address_, ranks, hosts, attempt);
+  }
+  void prepare_run_dir();
+  void choose_network();
+  void start_control_server();
+  void export_rank_environment();
+  int run_attempts(std::vector<HostSlots> hosts);
+  bool keep_answering_hosts(std::vector<HostSlots>& hosts, int& ranks);
+  void report_failure();
   // Runs one attempt; returns true when the job finished (or stopped on request).
   bool attempt(int index, int ranks, const std::vector<HostSlots>& hosts);
+  bool stopped_by_signal(int index, bp::child& mpirun, bp::group& group);
+  void check_ranks(Supervisor& s, int ranks, const fs::path& appfile, bool& appfile_gone);
   void record_failure(int index, Failure failure, const fs::path& mpirun_log, uintmax_t log_offset);
   void stop_job(bp::child& mpirun, bp::group& group, bool rank_ended = false);
   void kill_job_processes() const;
@@ -477,150 +127,6 @@ class Launcher {
   fs::path first_failure_log_;
   std::string first_failure_verdict_;
 };
-
-std::vector<std::string> Launcher::MpirunCommand::by_hand(int ranks) const {
-  std::vector<std::string> a = options;
-  a.insert(a.end(), {"-np", std::to_string(ranks)});
-  a.insert(a.end(), command.begin(), command.end());
-  return a;
-}
-
-fs::path Launcher::write_appfile(int ranks, int attempt, const std::vector<HostSlots>& hosts,
-                                 const std::vector<std::string>& command) const {
-  const std::string exe = command.front();
-  if (exe.find_first_of(" \t\n'\"\\") != std::string::npos) {
-    throw std::invalid_argument(fmt::format("launch: the path of gnnrt ({}) has a space or quote, which an Open MPI "
-                                         "appfile cannot hold; run it from another folder",
-                                         exe));
-  }
-  const fs::path dir = run_dir_ / "launch";
-  fs::create_directories(dir);
-  const fs::path path = dir / fmt::format("appfile-{}", attempt);
-  std::error_code stale;
-  fs::remove(path, stale);  // a killed launcher's; the file is made anew, 0600, never through a link
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(errno)));
-  std::string text;
-  size_t host = 0;
-  int used = 0;
-  for (int r = 0; r < ranks; ++r) {
-    std::string where;
-    if (!hosts.empty()) {
-      while (host + 1 < hosts.size() && used >= hosts[host].slots) {
-        ++host;
-        used = 0;
-      }
-      ++used;
-      where = fmt::format("-host {} ", hosts[host].host);
-    }
-    text += fmt::format("-np 1 {}-x GNNRT_LAUNCH_TOKEN={} {}\n", where, secret_->token(r, attempt), exe);
-  }
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int err = errno;
-  ::close(fd);
-  if (!written) {
-    ::unlink(path.c_str());
-    throw std::runtime_error(fmt::format("launch: cannot write {}: {}", path.string(), std::strerror(err)));
-  }
-  // The ranks' command, argument for argument.
-  setenv("GNNRT_LAUNCH_ARGV", nlohmann::json(std::vector<std::string>(command.begin() + 1, command.end())).dump().c_str(), 1);
-  return path;
-}
-
-Launcher::MpirunCommand Launcher::mpirun_command(int ranks, const std::vector<HostSlots>& hosts, int attempt) const {
-  MpirunCommand m;
-  std::vector<std::string>& a = m.options;
-  a.push_back("mpirun");
-  if (geteuid() == 0) a.push_back("--allow-run-as-root");
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool oversubscribed = false;
-  // An MCA parameter may be named once on mpirun's command line: the
-  // user's --mpirun-arg settings win over the launcher's.
-  const auto mca = [&](const std::string& name, const std::string& value) {
-    for (size_t i = 0; i + 1 < c_.mpirun_args.size(); ++i) {
-      const std::string& o = c_.mpirun_args[i];
-      if ((o == "--mca" || o == "-mca") && c_.mpirun_args[i + 1] == name) return;
-    }
-    a.insert(a.end(), {"--mca", name, value});
-  };
-  if (local_) {
-    // Every rank here: shared memory between the ranks (no TCP transport,
-    // so no rank listens at all), Open MPI's out-of-band channel on
-    // loopback (its listener is in the launcher's loopback-only network
-    // namespace, network_namespace.h).
-    mca("btl", "self,vader");
-    mca("oob_tcp_if_include", "lo");
-  } else {
-    // Across hosts: TCP between hosts, shared memory within one, both on
-    // the network of the control address only; Open MPI's daemons notice
-    // a host that vanished within seconds (TCP keepalive after 5 s idle, 3
-    // probes 1 s apart; the default is 8 minutes), so a cut link leaves no
-    // daemon or rank behind on either side.
-    mca("btl", "tcp,vader,self");
-    boost::system::error_code ec;
-    const auto control = asio::ip::make_address(address_, ec);  // empty in a dry run
-    if (const std::string network = ec ? "" : network_of(control); !network.empty()) {
-      mca("oob_tcp_if_include", network);
-      mca("btl_tcp_if_include", network);
-    }
-    mca("oob_tcp_keepalive_time", "5");
-    mca("oob_tcp_keepalive_intvl", "1");
-    mca("oob_tcp_keepalive_probes", "3");
-  }
-  if (!hosts.empty()) {
-    std::string list;
-    for (const auto& h : hosts) {
-      list += (list.empty() ? "" : ",") + fmt::format("{}:{}", h.host, h.slots);
-      oversubscribed = oversubscribed || h.slots > cores;
-    }
-    a.insert(a.end(), {"--host", list});
-  } else {
-    oversubscribed = ranks > cores;
-  }
-  if (oversubscribed) {
-    // More ranks than cores: ranks must yield when they wait, or small
-    // messages take milliseconds.
-    a.push_back("--oversubscribe");
-    mca("mpi_yield_when_idle", "1");
-  }
-  // One core per rank when they fit one each, else no binding: a rank's
-  // OpenMP threads must not be pinned to one core.
-  const bool one_core_each = hosts.empty() && !oversubscribed && cores / std::max(1, ranks) == 1;
-  a.insert(a.end(), {"--bind-to", one_core_each ? "core" : "none"});
-  // The launcher's variables, and every GNNRT_* and OMP_* variable of the
-  // launcher's environment (collective deadline and tuning, OpenMP
-  // settings): -x passes them to remote ranks too, which over ssh would
-  // not inherit them.
-  // GNNRT_LAUNCH_TOKEN is not among them: each rank's own comes with its
-  // line of the appfile.
-  std::vector<std::string> names{"GNNRT_LAUNCH_ADDR", "GNNRT_LAUNCH_JOB", "GNNRT_LAUNCH_ATTEMPT", "GNNRT_LOG_DIR",
-                                 "GNNRT_LAUNCH_LOST_TIMEOUT", "GNNRT_LAUNCH_ARGV"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string v(*e);
-    const std::string name = v.substr(0, v.find('='));
-    if ((name.rfind("GNNRT_", 0) == 0 || name.rfind("OMP_", 0) == 0) && name != "GNNRT_FAULT" &&
-        name != "GNNRT_LAUNCH_TOKEN" && std::find(names.begin(), names.end(), name) == names.end()) {
-      names.push_back(name);
-    }
-  }
-  if (attempt == 0 && !c_.fault.empty()) names.push_back("GNNRT_FAULT");
-  for (const auto& name : names) a.insert(a.end(), {"-x", name});
-  for (const auto& o : c_.mpirun_args) a.push_back(o);
-  std::vector<std::string>& cmd = m.command;
-  cmd.push_back(fs::read_symlink("/proc/self/exe").string());
-  for (const auto& arg : c_.command) cmd.push_back(arg);
-  if (c_.is_train) {
-    cmd.insert(cmd.end(), {"--metrics", (run_dir_ / "metrics.jsonl").string()});
-    if (c_.job.checkpoint().dir().empty()) {
-      cmd.insert(cmd.end(), {"--set", "checkpoint.dir=" + (run_dir_ / "checkpoints").string()});
-    }
-    if (c_.job.checkpoint().every() == 0) cmd.insert(cmd.end(), {"--set", "checkpoint.every=1"});
-    if (c_.job.partition().parts() != 0 && c_.job.partition().parts() != ranks) {
-      cmd.insert(cmd.end(), {"--set", fmt::format("partition.parts={}", ranks)});
-    }
-  }
-  return m;
-}
 
 void Launcher::show_progress(bool final) {
   std::string line;
@@ -739,7 +245,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   } else {
     unsetenv("GNNRT_FAULT");
   }
-  const MpirunCommand command = mpirun_command(ranks, hosts, index);
+  const MpirunCommand command = command_for(ranks, hosts, index);
   // The command as one would type it (without the launcher's tokens), and
   // what runs: the same options with an appfile of one line per rank.
   const std::string line = join_command(command.by_hand(ranks));
@@ -747,7 +253,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   if (index == 0) std::cerr << "gnnrt launch: " << line << "\n";
   events_->write({{"event", index == 0 ? "start" : "restart"}, {"attempt", index}, {"ranks", ranks},
                   {"command", line}});
-  const fs::path appfile = write_appfile(ranks, index, hosts, command.command);
+  const fs::path appfile = write_appfile(run_dir_, *secret_, ranks, index, hosts, command.command);
   std::vector<std::string> argv = command.options;
   argv.insert(argv.end(), {"--app", appfile.string()});
   spdlog::info("attempt {}: runs {} (each rank's token in its line of the appfile; its arguments in "
@@ -783,25 +289,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   bool appfile_gone = false;
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int signals = signals_.load();
-    if (signals == 1 && !stop_sent_) {
-      stop_sent_ = true;
-      std::cerr << (tty_ ? "\n" : "")
-                << "gnnrt launch: stopping at the next step boundary (a checkpoint is written); "
-                   "signal again to stop at once\n";
-      events_->write({{"event", "stop_requested"}, {"attempt", index}, {"signal", last_signal_.load()}});
-      proto::LauncherMessage stop;
-      stop.set_stop(true);
-      asio::post(io_, [this, stop] { server_->broadcast(stop); });
-      if (!c_.is_train) {  // nothing to checkpoint: stop now
-        stop_job(mpirun, group);
-        break;
-      }
-    }
-    if (signals >= 2) {
-      stop_job(mpirun, group);
-      break;
-    }
+    if (stopped_by_signal(index, mpirun, group)) break;
     show_notices(index);
     if (c_.is_train) show_progress(false);
     std::lock_guard lock(supervisor_.mutex);
@@ -851,55 +339,7 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
       }
       continue;
     }
-    // Registration, heartbeats, progress.
-    int registered = 0;
-    for (size_t k = 0; k < s.ranks.size(); ++k) {
-      const auto& r = s.ranks[k];
-      if (!r.registered) continue;
-      ++registered;
-      if (!r.done && !r.closed && since(r.last_heard) > c_.heartbeat_timeout) {
-        s.fail({"heartbeat", fmt::format("rank {} on {} (pid {}) sent no heartbeat for {:.1f} s", k, r.host, r.pid,
-                                         since(r.last_heard)),
-                static_cast<int>(k), r.host, r.pid});
-      }
-    }
-    if (registered == ranks && !appfile_gone) {
-      // Its tokens are of no use once every rank has registered.
-      std::error_code gone;
-      fs::remove(appfile, gone);
-      appfile_gone = true;
-    }
-    if (!s.failure && registered < ranks && since(s.attempt_start) > c_.start_timeout) {
-      std::string missing;
-      for (size_t k = 0; k < s.ranks.size(); ++k) {
-        if (!s.ranks[k].registered) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
-      }
-      s.fail({"start", fmt::format("rank(s) {} did not register within {:.0f} s", missing, c_.start_timeout)});
-    }
-    if (!s.failure && c_.is_train && registered == ranks) {
-      // The job's progress is its slowest rank's. In a job that moves in
-      // lock step every rank waits at the same epoch; a rank behind the
-      // others is the suspect.
-      std::optional<size_t> slowest;
-      int64_t lo = s.ranks[0].epoch, hi = s.ranks[0].epoch;
-      for (size_t k = 0; k < s.ranks.size(); ++k) {
-        lo = std::min(lo, s.ranks[k].epoch);
-        hi = std::max(hi, s.ranks[k].epoch);
-        if (s.ranks[k].done) continue;
-        if (!slowest || s.ranks[k].last_progress < s.ranks[*slowest].last_progress) slowest = k;
-      }
-      if (slowest && since(s.ranks[*slowest].last_progress) > c_.progress_timeout) {
-        const auto& r = s.ranks[*slowest];
-        if (lo == hi) {
-          s.fail({"progress", fmt::format("no progress for {:.1f} s: every rank is at epoch {}",
-                                          since(r.last_progress), lo)});
-        } else {
-          s.fail({"progress", fmt::format("no progress for {:.1f} s: rank {} on {} (pid {}) is at epoch {}, others at {}",
-                                          since(r.last_progress), *slowest, r.host, r.pid, r.epoch, hi),
-                  static_cast<int>(*slowest), r.host, r.pid});
-        }
-      }
-    }
+    check_ranks(s, ranks, appfile, appfile_gone);
     if (s.failure) break;
   }
   std::optional<Failure> failure;
@@ -940,37 +380,91 @@ bool Launcher::attempt(int index, int ranks, const std::vector<HostSlots>& hosts
   return false;
 }
 
+// The user's signals: the first asks the ranks to stop at the next step
+// boundary (a checkpoint is written; a bench, with nothing to checkpoint,
+// stops now), a second stops the job at once. True when the job was stopped.
+bool Launcher::stopped_by_signal(int index, bp::child& mpirun, bp::group& group) {
+  const int signals = signals_.load();
+  if (signals == 1 && !stop_sent_) {
+    stop_sent_ = true;
+    std::cerr << (tty_ ? "\n" : "")
+              << "gnnrt launch: stopping at the next step boundary (a checkpoint is written); "
+                 "signal again to stop at once\n";
+    events_->write({{"event", "stop_requested"}, {"attempt", index}, {"signal", last_signal_.load()}});
+    proto::LauncherMessage stop;
+    stop.set_stop(true);
+    asio::post(io_, [this, stop] { server_->broadcast(stop); });
+    if (!c_.is_train) {
+      stop_job(mpirun, group);
+      return true;
+    }
+  }
+  if (signals >= 2) {
+    stop_job(mpirun, group);
+    return true;
+  }
+  return false;
+}
+
+// The attempt's ranks against their deadlines: registration (the appfile
+// removed once every rank has), heartbeats, and the slowest rank's
+// progress; a rank past one fails the attempt (caller holds the lock).
+void Launcher::check_ranks(Supervisor& s, int ranks, const fs::path& appfile, bool& appfile_gone) {
+  int registered = 0;
+  for (size_t k = 0; k < s.ranks.size(); ++k) {
+    const auto& r = s.ranks[k];
+    if (!r.registered) continue;
+    ++registered;
+    if (!r.done && !r.closed && since(r.last_heard) > c_.heartbeat_timeout) {
+      s.fail({"heartbeat", fmt::format("rank {} on {} (pid {}) sent no heartbeat for {:.1f} s", k, r.host, r.pid,
+                                       since(r.last_heard)),
+              static_cast<int>(k), r.host, r.pid});
+    }
+  }
+  if (registered == ranks && !appfile_gone) {
+    // Its tokens are of no use once every rank has registered.
+    std::error_code gone;
+    fs::remove(appfile, gone);
+    appfile_gone = true;
+  }
+  if (!s.failure && registered < ranks && since(s.attempt_start) > c_.start_timeout) {
+    std::string missing;
+    for (size_t k = 0; k < s.ranks.size(); ++k) {
+      if (!s.ranks[k].registered) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+    }
+    s.fail({"start", fmt::format("rank(s) {} did not register within {:.0f} s", missing, c_.start_timeout)});
+  }
+  if (!s.failure && c_.is_train && registered == ranks) {
+    // The job's progress is its slowest rank's. In a job that moves in
+    // lock step every rank waits at the same epoch; a rank behind the
+    // others is the suspect.
+    std::optional<size_t> slowest;
+    int64_t lo = s.ranks[0].epoch, hi = s.ranks[0].epoch;
+    for (size_t k = 0; k < s.ranks.size(); ++k) {
+      lo = std::min(lo, s.ranks[k].epoch);
+      hi = std::max(hi, s.ranks[k].epoch);
+      if (s.ranks[k].done) continue;
+      if (!slowest || s.ranks[k].last_progress < s.ranks[*slowest].last_progress) slowest = k;
+    }
+    if (slowest && since(s.ranks[*slowest].last_progress) > c_.progress_timeout) {
+      const auto& r = s.ranks[*slowest];
+      if (lo == hi) {
+        s.fail({"progress", fmt::format("no progress for {:.1f} s: every rank is at epoch {}",
+                                        since(r.last_progress), lo)});
+      } else {
+        s.fail({"progress", fmt::format("no progress for {:.1f} s: rank {} on {} (pid {}) is at epoch {}, others at {}",
+                                        since(r.last_progress), *slowest, r.host, r.pid, r.epoch, hi),
+                static_cast<int>(*slowest), r.host, r.pid});
+      }
+    }
+  }
+}
+
 // The failed attempt's record (events.jsonl, the console), after every
 // process of it is gone: the rank and mpirun's verdict from mpirun's output
 // (this attempt's part of its log), and the checkpoint a restart resumes from.
 void Launcher::record_failure(int index, Failure failure, const fs::path& mpirun_log, uintmax_t log_offset) {
-  std::string output;
-  {
-    std::ifstream in(mpirun_log);
-    in.seekg(static_cast<std::streamoff>(log_offset));
-    output.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  const auto signals = mpirun_signals(output);
-  // No rank blamed (one killed after it reported its work done, in
-  // MPI_Finalize, leaves no other trace): the first that mpirun says a signal ended.
-  if (failure.kind == "exit" && failure.rank < 0) {
-    std::lock_guard lock(supervisor_.mutex);
-    for (const auto& [who, what] : signals) {
-      if (who < 0 || who >= static_cast<int>(supervisor_.ranks.size())) continue;
-      const auto& r = supervisor_.ranks[static_cast<size_t>(who)];
-      failure.rank = who;
-      failure.host = r.host;
-      failure.pid = r.pid;
-      break;
-    }
-  }
-  const std::string verdict = mpirun_verdict(output, signals, failure.rank);
-  // A rank that ended with status 2 before it could say so (a file its
-  // host lacks, refused before MPI started): bad input, as if it had.
-  if (failure.kind == "exit" && failure.rank < 0 && verdict == "exit code 2") {
-    failure.kind = "bad_input";
-    failure.reason += " (a rank ended with status 2, bad input, before it registered)";
-  }
+  const std::string verdict = supervisor_.attribute(failure, mpirun_log, log_offset);
   const fs::path log = failure.rank >= 0 ? run_dir_ / "logs" / fmt::format("rank-{}.log", failure.rank)
                                           : run_dir_ / "logs" / "mpirun.log";
   nlohmann::json record{{"event", "failure"}, {"attempt", index}, {"kind", failure.kind},
@@ -984,19 +478,7 @@ void Launcher::record_failure(int index, Failure failure, const fs::path& mpirun
   // (and only read: rank 0 sets a bad one aside and says so) after every
   // process of the attempt is gone. With --hosts this is the folder as
   // this host sees it (rank 0's when it runs here or the folder is shared).
-  if (c_.is_train) {
-    const fs::path dir = effective_checkpoint_dir();
-    try {
-      if (const auto newest = model::load_newest_checkpoint(dir, /*set_aside=*/false)) {
-        record["checkpoint"] = {{"file", newest->path.string()}, {"epoch", newest->state.epoch()},
-                                {"step", newest->state.step()}};
-      } else {
-        record["checkpoint"] = {{"file", nullptr}, {"epoch", 0}};
-      }
-    } catch (const std::exception& e) {
-      record["checkpoint"] = {{"error", e.what()}};
-    }
-  }
+  if (c_.is_train) record["checkpoint"] = newest_checkpoint_record(effective_checkpoint_dir());
   if (!verdict.empty()) record["mpirun"] = verdict;
   events_->write(record);
   std::cerr << (tty_ ? "\n" : "") << "gnnrt launch: attempt " << index << " failed: " << failure.reason
@@ -1017,111 +499,18 @@ int Launcher::run() {
   // job's loopback-only namespace this host's other addresses are gone).
   const std::vector<HostSlots> named_hosts = local_ ? std::vector<HostSlots>{} : c_.hosts;
   if (c_.dry_run) {
-    std::cout << join_command(mpirun_command(c_.ranks, named_hosts, 0).by_hand(c_.ranks)) << "\n";
+    std::cout << join_command(command_for(c_.ranks, named_hosts, 0).by_hand(c_.ranks)) << "\n";
     return 0;
   }
-  fs::create_directories(run_dir_ / "logs");
-  {
-    // The launcher's own log: every line in logs/launcher.log, errors on the terminal.
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir_ / "logs" / "launcher.log").string());
-    auto console = console_sink(2);
-    // The terminal gets the launcher's own lines (std::cerr) and the
-    // progress line; only a critical log line goes there too.
-    console->set_level(spdlog::level::critical);
-    auto logger = std::make_shared<spdlog::logger>("launch", spdlog::sinks_init_list{file, console});
-    logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [launcher host {}] [%^%l%$] %v", this_host()));
-    logger->flush_on(spdlog::level::info);
-    spdlog::set_default_logger(logger);
-  }
-  events_ = std::make_unique<Events>(run_dir_ / "events.jsonl");
-  {
-    // A killed launcher's appfiles (ranks' tokens of attempts long gone).
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(run_dir_ / "launch", ec)) {
-      if (entry.path().filename().string().rfind("appfile-", 0) == 0) fs::remove(entry.path(), ec);
-    }
-  }
-  if (c_.is_train) {
-    // The job the ranks train: the user's overrides and the launcher's.
-    model::proto::Job job = c_.job;
-    if (job.checkpoint().dir().empty()) job.mutable_checkpoint()->set_dir((run_dir_ / "checkpoints").string());
-    if (job.checkpoint().every() == 0) job.mutable_checkpoint()->set_every(1);
-    write_or_warn(run_dir_ / "job.pbtxt", model::to_text(job));
-  }
+  prepare_run_dir();
   if (bp::search_path("mpirun").empty()) {
     throw std::runtime_error("launch: mpirun is not on PATH (Debian: apt-get install openmpi-bin)");
   }
   secret_ = JobSecret::draw();
   job_id_ = random_job_id();
-  boost::system::error_code named_ec;
-  const bool loopback_control =
-      c_.control_address.empty() || asio::ip::make_address(c_.control_address, named_ec).is_loopback();
-  if (local_ && loopback_control) {
-    // Before any thread and socket of the launcher's: the whole job in a
-    // network of loopback only. (A --control-address off loopback is the
-    // user's wish to be reached: the job then keeps this host's network.)
-    if (const std::string why = enter_loopback_only_network(); !why.empty()) {
-      std::cerr << "gnnrt launch: warning: the job keeps this host's network (" << why
-                << "): Open MPI's out-of-band listener is open on every address of this host\n";
-      spdlog::warn("no network namespace of the job's own ({}): Open MPI's out-of-band listener is open on every "
-                   "address of this host", why);
-    } else {
-      isolated_ = true;
-      spdlog::info("the job runs in a network namespace of its own with loopback only");
-    }
-  }
-  address_ = !c_.control_address.empty() ? c_.control_address
-             : c_.hosts.empty() || local_  ? "127.0.0.1"
-                                           : control_address_for(c_.hosts);
-  if (!local_) {
-    boost::system::error_code ec;
-    const auto control = asio::ip::make_address(address_, ec);
-    const bool named = std::find(c_.mpirun_args.begin(), c_.mpirun_args.end(), "oob_tcp_if_include") != c_.mpirun_args.end();
-    if (!named && (ec || network_of(control).empty())) {
-      std::cerr << "gnnrt launch: warning: the control address " << address_ << " is on no interface of this host: "
-                << "Open MPI's channels are not kept to one network (--mpirun-arg=--mca "
-                   "--mpirun-arg=oob_tcp_if_include --mpirun-arg=NET does it)\n";
-    }
-  }
-  ControlLimits limits;
-  limits.max_registered = 4 * c_.ranks + 16;
-  // Silence is the supervisor's to judge (it names the rank); the server's
-  // idle limit only ends connections nobody watches any more.
-  limits.idle_seconds = c_.heartbeat_timeout + 10;
-  // A hello must carry the token of the rank and attempt it claims (the
-  // supervisor then refuses other attempts and ranks registered twice).
-  const JobSecret& secret = *secret_;
-  try {
-    server_ = std::make_unique<ControlServer>(
-        io_, asio::ip::make_address(address_),
-        [&secret](const proto::Hello& h) { return secret.accepts(h.token(), h.rank(), h.attempt()); }, limits,
-        supervisor_);
-  } catch (const boost::system::system_error& e) {
-    throw std::invalid_argument(fmt::format("launch: the control server cannot listen on {}{}: {}", address_,
-                                            c_.control_address.empty() ? "" : " (--control-address)",
-                                            e.code().message()));
-  }
-  const auto endpoint = server_->endpoint();
-  {
-    // With its own network namespace, the address is reachable inside it
-    // only (nsenter --net=/proc/PID/ns/net).
-    nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()},
-                         {"network_namespace", isolated_ ? fmt::format("/proc/{}/ns/net", getpid()) : ""}};
-    write_or_warn(run_dir_ / "control.json", where.dump() + '\n');
-  }
-  setenv("GNNRT_LAUNCH_ADDR", fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()).c_str(), 1);
-  setenv("GNNRT_LAUNCH_JOB", job_id_.c_str(), 1);
-  unsetenv("GNNRT_LAUNCH_TOKEN");  // a launcher started by a launcher's rank holds none of its own
-  setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
-  setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
-  // The ranks' colour: a rank cannot tell (its output is Open MPI's
-  // pseudo-terminal), so the launcher says. A train job's ranks write to
-  // logs/mpirun.log; a bench's to the launcher's own stderr.
-  setenv("GNNRT_COLOR", color() == ColorWhen::kAlways ? "always"
-                        : color() == ColorWhen::kNever || c_.is_train ? "never"
-                        : colored(2)                  ? "always"
-                                                      : "never",
-         1);
+  choose_network();
+  start_control_server();
+  export_rank_environment();
   asio::signal_set signals(io_, SIGINT, SIGTERM);
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
     if (ec) return;
@@ -1159,7 +548,141 @@ int Launcher::run() {
     }
   } join_io{io_, io_thread};
 
-  std::vector<HostSlots> hosts = named_hosts;
+  const int status = run_attempts(named_hosts);
+  std::promise<void> closed;
+  asio::post(io_, [&] {
+    signals.cancel();
+    ping.cancel();
+    server_->close_all();
+    closed.set_value();
+  });
+  closed.get_future().wait_for(std::chrono::seconds(2));
+  io_.stop();
+  io_thread.join();
+  if (status != 0) report_failure();
+  return status;
+}
+
+// The run directory: logs (the launcher's own log), events.jsonl, no stale
+// appfiles, the job the ranks train.
+void Launcher::prepare_run_dir() {
+  fs::create_directories(run_dir_ / "logs");
+  {
+    // The launcher's own log: every line in logs/launcher.log, errors on the terminal.
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir_ / "logs" / "launcher.log").string());
+    auto console = console_sink(2);
+    // The terminal gets the launcher's own lines (std::cerr) and the
+    // progress line; only a critical log line goes there too.
+    console->set_level(spdlog::level::critical);
+    auto logger = std::make_shared<spdlog::logger>("launch", spdlog::sinks_init_list{file, console});
+    logger->set_pattern(fmt::format("%Y-%m-%d %H:%M:%S.%e [launcher host {}] [%^%l%$] %v", this_host()));
+    logger->flush_on(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  events_ = std::make_unique<Events>(run_dir_ / "events.jsonl");
+  {
+    // A killed launcher's appfiles (ranks' tokens of attempts long gone).
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(run_dir_ / "launch", ec)) {
+      if (entry.path().filename().string().rfind("appfile-", 0) == 0) fs::remove(entry.path(), ec);
+    }
+  }
+  if (c_.is_train) {
+    // The job the ranks train: the user's overrides and the launcher's.
+    model::proto::Job job = c_.job;
+    if (job.checkpoint().dir().empty()) job.mutable_checkpoint()->set_dir((run_dir_ / "checkpoints").string());
+    if (job.checkpoint().every() == 0) job.mutable_checkpoint()->set_every(1);
+    write_or_warn(run_dir_ / "job.pbtxt", model::to_text(job));
+  }
+}
+
+// A single-host job in a loopback-only network namespace when it can be;
+// the control address.
+void Launcher::choose_network() {
+  boost::system::error_code named_ec;
+  const bool loopback_control =
+      c_.control_address.empty() || asio::ip::make_address(c_.control_address, named_ec).is_loopback();
+  if (local_ && loopback_control) {
+    // Before any thread and socket of the launcher's: the whole job in a
+    // network of loopback only. (A --control-address off loopback is the
+    // user's wish to be reached: the job then keeps this host's network.)
+    if (const std::string why = enter_loopback_only_network(); !why.empty()) {
+      std::cerr << "gnnrt launch: warning: the job keeps this host's network (" << why
+                << "): Open MPI's out-of-band listener is open on every address of this host\n";
+      spdlog::warn("no network namespace of the job's own ({}): Open MPI's out-of-band listener is open on every "
+                   "address of this host", why);
+    } else {
+      isolated_ = true;
+      spdlog::info("the job runs in a network namespace of its own with loopback only");
+    }
+  }
+  address_ = !c_.control_address.empty() ? c_.control_address
+             : c_.hosts.empty() || local_  ? "127.0.0.1"
+                                           : control_address_for(c_.hosts);
+  if (!local_) {
+    boost::system::error_code ec;
+    const auto control = asio::ip::make_address(address_, ec);
+    const bool named = std::find(c_.mpirun_args.begin(), c_.mpirun_args.end(), "oob_tcp_if_include") != c_.mpirun_args.end();
+    if (!named && (ec || network_of(control).empty())) {
+      std::cerr << "gnnrt launch: warning: the control address " << address_ << " is on no interface of this host: "
+                << "Open MPI's channels are not kept to one network (--mpirun-arg=--mca "
+                   "--mpirun-arg=oob_tcp_if_include --mpirun-arg=NET does it)\n";
+    }
+  }
+}
+
+// The control server on the control address, and control.json naming it.
+void Launcher::start_control_server() {
+  ControlLimits limits;
+  limits.max_registered = 4 * c_.ranks + 16;
+  // Silence is the supervisor's to judge (it names the rank); the server's
+  // idle limit only ends connections nobody watches any more.
+  limits.idle_seconds = c_.heartbeat_timeout + 10;
+  // A hello must carry the token of the rank and attempt it claims (the
+  // supervisor then refuses other attempts and ranks registered twice).
+  const JobSecret& secret = *secret_;
+  try {
+    server_ = std::make_unique<ControlServer>(
+        io_, asio::ip::make_address(address_),
+        [&secret](const proto::Hello& h) { return secret.accepts(h.token(), h.rank(), h.attempt()); }, limits,
+        supervisor_);
+  } catch (const boost::system::system_error& e) {
+    throw std::invalid_argument(fmt::format("launch: the control server cannot listen on {}{}: {}", address_,
+                                            c_.control_address.empty() ? "" : " (--control-address)",
+                                            e.code().message()));
+  }
+  const auto endpoint = server_->endpoint();
+  {
+    // With its own network namespace, the address is reachable inside it
+    // only (nsenter --net=/proc/PID/ns/net).
+    nlohmann::json where{{"address", endpoint.address().to_string()}, {"port", endpoint.port()}, {"pid", getpid()},
+                         {"network_namespace", isolated_ ? fmt::format("/proc/{}/ns/net", getpid()) : ""}};
+    write_or_warn(run_dir_ / "control.json", where.dump() + '\n');
+  }
+}
+
+// What every rank reads from its environment: the control address, the
+// job, the log folder, the lost-launcher timeout, colour.
+void Launcher::export_rank_environment() {
+  const auto endpoint = server_->endpoint();
+  setenv("GNNRT_LAUNCH_ADDR", fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port()).c_str(), 1);
+  setenv("GNNRT_LAUNCH_JOB", job_id_.c_str(), 1);
+  unsetenv("GNNRT_LAUNCH_TOKEN");  // a launcher started by a launcher's rank holds none of its own
+  setenv("GNNRT_LOG_DIR", (run_dir_ / "logs").c_str(), 1);
+  setenv("GNNRT_LAUNCH_LOST_TIMEOUT", fmt::format("{}", c_.heartbeat_timeout).c_str(), 1);
+  // The ranks' colour: a rank cannot tell (its output is Open MPI's
+  // pseudo-terminal), so the launcher says. A train job's ranks write to
+  // logs/mpirun.log; a bench's to the launcher's own stderr.
+  setenv("GNNRT_COLOR", color() == ColorWhen::kAlways ? "always"
+                        : color() == ColorWhen::kNever || c_.is_train ? "never"
+                        : colored(2)                  ? "always"
+                                                      : "never",
+         1);
+}
+
+// Attempts until one finishes, a signal stops the job, the input is bad or
+// the restarts are used up; the launcher's exit status.
+int Launcher::run_attempts(std::vector<HostSlots> hosts) {
   int ranks = c_.ranks;
   int status = 1;
   for (int index = 0;; ++index) {
@@ -1213,85 +736,59 @@ int Launcher::run() {
       std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     }
     // With --min-ranks: go on with the hosts that still answer.
-    if (!hosts.empty() && c_.min_ranks < c_.ranks) {
-      std::vector<HostSlots> alive;
-      for (const auto& h : hosts) {
-        if (host_answers(h)) {
-          alive.push_back(h);
-        } else {
-          spdlog::error("host {} does not answer: restarting without it", h.host);
-          std::cerr << "gnnrt launch: host " << h.host << " does not answer: restarting without it\n";
-          events_->write({{"event", "host_lost"}, {"host", h.host}});
-        }
-      }
-      int slots = 0;
-      for (const auto& h : alive) slots += h.slots;
-      if (slots < c_.min_ranks) {
-        events_->write({{"event", "finish"}, {"status", 1},
-                        {"reason", fmt::format("{} slot(s) left on the hosts that answer, --min-ranks {}", slots,
-                                               c_.min_ranks)}});
-        std::cerr << fmt::format("gnnrt launch: only {} rank slot(s) left on the hosts that answer, fewer than "
-                                 "--min-ranks {}\n",
-                                 slots, c_.min_ranks);
-        break;
-      }
-      hosts = alive;
-      ranks = std::min(c_.ranks, slots);
-    }
+    if (!hosts.empty() && c_.min_ranks < c_.ranks && !keep_answering_hosts(hosts, ranks)) break;
     std::cerr << fmt::format("gnnrt launch: restart {}/{} on {} rank(s), from the newest checkpoint\n", restarts_,
                              c_.max_restarts, ranks);
-  }
-  std::promise<void> closed;
-  asio::post(io_, [&] {
-    signals.cancel();
-    ping.cancel();
-    server_->close_all();
-    closed.set_value();
-  });
-  closed.get_future().wait_for(std::chrono::seconds(2));
-  io_.stop();
-  io_thread.join();
-  if (status != 0 && first_failure_) {
-    const auto& f = *first_failure_;
-    std::cerr << "gnnrt launch: the job failed" << (restarts_ > 0 ? fmt::format(" after {} restart(s)", restarts_) : "")
-              << "\n  first failure: " << f.reason
-              << (first_failure_verdict_.empty() ? "" : "\n  mpirun says: " + first_failure_verdict_) << "\n";
-    const auto lines = last_lines(first_failure_log_, 10);
-    if (!lines.empty()) {
-      std::cerr << "  last lines of " << first_failure_log_.string() << ":\n";
-      for (const auto& l : lines) std::cerr << "    " << l << "\n";
-    }
-    std::cerr << "  run directory: " << run_dir_.string() << "\n";
   }
   return status;
 }
 
-}  // namespace
-
-std::vector<HostSlots> parse_hosts(const std::string& text) {
-  std::vector<HostSlots> hosts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, end - start);
-    const size_t colon = item.rfind(':');
-    HostSlots h;
-    h.host = item.substr(0, colon);
-    try {
-      size_t used = 0;
-      h.slots = colon == std::string::npos ? -1 : std::stoi(item.substr(colon + 1), &used);
-      if (colon != std::string::npos && used != item.size() - colon - 1) h.slots = -1;
-    } catch (const std::logic_error&) {
-      h.slots = -1;
+// The hosts that still answer, and the ranks they hold (at most --ranks);
+// false when fewer than --min-ranks slots are left.
+bool Launcher::keep_answering_hosts(std::vector<HostSlots>& hosts, int& ranks) {
+  std::vector<HostSlots> alive;
+  for (const auto& h : hosts) {
+    if (host_answers(h)) {
+      alive.push_back(h);
+    } else {
+      spdlog::error("host {} does not answer: restarting without it", h.host);
+      std::cerr << "gnnrt launch: host " << h.host << " does not answer: restarting without it\n";
+      events_->write({{"event", "host_lost"}, {"host", h.host}});
     }
-    if (h.host.empty() || h.slots < 1) {
-      throw std::invalid_argument(fmt::format("--hosts: '{}' is not HOST:SLOTS with SLOTS >= 1", item));
-    }
-    hosts.push_back(h);
-    start = end + 1;
   }
-  return hosts;
+  int slots = 0;
+  for (const auto& h : alive) slots += h.slots;
+  if (slots < c_.min_ranks) {
+    events_->write({{"event", "finish"}, {"status", 1},
+                    {"reason", fmt::format("{} slot(s) left on the hosts that answer, --min-ranks {}", slots,
+                                           c_.min_ranks)}});
+    std::cerr << fmt::format("gnnrt launch: only {} rank slot(s) left on the hosts that answer, fewer than "
+                             "--min-ranks {}\n",
+                             slots, c_.min_ranks);
+    return false;
+  }
+  hosts = alive;
+  ranks = std::min(c_.ranks, slots);
+  return true;
 }
+
+// The first failure on the console: its reason, mpirun's verdict, the last
+// lines of its log.
+void Launcher::report_failure() {
+  if (!first_failure_) return;
+  const auto& f = *first_failure_;
+  std::cerr << "gnnrt launch: the job failed" << (restarts_ > 0 ? fmt::format(" after {} restart(s)", restarts_) : "")
+            << "\n  first failure: " << f.reason
+            << (first_failure_verdict_.empty() ? "" : "\n  mpirun says: " + first_failure_verdict_) << "\n";
+  const auto lines = last_lines(first_failure_log_, 10);
+  if (!lines.empty()) {
+    std::cerr << "  last lines of " << first_failure_log_.string() << ":\n";
+    for (const auto& l : lines) std::cerr << "    " << l << "\n";
+  }
+  std::cerr << "  run directory: " << run_dir_.string() << "\n";
+}
+
+}  // namespace
 
 int run_launch(LaunchCommand& command) {
   Launcher launcher(command);

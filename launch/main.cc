@@ -19,6 +19,7 @@
 #include <thread>
 #include <exception>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <memory>
 #include <string>
 #include <iostream>
@@ -34,13 +35,15 @@
 #include "launch/bench_halo.h"
 #include "launch/console.h"
 #include "launch/control_client.h"
-#include "launch/launcher.h"
 #include "launch/exit_status.h"
 #include "launch/info.h"
+#include "launch/launcher.h"
 #include "launch/partition.h"
 #include "launch/selfcheck.h"
 #include "launch/train.h"
-#include "model/distributed.h"
+#include "model/data/partition.h"
+#include "model/job.h"
+#include "model/training/distributed.h"
 #include "runtime/atomic_file.h"
 
 namespace {
@@ -224,15 +227,16 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   cmd->add_option("--profile", c.options.profile, "Device profile: trn1 (16 GiB/core) or trn2 (12 GiB/core)")
       ->check(CLI::IsMember({"trn1", "trn2"}));
   cmd->add_option("--partition", c.partition,
-                  "Partition the graph in memory at start-up with this method (partition.method): "
-                  "random, destination, grid, hdrf or metis")
-      ->check(CLI::IsMember({"random", "destination", "grid", "hdrf", "metis"}));
+                  "Partition the graph in memory at start-up with this method (partition.method): " +
+                      fmt::format("{}", fmt::join(gnnrt::model::partition_method_names(), ", ")))
+      ->check(CLI::IsMember(gnnrt::model::partition_method_names(), CLI::ignore_case));
   cmd->add_option("--shards", c.shards,
                   "Read each rank's shard from this folder, written by `gnnrt partition` (partition.shards)");
   cmd->add_option("--halo", c.halo,
                   "Halo exchange: sparse (shared rows only) or dense (an all-reduce of the whole "
                   "matrix, the baseline) (partition.halo)")
-      ->check(CLI::IsMember({"sparse", "dense"}));
+      ->check(CLI::IsMember(gnnrt::model::enum_names_lower(gnnrt::model::proto::Partition::Halo_descriptor()),
+                            CLI::ignore_case));
   return cmd;
 }
 
@@ -272,8 +276,9 @@ CLI::App* add_partition_command(CLI::App& app, gnnrt::launch::PartitionCommand& 
   cmd->add_option("--parts", c.parts,
                   "Number of shards, the rank count to train on (default: the job's partition.parts)")
       ->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--method", c.method, "random, destination, grid, hdrf or metis (default: the job's)")
-      ->check(CLI::IsMember({"random", "destination", "grid", "hdrf", "metis"}));
+  cmd->add_option("--method", c.method,
+                  fmt::format("{} (default: the job's)", fmt::join(gnnrt::model::partition_method_names(), ", ")))
+      ->check(CLI::IsMember(gnnrt::model::partition_method_names(), CLI::ignore_case));
   cmd->add_option("--out", c.out, "Folder to write (replaced if it exists)")->required();
   cmd->add_option("--seed", c.seed, "Seed of the partitioner (default: the job's)")
       ->each([&c](const std::string&) { c.seed_given = true; });
@@ -381,20 +386,18 @@ int run_launch_command(gnnrt::launch::LaunchCommand& c, const std::string& hosts
   }
   return gnnrt::launch::run_launch(c);
 }
-}  // namespace
-
-int main(int argc, char** argv) {
-  // A rank started by `gnnrt launch` gets its arguments in GNNRT_LAUNCH_ARGV
-  // (JSON): the launcher's appfile, which gives each rank its own token,
-  // cannot quote an argument.
-  std::vector<std::string> launched;
-  std::vector<char*> launched_argv;
+// A rank started by `gnnrt launch` gets its arguments in GNNRT_LAUNCH_ARGV
+// (JSON): the launcher's appfile, which gives each rank its own token,
+// cannot quote an argument. argc and argv then point into `launched`;
+// false (after a message) when the variable is not a JSON list of strings.
+bool unpack_launched_argv(int& argc, char**& argv, std::vector<std::string>& launched,
+                          std::vector<char*>& launched_argv) {
   if (const char* packed = std::getenv("GNNRT_LAUNCH_ARGV"); argc == 1 && packed != nullptr && *packed != '\0') {
     try {
       launched = nlohmann::json::parse(packed).get<std::vector<std::string>>();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gnnrt: error: GNNRT_LAUNCH_ARGV is not a JSON list of strings: %s\n", e.what());
-      return 2;
+      return false;
     }
     launched_argv.push_back(argv[0]);
     for (auto& a : launched) launched_argv.push_back(a.data());
@@ -402,22 +405,12 @@ int main(int argc, char** argv) {
     argc = static_cast<int>(launched_argv.size()) - 1;
     argv = launched_argv.data();
   }
-  CLI::App app{"gnnrt: graph neural network training on simulated NeuronCores"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", GNNRT_VERSION);
-  std::string color_when;
-  app.add_option("--color", color_when,
-                 "Colour the log lines: auto (only on the user's terminal, never in a rank under "
-                 "mpirun), always or never (default $GNNRT_COLOR, else auto)")
-      ->check(CLI::IsMember({"auto", "always", "never"}));
+  return true;
+}
 
-  auto* info = app.add_subcommand("info", "Show the build, OpenMP and OpenBLAS configuration");
-  bool info_json = false;
-  info->add_flag("--json", info_json, "Print one JSON object");
-
+CLI::App* add_selfcheck_command(CLI::App& app, gnnrt::launch::SelfcheckOptions& options) {
   auto* selfcheck = app.add_subcommand(
       "selfcheck", "Check the kernels on this machine: fused == unfused, deterministic");
-  gnnrt::launch::SelfcheckOptions options;
   selfcheck->add_option("--edges", options.edges, "Edges of the random graph")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
@@ -428,29 +421,26 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   selfcheck->add_option("--seed", options.seed, "Seed of the random graph")->capture_default_str();
+  return selfcheck;
+}
 
-  gnnrt::launch::TrainCommand train_command;
-  auto* train = add_train_command(app, train_command);
-  MpiOptions train_mpi;
-  add_mpi_options(train, train_mpi);
-  gnnrt::launch::InferCommand infer_command;
-  auto* infer = add_infer_command(app, infer_command);
-  MpiOptions infer_mpi;
-  add_mpi_options(infer, infer_mpi);
-  gnnrt::launch::PartitionCommand partition_command;
-  auto* partition = add_partition_command(app, partition_command);
-
-  gnnrt::launch::LaunchCommand launch_command;
-  std::string launch_hosts;
-  auto* launch = add_launch_command(app, launch_command, launch_hosts);
-
-  auto* bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
-  bench->require_subcommand(1);
-  MpiOptions mpi_options;
-
-  auto* bench_collectives = bench->add_subcommand(
-      "collectives", "Collective latency and bandwidth per op, algorithm and size (nccl-tests style)");
+// `gnnrt bench collectives|halo` and their options.
+struct BenchCommands {
+  CLI::App* bench = nullptr;
+  CLI::App* collectives = nullptr;
+  CLI::App* halo = nullptr;
   gnnrt::launch::CollectiveBenchOptions collective_options;
+  gnnrt::launch::HaloBenchOptions halo_options;
+  MpiOptions mpi;
+};
+
+void add_bench_commands(CLI::App& app, BenchCommands& b) {
+  b.bench = app.add_subcommand("bench", "MPI benchmarks; run under mpirun");
+  b.bench->require_subcommand(1);
+
+  auto* bench_collectives = b.collectives = b.bench->add_subcommand(
+      "collectives", "Collective latency and bandwidth per op, algorithm and size (nccl-tests style)");
+  auto& collective_options = b.collective_options;
   bench_collectives->add_option("--op", collective_options.ops,
                                 "Operations (repeatable): allreduce, reduce_scatter, allgather, "
                                 "broadcast, alltoallv; default all");
@@ -474,11 +464,11 @@ int main(int argc, char** argv) {
   bench_collectives->add_option("--json", collective_options.json, "Write the rows to this file");
   bench_collectives->add_option("--tune", collective_options.tune,
                                 "Write the fastest algorithm per size into this tuning table");
-  add_mpi_options(bench_collectives, mpi_options);
+  add_mpi_options(bench_collectives, b.mpi);
 
-  auto* bench_halo = bench->add_subcommand(
+  auto* bench_halo = b.halo = b.bench->add_subcommand(
       "halo", "Halo all-reduce of a partitioned graph against a dense allreduce");
-  gnnrt::launch::HaloBenchOptions halo_options;
+  auto& halo_options = b.halo_options;
   bench_halo->add_option("--nodes", halo_options.nodes, "Vertices")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
       ->capture_default_str();
@@ -513,7 +503,131 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   bench_halo->add_option("--json", halo_options.json, "Write the rows to this file");
-  add_mpi_options(bench_halo, mpi_options);
+  add_mpi_options(bench_halo, b.mpi);
+}
+
+// A bench under mpirun. The control connection outlives MPI_Finalize
+// (declared first, ended last): a rank that hangs there is still watched.
+int run_bench(int& argc, char**& argv, BenchCommands& b) {
+  // The control connection outlives MPI_Finalize (declared first, ended
+  // last): a rank that hangs there is still watched.
+  std::unique_ptr<gnnrt::launch::ControlClient> control;
+  gnnrt::collectives::Environment mpi(&argc, &argv);
+  try {
+    auto comm = start_mpi();
+    control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
+    configure_collectives(comm, *b.collectives ? *b.collectives : *b.halo, {}, b.mpi);
+    const int status = *b.collectives ? gnnrt::launch::run_collective_bench(comm, b.collective_options)
+                                          : gnnrt::launch::run_halo_bench(comm, b.halo_options);
+    if (control) control->done(status, "", false);
+    return status;
+  } catch (const std::exception& e) {
+    if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
+    return end_with_error(e);
+  }
+}
+
+// `gnnrt train`: one rank without mpirun (MPI's singleton mode), one per
+// rank under it.
+int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_command, const CLI::App& train,
+                    const MpiOptions& train_mpi) {
+  // One rank without mpirun (MPI's singleton mode), one per rank under it.
+  std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
+  gnnrt::collectives::Environment mpi(&argc, &argv);
+  try {
+    auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
+    // Registered first, so that even a start-up error reaches the launcher
+    // (bad input: not restarted).
+    control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
+    // The job's own fields are compared once it is resolved (the trainers'
+    // check_same_job); --threads is not compared: results are bitwise the
+    // same on any thread count, and its default differs from host to host.
+    configure_collectives(*comm, train, {"job", "--dataset", "--set", "--partition", "--shards", "--halo", "--threads"},
+                          train_mpi);
+    if (train_command.options.debug) {
+      auto options = comm->options();
+      options.check_calls = true;  // ranks that disagree: an error, not a hang
+      comm->set_options(options);
+    }
+    train_command.options.communicator = comm;
+    if (comm->size() > 1) {
+      // The node's cores shared among its ranks, unless --threads says.
+      const auto place = gnnrt::launch::placement(*comm);
+      auto& threads = train_command.options.threads;
+      if (threads == 0) {
+        threads = std::max(1, static_cast<int>(place.cores) / std::max(1, place.ranks_on_node));
+      }
+      if (comm->rank() == 0) {
+        spdlog::info("{}; {} OpenMP thread(s) per rank", place.describe(), threads);
+      }
+    }
+    train_command.control = control.get();
+    const int status = gnnrt::launch::run_train(train_command);
+    if (control) control->done(status, "", train_command.stopped, train_command.resumed_after);
+    return status;
+  } catch (const std::exception& e) {
+    if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
+    spdlog::error("{}", e.what());
+    return end_with_error(e);
+  }
+}
+
+// `gnnrt infer`: one rank without mpirun; under it, each rank a share of
+// the batches.
+int run_infer_ranks(int& argc, char**& argv, gnnrt::launch::InferCommand& infer_command, const CLI::App& infer,
+                    const MpiOptions& infer_mpi) {
+  // One rank without mpirun; under it, each rank a share of the batches.
+  gnnrt::collectives::Environment mpi(&argc, &argv);
+  try {
+    auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
+    configure_collectives(*comm, infer, {"job", "--dataset", "--set", "--threads"}, infer_mpi);
+    infer_command.options.communicator = comm;
+    return gnnrt::launch::run_infer(infer_command);
+  } catch (const std::exception& e) {
+    return end_with_error(e);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A rank started by `gnnrt launch` gets its arguments in GNNRT_LAUNCH_ARGV.
+  std::vector<std::string> launched;
+  std::vector<char*> launched_argv;
+  if (!unpack_launched_argv(argc, argv, launched, launched_argv)) return 2;
+  CLI::App app{"gnnrt: graph neural network training on simulated NeuronCores"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", GNNRT_VERSION);
+  std::string color_when;
+  app.add_option("--color", color_when,
+                 "Colour the log lines: auto (only on the user's terminal, never in a rank under "
+                 "mpirun), always or never (default $GNNRT_COLOR, else auto)")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+
+  auto* info = app.add_subcommand("info", "Show the build, OpenMP and OpenBLAS configuration");
+  bool info_json = false;
+  info->add_flag("--json", info_json, "Print one JSON object");
+
+  gnnrt::launch::SelfcheckOptions options;
+  auto* selfcheck = add_selfcheck_command(app, options);
+
+  gnnrt::launch::TrainCommand train_command;
+  auto* train = add_train_command(app, train_command);
+  MpiOptions train_mpi;
+  add_mpi_options(train, train_mpi);
+  gnnrt::launch::InferCommand infer_command;
+  auto* infer = add_infer_command(app, infer_command);
+  MpiOptions infer_mpi;
+  add_mpi_options(infer, infer_mpi);
+  gnnrt::launch::PartitionCommand partition_command;
+  auto* partition = add_partition_command(app, partition_command);
+
+  gnnrt::launch::LaunchCommand launch_command;
+  std::string launch_hosts;
+  auto* launch = add_launch_command(app, launch_command, launch_hosts);
+
+  BenchCommands bench;
+  add_bench_commands(app, bench);
 
   try {
     app.parse(argc, argv);
@@ -532,65 +646,8 @@ int main(int argc, char** argv) {
     spdlog::set_default_logger(std::make_shared<spdlog::logger>("", gnnrt::launch::console_sink(1)));
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [%^%l%$] %v");
     if (*launch) return run_launch_command(launch_command, launch_hosts);
-    if (*bench) {
-      // The control connection outlives MPI_Finalize (declared first, ended
-      // last): a rank that hangs there is still watched.
-      std::unique_ptr<gnnrt::launch::ControlClient> control;
-      gnnrt::collectives::Environment mpi(&argc, &argv);
-      try {
-        auto comm = start_mpi();
-        control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
-        configure_collectives(comm, *bench_collectives ? *bench_collectives : *bench_halo, {}, mpi_options);
-        const int status = *bench_collectives ? gnnrt::launch::run_collective_bench(comm, collective_options)
-                                              : gnnrt::launch::run_halo_bench(comm, halo_options);
-        if (control) control->done(status, "", false);
-        return status;
-      } catch (const std::exception& e) {
-        if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
-        return end_with_error(e);
-      }
-    }
-    if (*train) {
-      // One rank without mpirun (MPI's singleton mode), one per rank under it.
-      std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
-      gnnrt::collectives::Environment mpi(&argc, &argv);
-      try {
-        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
-        // Registered first, so that even a start-up error reaches the launcher
-        // (bad input: not restarted).
-        control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
-        // The job's own fields are compared once it is resolved (the trainers'
-        // check_same_job); --threads is not compared: results are bitwise the
-        // same on any thread count, and its default differs from host to host.
-        configure_collectives(*comm, *train, {"job", "--dataset", "--set", "--partition", "--shards", "--halo", "--threads"},
-                              train_mpi);
-        if (train_command.options.debug) {
-          auto options = comm->options();
-          options.check_calls = true;  // ranks that disagree: an error, not a hang
-          comm->set_options(options);
-        }
-        train_command.options.communicator = comm;
-        if (comm->size() > 1) {
-          // The node's cores shared among its ranks, unless --threads says.
-          const auto place = gnnrt::launch::placement(*comm);
-          auto& threads = train_command.options.threads;
-          if (threads == 0) {
-            threads = std::max(1, static_cast<int>(place.cores) / std::max(1, place.ranks_on_node));
-          }
-          if (comm->rank() == 0) {
-            spdlog::info("{}; {} OpenMP thread(s) per rank", place.describe(), threads);
-          }
-        }
-        train_command.control = control.get();
-        const int status = gnnrt::launch::run_train(train_command);
-        if (control) control->done(status, "", train_command.stopped, train_command.resumed_after);
-        return status;
-      } catch (const std::exception& e) {
-        if (control) control->done(gnnrt::launch::exit_status(e), e.what(), false);
-        spdlog::error("{}", e.what());
-        return end_with_error(e);
-      }
-    }
+    if (*bench.bench) return run_bench(argc, argv, bench);
+    if (*train) return run_train_ranks(argc, argv, train_command, *train, train_mpi);
     if (*info) {
       const auto j = gnnrt::launch::build_info();
       if (info_json) {
@@ -605,18 +662,7 @@ int main(int argc, char** argv) {
     }
     if (*selfcheck) return gnnrt::launch::run_selfcheck(options) ? 0 : 1;
     if (*partition) return gnnrt::launch::run_partition(partition_command);
-    if (*infer) {
-      // One rank without mpirun; under it, each rank a share of the batches.
-      gnnrt::collectives::Environment mpi(&argc, &argv);
-      try {
-        auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
-        configure_collectives(*comm, *infer, {"job", "--dataset", "--set", "--threads"}, infer_mpi);
-        infer_command.options.communicator = comm;
-        return gnnrt::launch::run_infer(infer_command);
-      } catch (const std::exception& e) {
-        return end_with_error(e);
-      }
-    }
+    if (*infer) return run_infer_ranks(argc, argv, infer_command, *infer, infer_mpi);
   } catch (const std::exception& e) {
     print_error(e);
     return gnnrt::launch::exit_status(e);

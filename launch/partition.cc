@@ -4,10 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/train.h"
-#include "model/dataset.h"
+#include "model/data/dataset.h"
+#include "model/data/partition.h"
+#include "model/data/shard.h"
 #include "model/job.h"
-#include "model/partition.h"
-#include "model/shard.h"
+#include "model/training/halo_plans.h"
 
 namespace gnnrt::launch {
 
@@ -26,12 +27,12 @@ int run_partition(PartitionCommand& c) {
   const model::PartitionOptions options = model::partition_options(job, c.parts);
   const model::EdgePartition partition =
       model::partition_edges(data.num_nodes, data.src, data.dst, options);
-  const model::proto::ShardManifest m = model::write_shards(c.out, data, partition, options, job);
+  const model::proto::ShardManifest m = model::write_job_shards(c.out, data, partition, options, job);
   const model::PartitionStats stats = partition.stats();
 
   fmt::print("partitioned '{}' ({} nodes, {} edges, {} features) into {} parts with {} -> {}\n",
              data.name, data.num_nodes, data.num_edges(), data.num_features, c.parts,
-             job.partition().method(), c.out);
+             model::name(job.partition().method()), c.out);
   fmt::print("replication factor {:.4f}, edge balance {:.4f}, vertex balance {:.4f}, {} shared "
              "vertices, {} halo rows per exchange\n",
              stats.replication_factor, stats.edge_balance, stats.vertex_balance,

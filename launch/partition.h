@@ -1,5 +1,5 @@
 // `gnnrt partition JOB --parts N --method M --out DIR`: partitions the job's
-// dataset once and writes one shard per rank (model/shard.h), so that
+// dataset once and writes one shard per rank (model/data/shard.h), so that
 // `mpirun -np N gnnrt train JOB --shards DIR` has each rank read only its
 // own. Prints the partition's statistics (replication factor, edge and
 // vertex balance, per rank: vertices, masters, edges, halo rows, and the

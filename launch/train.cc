@@ -2,13 +2,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include "collectives/communicator.h"
 #include "launch/control.pb.h"
 #include "launch/control_client.h"
-#include "model/batch_trainer.h"
 #include "model/job.h"
+#include "model/training/batch_trainer.h"
 #include "ops/dense.h"
 #include "runtime/program_cache.h"
 
@@ -20,15 +21,22 @@ constexpr const char* kDefaultJob = R"pb(
   name: "synthetic_gcn"
   dataset { path: "synthetic" }
   model {
-    layer { type: "dropout" p: 0.5 }
-    layer { type: "gcn" out: 16 }
-    layer { type: "relu" }
-    layer { type: "dropout" p: 0.5 }
-    layer { type: "gcn" }
+    layer { type: DROPOUT p: 0.5 }
+    layer { type: GCN out: 16 }
+    layer { type: RELU }
+    layer { type: DROPOUT p: 0.5 }
+    layer { type: GCN }
   }
-  optimizer { kind: "adam" lr: 0.01 weight_decay: 5e-4 }
+  optimizer { kind: ADAM lr: 0.01 weight_decay: 5e-4 }
   schedule { epochs: 200 }
 )pb";
+
+// The core runs its programs on --threads (CoreSettings::threads); the
+// process's own OpenMP work beside it (generating a synthetic dataset)
+// follows the same count, so ranks sharing a node stay within their cores.
+void use_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
 
 }  // namespace
 
@@ -97,13 +105,13 @@ int run_train(TrainCommand& c) {
                  job.model().module_size() > 0 ? fmt::format("{} modules", job.model().module_size())
                                                : fmt::format("{} layers", job.model().layer_size()),
                  job.schedule().epochs(),
-                 job.optimizer().kind(), job.optimizer().lr(), ranks,
+                 model::lower_name(job.optimizer().kind()), job.optimizer().lr(), ranks,
                  model::is_batch_job(job) ? (ranks > 1 ? std::string(", data-parallel") : std::string())
                  : ranks > 1 || !job.partition().shards().empty()
                      ? fmt::format(", partition {} ({} halo)",
-                                   job.partition().shards().empty() ? job.partition().method()
+                                   job.partition().shards().empty() ? model::name(job.partition().method())
                                                                     : "shards " + job.partition().shards(),
-                                   job.partition().halo())
+                                   model::lower_name(job.partition().halo()))
                      : "");
   }
   if (lead) {
@@ -113,6 +121,7 @@ int run_train(TrainCommand& c) {
     spdlog::info("debug mode: every program runs op by op, unfused, with a NaN/Inf check after each op; "
                  "collective call checks on");
   }
+  use_threads(c.options.threads);
   const model::TrainResult r = model::train(job, c.options);
   c.stopped = r.stopped;
   c.resumed_after = r.start_epoch;
@@ -148,6 +157,7 @@ int run_infer(InferCommand& c) {
   c.options.params_in = c.params_in;
   c.options.out = c.out;
   c.options.cache_dir = c.cache_dir;
+  use_threads(c.options.threads);
   const model::InferResult r = model::infer_batches(job, c.options);
   const auto& comm = c.options.communicator;
   if (comm && comm->rank() != 0) return 0;  // rank 0 wrote the outputs and reports

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "model/batch_infer.h"
 #include "model/job.pb.h"
-#include "model/trainer.h"
+#include "model/training/batch_infer.h"
+#include "model/training/trainer.h"
 
 namespace gnnrt::launch {
 
@@ -36,7 +36,7 @@ model::proto::Job load_job_with_overrides(const std::string& path, const std::st
 model::proto::Job resolve_job(const TrainCommand& command);
 
 // `gnnrt infer`: a module-graph job's outputs over every graph of its batch
-// dataset (model/batch_infer.h).
+// dataset (model/training/batch_infer.h).
 struct InferCommand {
   std::string job;
   std::string dataset;

@@ -4,14 +4,14 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <vector>
 
-#include "model/network.h"
 #include "model/text_format.h"
 
 namespace gnnrt::model {
@@ -79,6 +79,30 @@ proto::Job load_job(const std::filesystem::path& path) {
   return parse_job(text.str(), path.string());
 }
 
+const pb::EnumValueDescriptor* enum_value_named(const pb::EnumDescriptor* e, std::string_view name) {
+  for (int i = 0; i < e->value_count(); ++i) {
+    const std::string& n = e->value(i)->name();
+    if (n.size() == name.size() &&
+        std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) { return a == std::toupper(static_cast<unsigned char>(b)); })) {
+      return e->value(i);
+    }
+  }
+  return nullptr;
+}
+
+std::string lower_name(const pb::EnumDescriptor* e, int value) {
+  const pb::EnumValueDescriptor* v = e->FindValueByNumber(value);
+  std::string n = v ? v->name() : std::to_string(value);
+  for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return n;
+}
+
+std::vector<std::string> enum_names_lower(const pb::EnumDescriptor* e) {
+  std::vector<std::string> names;
+  for (int i = 0; i < e->value_count(); ++i) names.push_back(lower_name(e, e->value(i)->number()));
+  return names;
+}
+
 void apply_override(proto::Job& job, std::string_view assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
@@ -141,6 +165,13 @@ void apply_override(proto::Job& job, std::string_view assignment) {
         (literal.empty() || literal.front() != '"')) {
       literal = fmt::format("\"{}\"", pb::CEscape(literal));
     }
+    // An enumeration's value in any case (--set optimizer.kind=sgd), as the
+    // command line's own flags take them.
+    if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM) {
+      std::string_view bare = literal;
+      if (bare.size() >= 2 && bare.front() == '"' && bare.back() == '"') bare = bare.substr(1, bare.size() - 2);
+      if (const pb::EnumValueDescriptor* v = enum_value_named(field->enum_type(), bare)) literal = v->name();
+    }
     TextFormatErrors errors(assignment);
     pb::TextFormat::Parser parser;
     parser.RecordErrorsTo(&errors);
@@ -156,15 +187,11 @@ void validate(const proto::Job& job) {
   if (const std::string bad = first_non_finite(job, ""); !bad.empty()) {
     throw JobError(fmt::format("job: {} is not a finite number", bad));
   }
+  // Enumerations need no check: the parser refuses names outside them.
   const auto& d = job.dataset();
-  if (d.features() != "auto" && d.features() != "dense" && d.features() != "sparse") {
-    throw JobError(fmt::format("job: dataset.features '{}' is not auto, dense or sparse", d.features()));
-  }
   if (!(d.sparse_density() >= 0 && d.sparse_density() <= 1)) {
     throw JobError(fmt::format("job: dataset.sparse_density = {} is not in [0, 1]", d.sparse_density()));
   }
-  static const std::set<std::string> kLayers{"gcn",    "sage",       "gat",     "gin", "linear",
-                                             "layer_norm", "dropout", "relu", "elu"};
   const auto& layers = job.model().layer();
   if (job.model().module_size() > 0 && !layers.empty()) {
     throw JobError("job: model has both layers (the chain form) and modules (the module-graph form); use one");
@@ -176,11 +203,9 @@ void validate(const proto::Job& job) {
   for (int i = 0; i < layers.size(); ++i) {
     const auto& l = layers[i];
     const auto fail = [&](const std::string& what) {
-      throw JobError(fmt::format("job: model.layer[{}] ({}): {}", i, l.type(), what));
+      throw JobError(fmt::format("job: model.layer[{}] ({}): {}", i, proto::Layer::Type_Name(l.type()), what));
     };
-    if (!kLayers.count(l.type())) {
-      fail("unknown type; use one of gcn, sage, gat, gin, linear, layer_norm, dropout, relu, elu");
-    }
+    if (l.type() == proto::Layer::TYPE_UNSET) fail("no type; use one of GCN, SAGE, GAT, GIN, LINEAR, LAYER_NORM, DROPOUT, RELU, ELU");
     if (l.out() < 0) fail("out must be >= 0");
     if (l.heads() < 1) fail("heads must be >= 1");
     if (l.p() < 0 || l.p() >= 1) fail(fmt::format("p = {} is not in [0, 1)", l.p()));
@@ -188,24 +213,14 @@ void validate(const proto::Job& job) {
       fail(fmt::format("attention_dropout = {} is not in [0, 1)", l.attention_dropout()));
     }
     if (l.hidden() < 0) fail("hidden must be >= 0");
-    if (l.type() == "sage" && l.aggr() != "mean" && l.aggr() != "max") fail("aggr must be mean or max");
-    if (l.type() == "layer_norm" && l.mode() != "graph" && l.mode() != "node") {
-      fail("mode must be graph or node");
-    }
-    if (l.type() == "layer_norm" && !(l.norm_eps() > 0)) fail("norm_eps must be > 0");
+    if (l.type() == proto::Layer::LAYER_NORM && !(l.norm_eps() > 0)) fail("norm_eps must be > 0");
   }
-  if (d.features() == "sparse" && !layers.empty()) {
+  if (d.features() == proto::Dataset::SPARSE && !layers.empty()) {
     if (const std::string why = sparse_features_unsupported(job.model()); !why.empty()) {
-      throw JobError("job: dataset.features = sparse: " + why);
+      throw JobError("job: dataset.features = SPARSE: " + why);
     }
-  }
-  if (job.model().loss() != "cross_entropy" && job.model().loss() != "mse") {
-    throw JobError(fmt::format("job: model.loss '{}' must be cross_entropy or mse", job.model().loss()));
   }
   const auto& o = job.optimizer();
-  if (o.kind() != "adam" && o.kind() != "adamw" && o.kind() != "sgd") {
-    throw JobError(fmt::format("job: optimizer.kind '{}' must be adam, adamw or sgd", o.kind()));
-  }
   if (!(o.lr() > 0)) throw JobError(fmt::format("job: optimizer.lr = {} must be > 0", o.lr()));
   if (o.weight_decay() < 0) throw JobError("job: optimizer.weight_decay must be >= 0");
   if (!(o.beta1() >= 0 && o.beta1() < 1) || !(o.beta2() >= 0 && o.beta2() < 1)) {
@@ -216,10 +231,6 @@ void validate(const proto::Job& job) {
   if (!(o.momentum() >= 0)) throw JobError("job: optimizer.momentum must be >= 0");
   const auto& s = job.schedule();
   if (s.epochs() < 0) throw JobError("job: schedule.epochs must be >= 0");
-  if (s.lr_schedule() != "constant" && s.lr_schedule() != "step" && s.lr_schedule() != "cosine") {
-    throw JobError(fmt::format("job: schedule.lr_schedule '{}' must be constant, step or cosine",
-                               s.lr_schedule()));
-  }
   if (s.step_size() < 1) throw JobError("job: schedule.step_size must be >= 1");
   if (!(s.gamma() > 0)) throw JobError(fmt::format("job: schedule.gamma = {} must be > 0", s.gamma()));
   if (s.warmup_epochs() < 0) throw JobError("job: schedule.warmup_epochs must be >= 0");
@@ -233,14 +244,6 @@ void validate(const proto::Job& job) {
   }
   if (job.device().hbm_bytes() < 0) throw JobError("job: device.hbm_bytes must be >= 0");
   const auto& p = job.partition();
-  static const std::set<std::string> kMethods{"random", "destination", "grid", "hdrf", "metis"};
-  if (!kMethods.count(p.method())) {
-    throw JobError(fmt::format("job: partition.method '{}' must be random, destination, grid, hdrf or "
-                               "metis", p.method()));
-  }
-  if (p.halo() != "sparse" && p.halo() != "dense") {
-    throw JobError(fmt::format("job: partition.halo '{}' must be sparse or dense", p.halo()));
-  }
   if (!(p.bucket_mb() > 0)) {
     throw JobError(fmt::format("job: partition.bucket_mb = {} must be > 0", p.bucket_mb()));
   }
@@ -252,6 +255,23 @@ std::string to_text(const proto::Job& job) {
   std::string text;
   pb::TextFormat::PrintToString(job, &text);
   return text;
+}
+
+std::string sparse_features_unsupported(const proto::Model& model) {
+  using L = proto::Layer;
+  for (int i = 0; i < model.layer_size(); ++i) {
+    const L& l = model.layer(i);
+    if (l.type() == L::DROPOUT) continue;
+    if (l.type() == L::GCN || l.type() == L::GAT || l.type() == L::LINEAR || l.type() == L::GIN) return "";
+    if (l.type() == L::SAGE) {
+      if (l.aggr() == L::MEAN) return "";
+      return fmt::format("layer {} is SAGE with aggr {}, which does not commute with its linear "
+                         "map (MEAN does)", i, L::Aggr_Name(l.aggr()));
+    }
+    return fmt::format("layer {} is {}, not a layer that starts with a linear map (GCN, GAT, "
+                       "LINEAR, GIN, SAGE MEAN)", i, L::Type_Name(l.type()));
+  }
+  return "the model has no layer that takes the features";
 }
 
 }  // namespace gnnrt::model

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/job.pb.h"
 
@@ -26,9 +27,27 @@ proto::Job load_job(const std::filesystem::path& path);
 // appends one). Values use text-format syntax for their type.
 void apply_override(proto::Job& job, std::string_view assignment);
 
+// An enumeration's value by its name in any case ("sgd" for SGD); null if
+// none. enum_names_lower: every value's name in lower case (the command
+// line's spelling).
+const google::protobuf::EnumValueDescriptor* enum_value_named(const google::protobuf::EnumDescriptor* e,
+                                                              std::string_view name);
+std::vector<std::string> enum_names_lower(const google::protobuf::EnumDescriptor* e);
+std::string lower_name(const google::protobuf::EnumDescriptor* e, int value);
+// The same for a job's enumeration value: "adam" for Optimizer::ADAM.
+template <class Enum>
+std::string lower_name(Enum value) {
+  return lower_name(google::protobuf::GetEnumDescriptor<Enum>(), static_cast<int>(value));
+}
+
 // Checks values the schema cannot (layer types, ranges); throws JobError.
 void validate(const proto::Job& job);
 
 std::string to_text(const proto::Job& job);
+
+// Why the model cannot take sparse features ("" if it can): its first layer
+// after any dropout must start with a linear map of its input (gcn, gat,
+// linear, gin, sage with mean aggregation).
+std::string sparse_features_unsupported(const proto::Model& model);
 
 }  // namespace gnnrt::model

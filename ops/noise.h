@@ -17,7 +17,7 @@
 namespace gnnrt::ops {
 
 // Philox's stream for noise draws: apart from parameter initialisation's
-// (parameter indices) and the batch orders' (model/batch_source.cc).
+// (parameter indices) and the batch orders' (model/training/batch_source.cc).
 inline constexpr uint64_t kNoiseStream = 0x6e6f697365ull;  // "noise"
 
 template <typename T>

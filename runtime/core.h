@@ -132,6 +132,9 @@ struct CoreOptions {
   // bits on any number of threads, except the sign of a NaN in a scatter of
   // rows of at most 64 bytes above two threads (docs/runtime.md, "Running").
   bool tune_threads = true;
+  // OpenMP threads of a run (0: the calling thread's OpenMP default); the
+  // caller's own count is put back after each run.
+  int threads = 0;
   // Subnormal floats are flushed to zero while a program runs (x86's FTZ and
   // DAZ, on every thread of the run; each thread's two flags are put back
   // after it), as TensorFlow's CPU kernels run: a subnormal operand or result

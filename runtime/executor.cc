@@ -101,12 +101,16 @@ std::byte* Core::graph_constant(const Program& p, const Op& op) {
 
 namespace {
 
-// Sets the OpenMP threads of the ops that follow, and puts back the count
-// found at construction when it goes out of scope (also on a throw).
+// Sets the OpenMP threads of the ops that follow (at most `threads`, 0:
+// the caller's count), and puts back the caller's count when it goes out of
+// scope (also on a throw).
 class OpThreads {
  public:
-  OpThreads() : all_(omp_get_max_threads()), now_(all_) {}
-  ~OpThreads() { set(all_); }
+  explicit OpThreads(int threads)
+      : caller_(omp_get_max_threads()), all_(threads > 0 ? threads : caller_), now_(caller_) {
+    set(all_);
+  }
+  ~OpThreads() { set(caller_); }
   int all() const { return all_; }
   void set(int threads) {
     if (threads != now_) omp_set_num_threads(threads);
@@ -114,7 +118,7 @@ class OpThreads {
   }
 
  private:
-  int all_, now_;
+  int caller_, all_, now_;
 };
 
 // Flushes subnormal floats to zero, results and operands both (x86's MXCSR
@@ -229,7 +233,7 @@ void Core::run(const CompiledProgram& compiled, const RunContext& context) {
   const Bound bound = bind(compiled);
   last_run_ = &compiled;
   const Program& p = compiled.program;
-  OpThreads threads;
+  OpThreads threads(options_.threads);
   FlushDenormals flush(options_.flush_denormals);
   ThreadPlan* plan = nullptr;
   if (options_.tune_threads && threads.all() > 1 && !p.ops.empty()) {

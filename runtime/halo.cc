@@ -13,12 +13,6 @@ namespace gnnrt::runtime {
 using collectives::HaloExchange;
 using collectives::ReduceOp;
 
-HaloMode parse_halo_mode(std::string_view text) {
-  if (text == "sparse") return HaloMode::sparse;
-  if (text == "dense") return HaloMode::dense;
-  throw std::invalid_argument(fmt::format("unknown halo mode '{}' (sparse, dense)", text));
-}
-
 std::string_view name(HaloMode mode) { return mode == HaloMode::sparse ? "sparse" : "dense"; }
 
 Halo::Halo(collectives::Communicator comm, const collectives::MirrorTable& mirrors,

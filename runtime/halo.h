@@ -25,7 +25,6 @@
 namespace gnnrt::runtime {
 
 enum class HaloMode { sparse, dense };
-HaloMode parse_halo_mode(std::string_view text);  // "sparse" | "dense"; std::invalid_argument
 std::string_view name(HaloMode mode);
 
 class Halo {

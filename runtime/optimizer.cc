@@ -6,13 +6,6 @@
 
 namespace gnnrt::runtime {
 
-OptimizerConfig::Kind OptimizerConfig::parse_kind(std::string_view name) {
-  if (name == "sgd") return Kind::kSgd;
-  if (name == "adam") return Kind::kAdam;
-  if (name == "adamw") return Kind::kAdamW;
-  throw std::invalid_argument(fmt::format("unknown optimizer '{}' (sgd, adam, adamw)", name));
-}
-
 std::string OptimizerConfig::to_text() const {
   static constexpr const char* kNames[] = {"sgd", "adam", "adamw"};
   return fmt::format("{} weight_decay={} momentum={} nesterov={} betas=({}, {}) eps={}",

@@ -24,8 +24,6 @@ struct OptimizerConfig {
   bool nesterov = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 
-  // "sgd" | "adam" | "adamw"; throws std::invalid_argument.
-  static Kind parse_kind(std::string_view name);
   std::string to_text() const;
 };
 

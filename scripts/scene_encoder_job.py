@@ -88,7 +88,7 @@ def encoder_modules(s):
         query = f"encoder.l2q.{b}"
     m("encoder.pred_lane_cond_dis", [query],
       f"residual_mlp {{ hidden: {H} hidden_layers: 2 out: {s['max_lanes'] + 1} }}")
-    m("lane_count_logits", ["encoder.pred_lane_cond_dis"], 'pool { reduce: "sum" }')  # one query row a scene
+    m("lane_count_logits", ["encoder.pred_lane_cond_dis"], 'pool { reduce: SUM }')  # one query row a scene
     m("encoder.agent_mu", [agents], f"linear {{ out: {s['agent_latent']} xavier: true }}")
     m("encoder.lane_mu", [lanes], f"linear {{ out: {s['lane_latent']} xavier: true }}")
     m("encoder.agent_log_var", [agents], f"linear {{ out: {s['agent_latent']} xavier: true }}")
@@ -129,7 +129,7 @@ dataset {{ path: "{dataset}" }}
 model {{
 {modules}
 }}
-optimizer {{ kind: "adam" lr: {lr} weight_decay: 0 }}
+optimizer {{ kind: ADAM lr: {lr} weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size}{extra} }}
 """

@@ -36,10 +36,10 @@ model {
   module { name: "conv1" input: "atom.x" gin { edges: "bond" out: 16 } }
   module { name: "act1" input: "conv1" relu {} }
   module { name: "drop" input: "act1" dropout { p: 0.2 } }
-  module { name: "conv2" input: "drop" sage { edges: "bond" out: 16 aggr: "max" } }
+  module { name: "conv2" input: "drop" sage { edges: "bond" out: 16 aggr: MAX } }
   module { name: "att" input: "conv2" gat { edges: "bond" out: 8 heads: 2 attention_dropout: 0.3 } }
   module { name: "norm" input: "att" layer_norm {} }
-  module { name: "pool" input: "norm" pool { reduce: "mean" } }
+  module { name: "pool" input: "norm" pool { reduce: MEAN } }
   module { name: "head" input: "pool" mlp { hidden: 16 out: 1 } }
   module { name: "node" input: "norm" linear { out: 1 } }
   loss_term { input: "head" target: "graph.y" }
@@ -120,7 +120,7 @@ model {
   module { name: "a2a" input: "l2a" attention { edges: "a2a" heads: 2 feedforward: 16 } }
   module { name: "Q" token { node_set: "query" width: 8 } }
   module { name: "l2q" input: "l2l" input: "Q" attention { edges: "l2q" heads: 2 feedforward: 16 shared_prenorm: true } }
-  module { name: "query" input: "l2q" pool { reduce: "sum" } }
+  module { name: "query" input: "l2q" pool { reduce: SUM } }
   module { name: "lane_count" input: "query" linear { out: 10 } }
   module { name: "lane_out" input: "l2l" linear { out: 40 } }
   module { name: "agent_out" input: "a2a" linear { out: 22 } }
@@ -158,7 +158,7 @@ encoder_job = WORK / "encoder.pbtxt"
 encoder_job.write_text(golden.read_text().replace(
     "DATA", "scenes:scenes=25,min_lanes=2,max_lanes=6,min_agents=1,max_agents=4,seed=8")
     .replace("epochs: 50", "epochs: 2").replace("batch_size: 6", "batch_size: 5")
-    .replace('kind: "adam" lr: 0.003', 'kind: "sgd" lr: 0.001 momentum: 0.9'))
+    .replace('kind: ADAM lr: 0.003', 'kind: SGD lr: 0.001 momentum: 0.9'))
 encoder = ["train", str(encoder_job), "--no-cache", "--threads", "1"]
 code, out = run([GNNRT, *encoder, "--params-out", str(WORK / "e1"), "--metrics", str(WORK / "e1.jsonl")])
 check(code == 0, f"the encoder on one rank: exit {code}\n{out[-3000:]}")

@@ -124,10 +124,10 @@ check(measured and all(b == whole[-1] for b in measured),
       f"GCN: measured halo bytes {measured} != predicted {whole[-1]}")
 job = WORK / "sage_gat.pbtxt"
 job.write_text("""model {
-  layer { type: "sage" out: 8 aggr: "max" }
-  layer { type: "relu" }
-  layer { type: "dropout" p: 0.5 }
-  layer { type: "gat" heads: 2 concat: false }
+  layer { type: SAGE out: 8 aggr: MAX }
+  layer { type: RELU }
+  layer { type: DROPOUT p: 0.5 }
+  layer { type: GAT heads: 2 concat: false }
 }
 """)
 mixed = WORK / "mixed_model"
@@ -230,7 +230,7 @@ if not QUICK:
                          ["--partition", "metis"]])
     # Fields a user rarely thinks of: the schedule, feature normalisation,
     # and a repeated field's length (a layer more on one rank).
-    expect_refused(2, 'schedule.lr_schedule is "constant" on rank 0, "cosine" on rank 1',
+    expect_refused(2, 'schedule.lr_schedule is CONSTANT on rank 0, COSINE on rank 1',
                    mpmd=[["--partition", "metis"], ["--partition", "metis", "--set", "schedule.lr_schedule=cosine"]])
     expect_refused(2, "dataset.normalize_features is false on rank 0, true on rank 1",
                    mpmd=[["--partition", "metis"],

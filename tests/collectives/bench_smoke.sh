@@ -32,7 +32,7 @@ PY
 grep -q 'ranks: 3' "$dir/tuning.pbtxt"
 "$@" -np 3 "$gnnrt" bench halo --nodes 2000 --features 8 --seconds 0.01 \
   --collective-tuning "$dir/tuning.pbtxt" --json "$dir/halo.json" | grep -q 'halo p2p'
-# A data set's graph under each partitioner of model/partition.h.
+# A data set's graph under each partitioner of model/data/partition.h.
 for partition in metis hdrf random; do
   "$@" -np 3 "$gnnrt" bench halo --dataset synthetic:nodes=600 --partition "$partition" \
     --features 4 --seconds 0.01 --rounds 2 | grep -q 'halo p2p'

@@ -5,8 +5,9 @@
 #include <memory>
 
 #include "model/job.pb.h"
-#include "model/network.h"
-#include "model/trainer.h"
+#include "model/modules/network.h"
+#include "model/training/setup.h"
+#include "model/training/trainer.h"
 #include "runtime/core.h"
 
 namespace gnnrt::testing {

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/text_format.h>
 
 #include <array>
@@ -18,13 +19,14 @@
 #include <set>
 #include <sstream>
 
-#include "model/batch_dataset.h"
-#include "model/batch_infer.h"
-#include "model/batch_source.h"
+#include "model/data/batch_dataset.h"
+#include "model/data/scenes.h"
 #include "model/job.h"
-#include "model/module_graph.h"
-#include "model/scenes.h"
-#include "model/trainer.h"
+#include "model/modules/module_graph.h"
+#include "model/modules/modules.h"
+#include "model/training/batch_infer.h"
+#include "model/training/batch_source.h"
+#include "model/training/trainer.h"
 #include "runtime/npy.h"
 
 namespace gnnrt::model {
@@ -165,11 +167,14 @@ TEST_P(FiniteDifferences, TheModelsGradientsMatchCentralDifferencesOfItsLoss) {
   {
     const BatchDataset data = load_batch_dataset(job.dataset().path());
     const BatchSource source(data, job.batching(), job.seed());
-    for (const ParamAlias& a : build_module_train_step(job.model(), source.schema(), source.buckets().front()).aliases) {
+    const Network net = build_module_train_step(job.model(), source.schema(), source.buckets().front());
+    for (const ParamAlias& a : net.aliases) {
       EXPECT_EQ(grads.at(a.key), grads.at(a.param)) << a.key << " aliases " << a.param;
       aliases.insert(a.key);
       alias_of.emplace(a.param, a.key);
     }
+    // Buffers (GIN's eps) are fixed by the job: written, never trained.
+    for (const Buffer& b : net.buffers) grads.erase(b.key);
   }
   const auto loss_with = [&](const std::string& name, size_t i, float value) {
     std::vector<std::string> files{name};
@@ -223,6 +228,22 @@ INSTANTIATE_TEST_SUITE_P(Batch, FiniteDifferences,
 
 // One bucket far larger than any batch against the derived ladder: the
 // same parameters (padding reaches no real row, output or gradient).
+// The registry against job.proto's descriptor: each field of Module's oneof
+// `kind` builds through the row of its name (a row under another field
+// number, or a kind without a row, fails here).
+TEST(ModuleKinds, EveryFieldOfTheOneofHasTheRowOfItsName) {
+  const google::protobuf::OneofDescriptor* oneof = proto::Module::descriptor()->FindOneofByName("kind");
+  ASSERT_NE(oneof, nullptr);
+  for (int i = 0; i < oneof->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = oneof->field(i);
+    proto::Module m;
+    m.set_name("m");
+    m.GetReflection()->MutableMessage(&m, f);
+    EXPECT_EQ(std::string(module_kind(m).name), f->name()) << "field " << f->number();
+  }
+  EXPECT_THROW(module_kind(proto::Module()), std::invalid_argument);
+}
+
 TEST_F(Batch, PaddedEqualsUnpadded) {
   for (const std::string name :
        {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit", "dit_relational",
@@ -268,7 +289,7 @@ proto::Job molecules_job() {
       module { name: "conv1" input: "atom.x" gin { edges: "bond" out: 32 } }
       module { name: "act1" input: "conv1" relu {} }
       module { name: "conv2" input: "act1" gin { edges: "bond" out: 32 } }
-      module { name: "pool" input: "conv2" pool { reduce: "sum" } }
+      module { name: "pool" input: "conv2" pool { reduce: SUM } }
       module { name: "head" input: "pool" mlp { hidden: 32 out: 1 } }
       loss_term { input: "head" target: "graph.y" }
     }
@@ -323,7 +344,7 @@ TEST_F(Batch, LearnsTheStructuralTargetWhichAnMlpCannot) {
   auto* pool = model->add_module();
   pool->set_name("pool");
   pool->add_input("atom.x");
-  pool->mutable_pool()->set_reduce("sum");
+  pool->mutable_pool()->set_reduce(proto::PoolModule::SUM);
   auto* head = model->add_module();
   head->set_name("head");
   head->add_input("pool");
@@ -422,7 +443,7 @@ TEST_F(Batch, NestedModuleNamesTrainAndInfer) {
     dataset { path: "molecules:graphs=40,seed=3" }
     model {
       module { name: "enc.conv1" input: "atom.x" gin { edges: "bond" out: 8 } }
-      module { name: "enc.pool" input: "enc.conv1" pool { reduce: "sum" } }
+      module { name: "enc.pool" input: "enc.conv1" pool { reduce: SUM } }
       module { name: "dec.head" input: "enc.pool" linear { out: 1 } }
       loss_term { input: "dec.head" target: "graph.y" }
     }
@@ -480,7 +501,7 @@ TEST_F(Batch, ADitBlockAtInitialisationIsTheIdentity) {
   proto::Job job = parse_job(R"pb(
     model {
       module { name: "emb" input: "agent.x" linear { out: 8 } }
-      module { name: "pooled" input: "emb" pool { reduce: "mean" } }
+      module { name: "pooled" input: "emb" pool { reduce: MEAN } }
       module { name: "ctx" input: "pooled" linear { out: 8 } }
       module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
       module { name: "blk" input: "emb" input: "cond" dit_block { edges: "a2a" heads: 2 } }
@@ -559,7 +580,7 @@ TEST_F(Batch, TheSinkRowStaysFiniteInADeepModel) {
   auto* pool = model->add_module();
   pool->set_name("pool");
   pool->add_input(prev);
-  pool->mutable_pool()->set_reduce("sum");
+  pool->mutable_pool()->set_reduce(proto::PoolModule::SUM);
   auto* head = model->add_module();
   head->set_name("head");
   head->add_input("pool");
@@ -939,7 +960,7 @@ TEST_F(Batch, SceneLayersTrainOnSyntheticScenes) {
       module { name: "a2a" input: "l2a" attention { edges: "a2a" heads: 2 feedforward: 32 } }
       module { name: "Q" token { node_set: "query" width: 16 } }
       module { name: "l2q" input: "l2l" input: "Q" attention { edges: "l2q" heads: 2 feedforward: 32 shared_prenorm: true } }
-      module { name: "query" input: "l2q" pool { reduce: "sum" } }
+      module { name: "query" input: "l2q" pool { reduce: SUM } }
       module { name: "lane_count" input: "query" residual_mlp { hidden: 16 out: 13 } }
       module { name: "lane_out" input: "l2l" linear { out: 40 } }
       module { name: "agent_out" input: "a2a" linear { out: 22 } }

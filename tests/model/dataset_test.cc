@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
 #include "runtime/npy.h"
 #include "tests/common/datasets.h"
 

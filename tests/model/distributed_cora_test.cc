@@ -10,7 +10,7 @@
 
 #include "collectives/communicator.h"
 #include "model/job.h"
-#include "model/trainer.h"
+#include "model/training/trainer.h"
 #include "tests/common/datasets.h"
 
 namespace gnnrt::model {

@@ -28,14 +28,17 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "model/checkpoint.h"
-#include "model/dataset.h"
-#include "model/distributed.h"
+#include "model/data/dataset.h"
+#include "model/data/partition.h"
+#include "model/data/shard.h"
 #include "model/job.h"
-#include "model/network.h"
-#include "model/partition.h"
-#include "model/shard.h"
-#include "model/trainer.h"
+#include "model/modules/network.h"
+#include "model/training/checkpoint.h"
+#include "model/training/distributed.h"
+#include "model/training/halo_plans.h"
+#include "model/training/setup.h"
+#include "model/training/state_dict.h"
+#include "model/training/trainer.h"
 #include "ops/rng.h"
 #include "runtime/autodiff.h"
 #include "runtime/builder.h"
@@ -82,28 +85,28 @@ struct ModelCase {
 
 const std::vector<ModelCase>& models() {
   static const std::vector<ModelCase> list = {
-      {"gcn", R"(layer { type: "dropout" p: 0.5 } layer { type: "gcn" out: 8 } layer { type: "relu" }
-                 layer { type: "dropout" p: 0.5 } layer { type: "gcn" })"},
-      {"sage_mean", R"(layer { type: "sage" out: 8 aggr: "mean" } layer { type: "relu" }
-                       layer { type: "dropout" p: 0.4 } layer { type: "sage" aggr: "mean" })"},
-      {"sage_max", R"(layer { type: "sage" out: 8 aggr: "max" } layer { type: "relu" }
-                      layer { type: "dropout" p: 0.4 } layer { type: "sage" aggr: "max" })"},
-      {"gat_concat", R"(layer { type: "dropout" p: 0.3 }
-                        layer { type: "gat" out: 4 heads: 2 attention_dropout: 0.3 }
-                        layer { type: "elu" } layer { type: "gat" heads: 1 concat: false })"},
-      {"gat_mean", R"(layer { type: "gat" out: 4 heads: 3 negative_slope: 0.1 } layer { type: "elu" }
-                      layer { type: "gat" heads: 3 concat: false attention_dropout: 0.2 })"},
-      {"gin", R"(layer { type: "gin" out: 8 hidden: 8 eps: 0.2 } layer { type: "relu" }
-                 layer { type: "dropout" p: 0.3 } layer { type: "gin" hidden: 8 })"},
-      {"gcn_layernorm", R"(layer { type: "gcn" out: 8 } layer { type: "layer_norm" mode: "graph" }
-                           layer { type: "relu" } layer { type: "dropout" p: 0.5 } layer { type: "gcn" })"},
+      {"gcn", R"(layer { type: DROPOUT p: 0.5 } layer { type: GCN out: 8 } layer { type: RELU }
+                 layer { type: DROPOUT p: 0.5 } layer { type: GCN })"},
+      {"sage_mean", R"(layer { type: SAGE out: 8 aggr: MEAN } layer { type: RELU }
+                       layer { type: DROPOUT p: 0.4 } layer { type: SAGE aggr: MEAN })"},
+      {"sage_max", R"(layer { type: SAGE out: 8 aggr: MAX } layer { type: RELU }
+                      layer { type: DROPOUT p: 0.4 } layer { type: SAGE aggr: MAX })"},
+      {"gat_concat", R"(layer { type: DROPOUT p: 0.3 }
+                        layer { type: GAT out: 4 heads: 2 attention_dropout: 0.3 }
+                        layer { type: ELU } layer { type: GAT heads: 1 concat: false })"},
+      {"gat_mean", R"(layer { type: GAT out: 4 heads: 3 negative_slope: 0.1 } layer { type: ELU }
+                      layer { type: GAT heads: 3 concat: false attention_dropout: 0.2 })"},
+      {"gin", R"(layer { type: GIN out: 8 hidden: 8 eps: 0.2 } layer { type: RELU }
+                 layer { type: DROPOUT p: 0.3 } layer { type: GIN hidden: 8 train_eps: true eps: 0.1 })"},
+      {"gcn_layernorm", R"(layer { type: GCN out: 8 } layer { type: LAYER_NORM mode: GRAPH }
+                           layer { type: RELU } layer { type: DROPOUT p: 0.5 } layer { type: GCN })"},
   };
   return list;
 }
 
 proto::Job job_for(const ModelCase& m, int epochs = 10) {
   return parse_job("dataset { path: \"" + std::string(kDataset) + "\" } model { " + m.layers +
-                       " } optimizer { kind: \"adam\" lr: 0.02 } schedule { epochs: " +
+                       " } optimizer { kind: ADAM lr: 0.02 } schedule { epochs: " +
                        std::to_string(epochs) + " } seed: 4",
                    m.name);
 }
@@ -233,7 +236,7 @@ TEST_P(Equivalence, EqualsOneRank) {
     // One rank: the partitioned path, from shards of one part.
     const Dataset data = load_dataset(kDataset);
     const PartitionOptions options = partition_options(job, 1);
-    write_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
+    write_job_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
                  options, job);
     apply_override(job, "partition.shards=" + (dir / "shards").string());
   }
@@ -328,7 +331,7 @@ TEST(Equivalence, SparseFeaturesEqualOneDenseRank) {
         Dataset data = load_dataset(job.dataset().path());
         prepare_features(data, job);
         const PartitionOptions options = partition_options(job, world()->size());
-        const auto manifest = write_shards(
+        const auto manifest = write_job_shards(
             dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
             options, job);
         EXPECT_EQ(manifest.features(), "sparse");
@@ -384,7 +387,7 @@ TEST(Equivalence, RanksWithNoEdgesAndNoLabelledMasters) {
     }
     const auto partition = assemble_partition(data.num_nodes, data.src, data.dst, p,
                                               std::vector<int32_t>(data.src.size(), 0), master);
-    if (world()->rank() == 0) write_shards(dir / "shards", data, partition, partition_options(job, p), job);
+    if (world()->rank() == 0) write_job_shards(dir / "shards", data, partition, partition_options(job, p), job);
     world()->barrier();
     apply_override(job, "partition.shards=" + (dir / "shards").string());
     const Outcome many = run(job, world(), dir);
@@ -444,7 +447,7 @@ TEST_P(Resume, AtAnotherRankCountBothWays) {
     run(first_half, nullptr, dir / "c");
     const Dataset data = load_dataset(kDataset);
     const PartitionOptions options = partition_options(first_half, world()->size());
-    write_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
+    write_job_shards(dir / "shards", data, partition_edges(data.num_nodes, data.src, data.dst, options),
                  options, first_half);
   }
   world()->barrier();
@@ -671,7 +674,7 @@ namespace {
 // lin_l(mean(x)) on 64 features to 8 becomes mean(lin_l(x)), whose halo sum
 // is 8 wide. (Compiling only: no collective.)
 TEST(Reorder, HaloOfTheNarrowerSide) {
-  const proto::Job job = parse_job(R"(model { layer { type: "sage" out: 8 aggr: "mean" } })", "sage");
+  const proto::Job job = parse_job(R"(model { layer { type: SAGE out: 8 aggr: MEAN } })", "sage");
   NetworkShape shape{50, 64, 8, 200, 250, true};
   const Network net = build_train_step(job.model(), shape);
   runtime::Core core(runtime::DeviceProfile::named("trn1"), {});

@@ -2,7 +2,7 @@
 // count (checked against replicas recomputed here from the edges), hand-worked
 // statistics, METIS finding the one cut of two joined cliques, partition
 // quality against random on a community graph, determinism and bad input.
-#include "model/partition.h"
+#include "model/data/partition.h"
 
 #include <gtest/gtest.h>
 
@@ -10,14 +10,14 @@
 #include <set>
 #include <vector>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
 
 namespace gnnrt::model {
 namespace {
 
-constexpr PartitionMethod kMethods[] = {PartitionMethod::random, PartitionMethod::destination,
-                                        PartitionMethod::grid, PartitionMethod::hdrf,
-                                        PartitionMethod::metis};
+constexpr PartitionMethod kMethods[] = {proto::Partition::RANDOM, proto::Partition::DESTINATION,
+                                        proto::Partition::GRID, proto::Partition::HDRF,
+                                        proto::Partition::METIS};
 
 EdgePartition run(const Dataset& d, PartitionMethod method, int parts, uint64_t seed = 0) {
   PartitionOptions options;
@@ -53,18 +53,18 @@ TEST(Partition, VertexCutInvariantsForEveryMethodAndPartCount) {
         ASSERT_TRUE(p >= 0 && p < parts) << "edge " << e;
         expected[d.src[e]].insert(p);
         expected[d.dst[e]].insert(p);
-        if (method == PartitionMethod::destination) {
+        if (method == proto::Partition::DESTINATION) {
           ASSERT_EQ(p, d.dst[e] * parts / d.num_nodes) << "edge " << e;
         }
-        if (method == PartitionMethod::metis) {
+        if (method == proto::Partition::METIS) {
           ASSERT_EQ(p, part.master[d.dst[e]]) << "edge " << e;
         }
       }
       for (int64_t v = 0; v < d.num_nodes; ++v) {
         const int m = part.master[v];
         ASSERT_TRUE(m >= 0 && m < parts) << "vertex " << v;
-        if (method == PartitionMethod::random || method == PartitionMethod::hdrf ||
-            method == PartitionMethod::grid) {
+        if (method == proto::Partition::RANDOM || method == proto::Partition::HDRF ||
+            method == proto::Partition::GRID) {
           // The master is one of the parts that own its edges, if it has any.
           if (!expected[v].empty()) {
             ASSERT_TRUE(expected[v].count(m)) << "vertex " << v;
@@ -104,7 +104,7 @@ TEST(Partition, VertexCutInvariantsForEveryMethodAndPartCount) {
 TEST(Partition, StatisticsOfASmallPathByHand) {
   const std::vector<int64_t> src{0, 1, 2}, dst{1, 2, 3};
   PartitionOptions options;
-  options.method = PartitionMethod::destination;
+  options.method = proto::Partition::DESTINATION;
   options.parts = 2;
   const EdgePartition part = partition_edges(4, src, dst, options);
   EXPECT_EQ(part.edge_part, (std::vector<int32_t>{0, 1, 1}));
@@ -134,7 +134,7 @@ TEST(Partition, MetisCutsTwoCliquesAtTheirBridge) {
   src.insert(src.end(), {5, 27});
   dst.insert(dst.end(), {27, 5});
   PartitionOptions options;
-  options.method = PartitionMethod::metis;
+  options.method = proto::Partition::METIS;
   options.parts = 2;
   const PartitionStats s = partition_edges(40, src, dst, options).stats();
   EXPECT_EQ(s.shared_vertices, 2);
@@ -146,9 +146,9 @@ TEST(Partition, MetisAndHdrfReplicateFarLessThanRandomOnACommunityGraph) {
   const Dataset d = community_graph(0.95);
   for (int parts : {2, 4, 8}) {
     SCOPED_TRACE(parts);
-    const PartitionStats random = run(d, PartitionMethod::random, parts).stats();
-    const PartitionStats hdrf = run(d, PartitionMethod::hdrf, parts).stats();
-    const PartitionStats metis = run(d, PartitionMethod::metis, parts).stats();
+    const PartitionStats random = run(d, proto::Partition::RANDOM, parts).stats();
+    const PartitionStats hdrf = run(d, proto::Partition::HDRF, parts).stats();
+    const PartitionStats metis = run(d, proto::Partition::METIS, parts).stats();
     EXPECT_LT(hdrf.replication_factor, random.replication_factor);
     EXPECT_LT(metis.replication_factor, 0.8 * random.replication_factor);
     EXPECT_LT(metis.halo_rows, random.halo_rows / 2);
@@ -177,7 +177,7 @@ TEST(Partition, MetisBalancesVerticesAndEdgesTogether) {
   edge(0, 500);
   for (int parts : {2, 4}) {
     SCOPED_TRACE(parts);
-    const PartitionStats s = run(d, PartitionMethod::metis, parts).stats();
+    const PartitionStats s = run(d, proto::Partition::METIS, parts).stats();
     const auto [low, high] = std::minmax_element(s.part_masters.begin(), s.part_masters.end());
     EXPECT_LE(*high, 1.05 * d.num_nodes / parts) << "masters " << *low << ".." << *high;
     EXPECT_LE(s.edge_balance, 1.05);
@@ -191,12 +191,12 @@ TEST(Partition, GridBoundsReplicationAndBalancesMasters) {
   const Dataset d = community_graph(0.3);  // mostly random edges: the worst case
   for (auto [parts, bound] : {std::pair{4, 3}, std::pair{6, 4}, std::pair{9, 5}, std::pair{16, 7}}) {
     SCOPED_TRACE(parts);
-    const EdgePartition grid = run(d, PartitionMethod::grid, parts);
+    const EdgePartition grid = run(d, proto::Partition::GRID, parts);
     for (int64_t v = 0; v < d.num_nodes; ++v) {
       ASSERT_LE(static_cast<int>(grid.replicas(v).size()), bound) << "vertex " << v;
     }
     const PartitionStats s = grid.stats();
-    EXPECT_LT(s.replication_factor, run(d, PartitionMethod::random, parts).stats().replication_factor);
+    EXPECT_LT(s.replication_factor, run(d, proto::Partition::RANDOM, parts).stats().replication_factor);
     const auto [low, high] = std::minmax_element(s.part_masters.begin(), s.part_masters.end());
     EXPECT_LE(*high - *low, d.num_nodes / parts / 10 + 2) << "masters unbalanced";
   }
@@ -209,8 +209,8 @@ TEST(Partition, SameInputSameOptionsSamePartition) {
     EXPECT_EQ(a.edge_part, b.edge_part) << name(method);
     EXPECT_EQ(a.master, b.master) << name(method);
   }
-  EXPECT_NE(run(d, PartitionMethod::random, 4, 7).edge_part,
-            run(d, PartitionMethod::random, 4, 8).edge_part);
+  EXPECT_NE(run(d, proto::Partition::RANDOM, 4, 7).edge_part,
+            run(d, proto::Partition::RANDOM, 4, 8).edge_part);
 }
 
 TEST(Partition, BadInputNamesWhatAndWhere) {
@@ -233,8 +233,8 @@ TEST(Partition, BadInputNamesWhatAndWhere) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("'grid3d'"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(parse_partition_method("hdrf"), PartitionMethod::hdrf);
-  EXPECT_EQ(parse_partition_method("grid"), PartitionMethod::grid);
+  EXPECT_EQ(parse_partition_method("hdrf"), proto::Partition::HDRF);
+  EXPECT_EQ(parse_partition_method("grid"), proto::Partition::GRID);
 }
 
 }  // namespace

@@ -26,12 +26,14 @@
 #include <string>
 #include <vector>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
+#include "model/data/partition.h"
+#include "model/data/shard.h"
 #include "model/job.h"
-#include "model/network.h"
-#include "model/partition.h"
-#include "model/shard.h"
-#include "model/trainer.h"
+#include "model/modules/network.h"
+#include "model/training/halo_plans.h"
+#include "model/training/state_dict.h"
+#include "model/training/trainer.h"
 #include "runtime/core.h"
 #include "runtime/device.h"
 #include "runtime/npy.h"
@@ -56,24 +58,24 @@ struct ModelCase {
 
 const std::vector<ModelCase>& models() {
   static const std::vector<ModelCase> list = {
-      {"gcn", R"(layer { type: "dropout" p: 0.5 } layer { type: "gcn" out: 8 } layer { type: "relu" }
-                 layer { type: "dropout" p: 0.5 } layer { type: "gcn" })"},
-      {"sage_mean", R"(layer { type: "dropout" p: 0.3 } layer { type: "sage" out: 8 aggr: "mean" }
-                       layer { type: "relu" } layer { type: "sage" aggr: "mean" })"},
+      {"gcn", R"(layer { type: DROPOUT p: 0.5 } layer { type: GCN out: 8 } layer { type: RELU }
+                 layer { type: DROPOUT p: 0.5 } layer { type: GCN })"},
+      {"sage_mean", R"(layer { type: DROPOUT p: 0.3 } layer { type: SAGE out: 8 aggr: MEAN }
+                       layer { type: RELU } layer { type: SAGE aggr: MEAN })"},
       // 16 columns: the pair's one walk over both weights (ops/sparse_matmul.h).
-      {"sage_mean16", R"(layer { type: "dropout" p: 0.3 } layer { type: "sage" out: 16 aggr: "mean" }
-                         layer { type: "relu" } layer { type: "sage" aggr: "mean" })"},
-      {"gat_concat", R"(layer { type: "dropout" p: 0.6 }
-                        layer { type: "gat" out: 4 heads: 2 attention_dropout: 0.3 }
-                        layer { type: "elu" } layer { type: "gat" heads: 1 concat: false })"},
-      {"gat_mean", R"(layer { type: "gat" out: 4 heads: 3 concat: false attention_dropout: 0.2 }
-                      layer { type: "elu" } layer { type: "linear" })"},
-      {"gin_eps", R"(layer { type: "dropout" p: 0.2 } layer { type: "gin" out: 8 hidden: 6 eps: 0.3 }
-                     layer { type: "relu" } layer { type: "gin" })"},
-      {"gin", R"(layer { type: "dropout" p: 0.5 } layer { type: "gin" out: 8 } layer { type: "relu" }
-                 layer { type: "gcn" })"},
-      {"linear", R"(layer { type: "dropout" p: 0.4 } layer { type: "linear" out: 8 bias: false }
-                    layer { type: "relu" } layer { type: "gcn" })"},
+      {"sage_mean16", R"(layer { type: DROPOUT p: 0.3 } layer { type: SAGE out: 16 aggr: MEAN }
+                         layer { type: RELU } layer { type: SAGE aggr: MEAN })"},
+      {"gat_concat", R"(layer { type: DROPOUT p: 0.6 }
+                        layer { type: GAT out: 4 heads: 2 attention_dropout: 0.3 }
+                        layer { type: ELU } layer { type: GAT heads: 1 concat: false })"},
+      {"gat_mean", R"(layer { type: GAT out: 4 heads: 3 concat: false attention_dropout: 0.2 }
+                      layer { type: ELU } layer { type: LINEAR })"},
+      {"gin_eps", R"(layer { type: DROPOUT p: 0.2 } layer { type: GIN out: 8 hidden: 6 eps: 0.3 }
+                     layer { type: RELU } layer { type: GIN })"},
+      {"gin", R"(layer { type: DROPOUT p: 0.5 } layer { type: GIN out: 8 } layer { type: RELU }
+                 layer { type: GCN })"},
+      {"linear", R"(layer { type: DROPOUT p: 0.4 } layer { type: LINEAR out: 8 bias: false }
+                    layer { type: RELU } layer { type: GCN })"},
   };
   return list;
 }
@@ -84,13 +86,13 @@ const std::vector<ModelCase>& models() {
 // decayed gradient g + 5e-4 p is near 0 (within a few eps = 1e-8): the
 // gradients of both paths agreeing to 1e-10 became weights 2.4e-6 apart.
 proto::Job job_for(const ModelCase& m, const std::string& features, bool dropout) {
-  proto::Job job = parse_job("dataset { path: \"" + std::string(kData) + "\" features: \"" +
-                                 features + "\" } model { " + m.layers +
-                                 " } optimizer { kind: \"sgd\" momentum: 0.9 } seed: 3",
+  proto::Job job = parse_job("dataset { path: \"" + std::string(kData) + "\" } model { " + m.layers +
+                                 " } optimizer { kind: SGD momentum: 0.9 } seed: 3",
                              m.name);
+  apply_override(job, "dataset.features=" + features);
   if (!dropout) {
     for (auto& l : *job.mutable_model()->mutable_layer()) {
-      if (l.type() == "dropout") l.set_p(0);
+      if (l.type() == proto::Layer::DROPOUT) l.set_p(0);
       l.set_attention_dropout(0);
     }
   }
@@ -193,8 +195,8 @@ TEST(SparseEqualsDense, ParallelPathsSameBitsOnOneAndTwoThreads) {
   const std::string data =
       "synthetic:nodes=2500,classes=4,avg_degree=6,features=400,seed=9,feature_density=0.05,"
       "train_per_class=40,num_val=200,num_test=400";
-  const ModelCase gcn{"gcn_wide", R"(layer { type: "dropout" p: 0.5 } layer { type: "gcn" out: 24 }
-                                      layer { type: "relu" } layer { type: "gcn" })"};
+  const ModelCase gcn{"gcn_wide", R"(layer { type: DROPOUT p: 0.5 } layer { type: GCN out: 24 }
+                                      layer { type: RELU } layer { type: GCN })"};
   const auto job = [&](const std::string& features) {
     proto::Job j = job_for(gcn, features, true);
     j.mutable_dataset()->set_path(data);
@@ -216,7 +218,7 @@ TEST(FeatureForm, AutoByDensityAndTheFirstLayer) {
   apply_override(dense_data, "dataset.sparse_density=0.05");
   EXPECT_FALSE(run_steps(dense_data, 1).sparse);
   // A first layer that cannot take sparse features: auto stays dense.
-  proto::Job max = job_for({"sage_max", R"(layer { type: "sage" aggr: "max" })"}, "auto", true);
+  proto::Job max = job_for({"sage_max", R"(layer { type: SAGE aggr: MAX })"}, "auto", true);
   Dataset data = load_dataset(kData);
   prepare_features(data, max);
   EXPECT_FALSE(data.x_sparse.has_value());
@@ -251,17 +253,17 @@ TEST(FeatureForm, BadChoicesAreRefusedNamingTheField) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message(R"(dataset { features: "csr" } model { layer { type: "gcn" } })"),
-            "job: dataset.features 'csr' is not auto, dense or sparse");
-  EXPECT_EQ(message(R"(dataset { sparse_density: 1.5 } model { layer { type: "gcn" } })"),
+  EXPECT_EQ(message(R"(dataset { features: CSR } model { layer { type: GCN } })"),
+            "job: line 1, column 25: Unknown enumeration value of \"CSR\" for field \"features\".");
+  EXPECT_EQ(message(R"(dataset { sparse_density: 1.5 } model { layer { type: GCN } })"),
             "job: dataset.sparse_density = 1.5 is not in [0, 1]");
-  EXPECT_EQ(message(R"(dataset { features: "sparse" } model { layer { type: "sage" aggr: "max" } })"),
-            "job: dataset.features = sparse: layer 0 is sage with aggr 'max', which does not commute "
-            "with its linear map (mean does)");
-  EXPECT_EQ(message(R"(dataset { features: "sparse" }
-                       model { layer { type: "dropout" } layer { type: "relu" } layer { type: "gcn" } })"),
-            "job: dataset.features = sparse: layer 1 is 'relu', not a layer that starts with a linear "
-            "map (gcn, gat, linear, gin, sage mean)");
+  EXPECT_EQ(message(R"(dataset { features: SPARSE } model { layer { type: SAGE aggr: MAX } })"),
+            "job: dataset.features = SPARSE: layer 0 is SAGE with aggr MAX, which does not commute "
+            "with its linear map (MEAN does)");
+  EXPECT_EQ(message(R"(dataset { features: SPARSE }
+                       model { layer { type: DROPOUT } layer { type: RELU } layer { type: GCN } })"),
+            "job: dataset.features = SPARSE: layer 1 is RELU, not a layer that starts with a linear "
+            "map (GCN, GAT, LINEAR, GIN, SAGE MEAN)");
 }
 
 TEST(NormalizeFeatures, SparseFormGivesTheDenseBits) {
@@ -296,7 +298,7 @@ TEST(SparseShards, WrittenReadAndTheSameRows) {
   const PartitionOptions options = partition_options(job, 3);
   const EdgePartition partition = partition_edges(data.num_nodes, data.src, data.dst, options);
   const fs::path dir = fs::path(::testing::TempDir()) / "gnnrt_sparse_shards";
-  const proto::ShardManifest m = write_shards(dir, data, partition, options, job);
+  const proto::ShardManifest m = write_job_shards(dir, data, partition, options, job);
   EXPECT_EQ(m.features(), "sparse");
   const std::vector<float> x = to_dense(*data.x_sparse, data.num_features);
   for (int r = 0; r < 3; ++r) {
@@ -326,7 +328,7 @@ TEST(SparseShards, AnInvalidCsrIsRefusedEvenWithMatchingChecksums) {
   const fs::path dir = fs::path(::testing::TempDir()) / "gnnrt_bad_sparse_shards";
   // Rewrites one array of rank 0 and its checksum in the manifest.
   const auto rewrite = [&](const std::string& name, const std::function<void(Tensor&)>& edit) {
-    write_shards(dir, data, partition, options, job);
+    write_job_shards(dir, data, partition, options, job);
     const fs::path file = dir / "rank-0" / (name + ".npy");
     Tensor t = read_npy(file);
     edit(t);

@@ -15,12 +15,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
-#include "model/dataset.h"
+#include "model/data/dataset.h"
 #include "model/job.h"
-#include "model/network.h"
-#include "model/trainer.h"
+#include "model/modules/network.h"
+#include "model/training/schedule.h"
+#include "model/training/trainer.h"
 #include "runtime/core.h"
 #include "runtime/npy.h"
 #include "tests/common/compiled_job.h"
@@ -35,7 +37,10 @@ const fs::path kGolden = GNNRT_TRAIN_GOLDEN_DIR;
 
 proto::Job job_of(const json& config) {
   proto::Job job;
-  const auto status = google::protobuf::util::JsonStringToMessage(config.at("job").dump(), &job);
+  // The reference writes enumerations as the command line spells them ("gcn").
+  google::protobuf::util::JsonParseOptions parse;
+  parse.case_insensitive_enum_parsing = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(config.at("job").dump(), &job, parse);
   if (!status.ok()) throw std::runtime_error("config.json's job: " + status.ToString());
   validate(job);
   return job;
@@ -149,9 +154,69 @@ std::vector<Case> cases() {
 
 TEST(TrainGoldenData, CoversTheIssuesCases) {
   const auto names = case_names();
-  for (const char* name : {"gat_heads_mean", "gin_eps", "gcn_dropout", "deep_linear", "sage_max_ties",
+  for (const char* name : {"gat_heads_mean", "gin_eps", "gin_train_eps", "gcn_dropout", "deep_linear", "sage_max_ties",
                            "directed_gcn_sage", "directed_gat", "gcn_sgd_nesterov"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+}
+
+// PyG's state_dict both ways: torch's model.state_dict() (buffers such as
+// GINConv's eps and aliases such as GATConv's lin_dst included), saved key
+// by key by the reference, loads strictly with --params-in, and
+// --params-out writes exactly those keys with their shapes (what torch's
+// load_state_dict(strict=True) checks), float32.
+class StateDictGolden : public ::testing::TestWithParam<std::string> {};
+
+std::map<std::string, std::vector<int64_t>> keys_in(const fs::path& dir) {
+  std::map<std::string, std::vector<int64_t>> keys;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const Tensor t = read_npy(entry.path());
+    EXPECT_EQ(t.dtype(), DType::kF32) << entry.path();
+    keys[entry.path().stem().string()] = t.shape();
+  }
+  return keys;
+}
+
+TEST_P(StateDictGolden, TorchsStateDictLoadsStrictlyAndComesBackWithTheSameKeys) {
+  const fs::path dir = kGolden / GetParam();
+  std::ifstream config_file(dir / "config.json");
+  const json config = json::parse(config_file);
+  proto::Job job = job_of(config);
+  apply_override(job, "dataset.path=" + (kGolden / config.at("graph").get<std::string>()).string());
+  apply_override(job, "schedule.epochs=1");
+  const fs::path out = fs::path(::testing::TempDir()) / ("gnnrt_state_dict_" + GetParam());
+  fs::remove_all(out);
+  TrainOptions options;
+  options.no_cache = true;
+  options.progress = false;
+  options.params_in = dir / "state_dict";
+  options.params_out = out / "params";
+  ASSERT_NO_THROW(train(job, options));
+  EXPECT_EQ(keys_in(options.params_out), keys_in(dir / "state_dict"));
+  fs::remove_all(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, StateDictGolden, ::testing::ValuesIn(case_names()));
+
+// A buffer is fixed by the job: a file holding another value is refused
+// (the program was built with the job's eps), naming the key.
+TEST(StateDictGoldenData, ABufferThatDiffersFromTheJobIsRefused) {
+  const fs::path dir = kGolden / "gin_eps";
+  std::ifstream config_file(dir / "config.json");
+  const json config = json::parse(config_file);
+  proto::Job job = job_of(config);
+  apply_override(job, "dataset.path=" + (kGolden / config.at("graph").get<std::string>()).string());
+  apply_override(job, "model.layer[0].eps=0.25");
+  TrainOptions options;
+  options.no_cache = true;
+  options.progress = false;
+  options.params_in = dir / "state_dict";
+  try {
+    train(job, options);
+    ADD_FAILURE() << "loaded conv1.eps = 0.3 into a job with eps 0.25";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("conv1.eps: holds [0.3] in the file, the model was built with [0.25]"),
+              std::string::npos) << e.what();
   }
 }
 

@@ -15,9 +15,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "model/checkpoint.h"
 #include "model/job.h"
-#include "model/trainer.h"
+#include "model/training/checkpoint.h"
+#include "model/training/schedule.h"
+#include "model/training/trainer.h"
 #include "runtime/npy.h"
 
 namespace gnnrt::model {
@@ -30,11 +31,11 @@ proto::Job small_job() {
   return parse_job(R"pb(
     dataset { path: "synthetic:nodes=300,classes=3,avg_degree=6,features=16,seed=2" }
     model {
-      layer { type: "dropout" p: 0.3 }
-      layer { type: "gcn" out: 8 }
-      layer { type: "relu" }
-      layer { type: "dropout" p: 0.3 }
-      layer { type: "gcn" }
+      layer { type: DROPOUT p: 0.3 }
+      layer { type: GCN out: 8 }
+      layer { type: RELU }
+      layer { type: DROPOUT p: 0.3 }
+      layer { type: GCN }
     }
     schedule { epochs: 6 }
     seed: 7
@@ -372,7 +373,7 @@ TEST_F(Trainer, ParametersRoundTripThroughNpy) {
   write_npy(options_.params_out / "conv1.lin.weight.npy", wrong);
   EXPECT_THAT([&] { train(job, again); },
               testing::ThrowsMessage<std::invalid_argument>(
-                  HasSubstr("conv1.lin.weight.npy has shape [8, 15], parameter 'conv1.lin.weight' needs [8, 16]")));
+                  HasSubstr("mismatched: [conv1.lin.weight: [8, 15] float32 in the file, [8, 16] float32 in the model]")));
 }
 
 // The layer chain's --params-in refuses NaN and Inf too, naming key and position.
@@ -393,6 +394,52 @@ TEST_F(Trainer, NonFiniteParametersAreRefused) {
                                            HasSubstr("--params-in " + file.string() + ": conv1.lin.weight[2, 5] is nan")));
 }
 
+// The layer chain loads --params-in as torch's load_state_dict(strict=True):
+// an unexpected key or a non-float file is refused, every problem listed
+// in one error; --params-non-strict loads the rest.
+TEST_F(Trainer, TheLayerChainLoadsItsStateDictStrictly) {
+  proto::Job job = small_job();
+  apply_override(job, "schedule.epochs=0");
+  options_.params_out = dir_ / "params";
+  train(job, options_);
+  const fs::path in = options_.params_out;
+  write_npy<float>(in / "extra.weight.npy", std::vector<float>{1, 2}, {2});
+  const Tensor bias = read_npy(in / "conv1.bias.npy");
+  write_npy<uint8_t>(in / "conv1.bias.npy", std::vector<uint8_t>(static_cast<size_t>(bias.size()), 1),
+                     bias.shape());
+  TrainOptions o = options_;
+  o.params_in = in;
+  o.params_out.clear();
+  EXPECT_THAT([&] { train(job, o); },
+              testing::ThrowsMessage<std::invalid_argument>(testing::AllOf(
+                  HasSubstr("unexpected keys: [extra.weight]"),
+                  HasSubstr("mismatched: [conv1.bias: [8] bool in the file, [8] float32 in the model]"))));
+  o.params_non_strict = true;
+  EXPECT_NO_THROW(train(job, o));
+}
+
+// GINConv's eps in the state_dict as PyG writes it: a buffer holding the
+// job's eps, or with train_eps a parameter that starts there and trains.
+TEST_F(Trainer, GinWritesEpsAsABufferOrATrainedParameter) {
+  proto::Job job = small_job();
+  apply_override(job, "model.layer[1].type=gin");
+  apply_override(job, "model.layer[1].eps=0.25");
+  apply_override(job, "schedule.epochs=0");
+  const auto eps_after = [&](const char* name) {
+    options_.params_out = dir_ / name;
+    train(job, options_);
+    return read_npy(options_.params_out / "conv1.eps.npy").to_vector<float>();
+  };
+  EXPECT_EQ(eps_after("buffer"), std::vector<float>{0.25f});
+  apply_override(job, "model.layer[1].train_eps=true");
+  EXPECT_EQ(eps_after("initial"), std::vector<float>{0.25f});
+  apply_override(job, "schedule.epochs=3");
+  const std::vector<float> trained = eps_after("trained");
+  ASSERT_EQ(trained.size(), 1u);
+  EXPECT_NE(trained[0], 0.25f);
+  EXPECT_NEAR(trained[0], 0.25f, 0.1f);  // three Adam steps of lr 0.01
+}
+
 TEST(Job, OverridesAndErrorsNameTheField) {
   proto::Job job = small_job();
   apply_override(job, "optimizer.lr=0.005");
@@ -407,11 +454,16 @@ TEST(Job, OverridesAndErrorsNameTheField) {
               testing::ThrowsMessage<JobError>(HasSubstr("'fast' is not a valid double")));
   EXPECT_THAT([&] { apply_override(job, "model.layer[9].out=3"); },
               testing::ThrowsMessage<JobError>(HasSubstr("has 6 elements")));
-  EXPECT_THAT([&] { parse_job("model { layer { type: \"gcn\" out: } }", "bad.pbtxt"); },
+  EXPECT_THAT([&] { parse_job("model { layer { type: GCN out: } }", "bad.pbtxt"); },
               testing::ThrowsMessage<JobError>(HasSubstr("bad.pbtxt: line 1")));
-  apply_override(job, "model.layer[1].type=gcnn");
-  EXPECT_THAT([&] { validate(job); },
-              testing::ThrowsMessage<JobError>(HasSubstr("model.layer[1] (gcnn): unknown type")));
+  EXPECT_THAT([&] { apply_override(job, "model.layer[1].type=gcnn"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("'gcnn' is not a valid enum for gnnrt.model.proto.Layer.type")));
+  apply_override(job, "model.layer[1].type=sage");  // an enumeration in any case
+  EXPECT_EQ(job.model().layer(1).type(), proto::Layer::SAGE);
+  apply_override(job, "optimizer.kind=\"sgd\"");
+  EXPECT_EQ(job.optimizer().kind(), proto::Optimizer::SGD);
+  EXPECT_THAT([&] { parse_job("model { layer { type: \"gcn\" } }", "quoted.pbtxt"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("quoted.pbtxt: line 1, column 23")));
 }
 
 TEST(Schedule, LearningRates) {

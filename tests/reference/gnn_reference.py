@@ -661,7 +661,8 @@ class JobModel(nn.Module):
             elif t == "gin":
                 hidden = layer.get("hidden", 0) or out
                 self.steps.append(("graph", named("conv", GINConv(gin_mlp(width, hidden, out),
-                                                                  eps=layer.get("eps", 0.0)))))
+                                                                  eps=layer.get("eps", 0.0),
+                                                                  train_eps=layer.get("train_eps", False)))))
                 width = out
             else:
                 raise ValueError(f"JobModel: unknown layer type {t!r}")

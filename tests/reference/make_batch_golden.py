@@ -9,7 +9,8 @@ Layout under --out (default tests/golden/batch/):
                          docs/file-formats.md), made here with numpy
   <case>/job.pbtxt       the gnnrt job (batching.shuffle false: batches are
                          graphs 0..B-1, B..2B-1, ...; the last one partial)
-  <case>/params_init/    <state_dict key>.npy float32, drawn here
+  <case>/params_init/    <state_dict key>.npy float32, drawn here (GINConv's eps
+                         buffer, 0, as PyG lists it)
   <case>/epoch_losses.npy float64 [epochs]: the mean of each epoch's batch losses
   <case>/params_final/   after every step of every epoch
   <case>/outputs/        <module>.npy: the model's outputs with params_final,
@@ -224,8 +225,10 @@ def torch_linear_init(gen, out, inp):
     return w, b
 
 
-def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None, momentum=None):
-    """Adam, or SGD with `momentum` when given."""
+def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=None, momentum=None, buffers=None):
+    """Adam, or SGD with `momentum` when given. `buffers` (float32, e.g.
+    GINConv's eps) are written beside the parameters, as PyG's state_dict
+    lists them, and not trained."""
     # Keys that share a tensor (a module under two names) share its clone.
     clones, params = {}, {}
     for k, v in params32.items():
@@ -249,6 +252,9 @@ def train(case_dir, params32, forward, batches, epochs, lr, job_text, outputs=No
     for k, v in params32.items():
         np.save(case_dir / "params_init" / f"{k}.npy", v.numpy())
         np.save(case_dir / "params_final" / f"{k}.npy", params[k].detach().to(torch.float32).numpy())
+    for k, v in (buffers or {}).items():
+        for sub in ("params_init", "params_final"):
+            np.save(case_dir / sub / f"{k}.npy", v.to(torch.float32).numpy())
     np.save(case_dir / "epoch_losses.npy", np.array(epoch_losses, dtype=np.float64))
     if outputs is not None:
         (case_dir / "outputs").mkdir()
@@ -330,15 +336,16 @@ model {{
   module {{ name: "conv1" input: "atom.x" gin {{ edges: "bond" out: 16 hidden: 16 }} }}
   module {{ name: "act1" input: "conv1" relu {{}} }}
   module {{ name: "conv2" input: "act1" gin {{ edges: "bond" out: 16 hidden: 16 }} }}
-  module {{ name: "pool" input: "conv2" pool {{ reduce: "sum" }} }}
+  module {{ name: "pool" input: "conv2" pool {{ reduce: SUM }} }}
   module {{ name: "head" input: "pool" mlp {{ hidden: 16 out: 1 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
 }}
-optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+optimizer {{ kind: ADAM lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs,
+          buffers={"conv1.eps": torch.zeros(1), "conv2.eps": torch.zeros(1)})
 
 
 def case_hetero(out):
@@ -397,26 +404,26 @@ def case_hetero(out):
     job = f"""name: "batch_hetero"
 dataset {{ path: "DATA" }}
 model {{
-  module {{ name: "s1" input: "a.x" sage {{ edges: "aa" out: 8 aggr: "mean" }} }}
+  module {{ name: "s1" input: "a.x" sage {{ edges: "aa" out: 8 aggr: MEAN }} }}
   module {{ name: "s1_act" input: "s1" activation {{ kind: SILU }} }}
-  module {{ name: "s2" input: "s1_act" input: "b.x" sage {{ edges: "ab" out: 8 aggr: "mean" }} }}
+  module {{ name: "s2" input: "s1_act" input: "b.x" sage {{ edges: "ab" out: 8 aggr: MEAN }} }}
   module {{ name: "skip" input: "b.x" linear {{ out: 8 }} }}
   module {{ name: "sum1" input: "s2" input: "skip" add {{}} }}
   module {{ name: "r" input: "sum1" relu {{}} }}
-  module {{ name: "pooled" input: "r" pool {{ reduce: "mean" }} }}
+  module {{ name: "pooled" input: "r" pool {{ reduce: MEAN }} }}
   module {{ name: "back" input: "pooled" broadcast {{ node_set: "b" }} }}
   module {{ name: "r3" input: "r" input: "back" add {{}} }}
   module {{ name: "mix" input: "r3" input: "back" concat {{}} }}
   module {{ name: "norm" input: "mix" layer_norm {{}} }}
   module {{ name: "act" input: "norm" activation {{ kind: GELU_TANH }} }}
   module {{ name: "part" input: "act" slice {{ begin: 4 width: 8 }} }}
-  module {{ name: "top" input: "part" pool {{ reduce: "max" }} }}
+  module {{ name: "top" input: "part" pool {{ reduce: MAX }} }}
   module {{ name: "head" input: "top" mlp {{ hidden: 8 out: 1 }} }}
   module {{ name: "node_head" input: "r3" linear {{ out: 1 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
   loss_term {{ input: "node_head" target: "b.y" kind: MSE weight: 0.5 }}
 }}
-optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+optimizer {{ kind: ADAM lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
@@ -470,11 +477,11 @@ model {{
   module {{ name: "g1" input: "r1" gat {{ edges: "aa" out: 4 heads: 2 }} }}
   module {{ name: "g2" input: "g1" input: "b.x" gat {{ edges: "ab" out: 5 heads: 3 concat: false }} }}
   module {{ name: "e2" input: "g2" elu {{}} }}
-  module {{ name: "pool" input: "e2" pool {{ reduce: "mean" }} }}
+  module {{ name: "pool" input: "e2" pool {{ reduce: MEAN }} }}
   module {{ name: "head" input: "pool" linear {{ out: 1 }} }}
   loss_term {{ input: "head" target: "graph.y" kind: MSE }}
 }}
-optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+optimizer {{ kind: ADAM lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
@@ -527,17 +534,17 @@ dataset {{ path: "DATA" }}
 model {{
   module {{ name: "conv" input: "atom.x" gin {{ edges: "bond" out: 12 }} }}
   module {{ name: "act" input: "conv" relu {{}} }}
-  module {{ name: "pool" input: "act" pool {{ reduce: "mean" }} }}
+  module {{ name: "pool" input: "act" pool {{ reduce: MEAN }} }}
   module {{ name: "cls" input: "pool" linear {{ out: 3 }} }}
   module {{ name: "deg" input: "act" linear {{ out: 1 }} }}
   loss_term {{ input: "cls" target: "graph.y" kind: CROSS_ENTROPY }}
   loss_term {{ input: "deg" target: "atom.y" kind: L1 weight: 0.3 }}
 }}
-optimizer {{ kind: "adam" lr: 0.01 weight_decay: 0 }}
+optimizer {{ kind: ADAM lr: 0.01 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
-    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs)
+    train(case_dir, p, forward, batches, epochs, 0.01, job, outputs, buffers={"conv.eps": torch.zeros(1)})
 
 
 def dit_block(p, name, x, c, ei, heads, qk_norm=False, rel_bias=False, rel_gate=False, clip=0):
@@ -641,7 +648,7 @@ model {{
 {modules}  loss_term {{ input: "head" target: "graph.y" kind: MSE }}
   loss_term {{ input: "agent_head" target: "agent.y" kind: MSE weight: 0.5 }}
 }}
-optimizer {{ kind: "sgd" lr: 0.01 momentum: 0.9 weight_decay: 0 }}
+optimizer {{ kind: SGD lr: 0.01 momentum: 0.9 weight_decay: 0 }}
 schedule {{ epochs: {epochs} }}
 batching {{ batch_size: {batch_size} shuffle: false }}
 """
@@ -734,7 +741,7 @@ def case_dit(out, case="dit", blocks=DIT_BLOCKS):
   module { name: "cond" input: "ctx" broadcast { node_set: "agent" } }
 """ + dit_text("blk1", "emb", blocks[0][2]) + dit_text("blk2", "blk1", blocks[1][2]) + """\
   module { name: "fin" input: "blk2" input: "cond" dit_final { out: 3 } }
-  module { name: "sum" input: "blk2" pool { reduce: "sum" } }
+  module { name: "sum" input: "blk2" pool { reduce: SUM } }
   module { name: "head" input: "sum" linear { out: 1 } }
   module { name: "agent_head" input: "fin" linear { out: 1 } }
 """
@@ -889,12 +896,12 @@ def case_scene_layers(out):
   module { name: "edge_in" input: "edge_node" input: "conn" concat {} }
   module { name: "edge_mlp" input: "edge_in" residual_mlp { hidden: 4 } }
   module { name: "l2l_b" input: "l2l" input: "edge_mlp" attention { edges: "l2l" heads: 2 feedforward: 12 } }
-  module { name: "agents" input: "a2a" pool { reduce: "mean" } }
-  module { name: "lanes" input: "l2l_b" pool { reduce: "sum" } }
+  module { name: "agents" input: "a2a" pool { reduce: MEAN } }
+  module { name: "lanes" input: "l2l_b" pool { reduce: SUM } }
   module { name: "lanes_act" input: "lanes" activation { kind: SIGMOID } }
   module { name: "Q" token { node_set: "query" width: 8 } }
   module { name: "l2q" input: "l2l_b" input: "Q" attention { edges: "l2q" heads: 2 feedforward: 12 shared_prenorm: true } }
-  module { name: "queries" input: "l2q" pool { reduce: "sum" } }
+  module { name: "queries" input: "l2q" pool { reduce: SUM } }
   module { name: "both" input: "agents" input: "lanes_act" input: "queries" concat {} }
   module { name: "head" input: "both" linear { out: 1 } }
   module { name: "agent_head" input: "a2a" linear { out: 2 } }
@@ -906,9 +913,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "golden" / "batch")
     args = parser.parse_args()
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    args.out.mkdir(parents=True)
+    # Each case's folder afresh; scene_encoder/ beside them is
+    # make_encoder_golden.py's.
+    args.out.mkdir(parents=True, exist_ok=True)
+    for case in ("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit", "dit_relational"):
+        shutil.rmtree(args.out / case, ignore_errors=True)
     case_gin(args.out)
     case_hetero(args.out)
     case_gcn_gat(args.out)

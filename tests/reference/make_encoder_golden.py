@@ -129,7 +129,7 @@ STEPS, LR, SEED = 50, 0.003, 0
 
 
 def scenes(rng, count):
-    """Scene-like data in the `scenes:` layout (model/scenes.h): lanes as
+    """Scene-like data in the `scenes:` layout (model/data/scenes.h): lanes as
     20-point polylines / 100 m, agents [7 state, 12 motion, 3 type],
     every ordered pair connected within a scene, typed lane connections."""
     _, ptr_l = mbg.random_graphs(rng, count, 2, 5)

@@ -29,6 +29,10 @@ Layout under --out (default tests/golden/train/):
                          weight decay and the optimizer): separates backward
                          errors from optimizer errors
   <case>/params_final/   after `steps` optimizer steps
+  <case>/state_dict/     torch's model.state_dict() after the steps, one
+                         <key>.npy per key (float32) with the buffers (GIN's
+                         eps) and aliases (GAT's lin_dst) PyG lists: the keys
+                         gnnrt's --params-out must write and --params-in load
   <case>/losses.npy      float32 [steps]: the loss of each step, before its update
   <case>/lrs.npy         float64 [steps]: the learning rate of each step, from
                          torch.optim.lr_scheduler
@@ -101,6 +105,9 @@ CASES = {
             {"seed": 1}),
     "gin_eps": ("graph", [layer("gin", out=8, hidden=8, eps=0.3), layer("relu"),
                           layer("gin", hidden=8, eps=-0.2)], ADAM, {}, {"seed": 1}),
+    # eps a parameter (PyG's train_eps): its gradient and Adam steps.
+    "gin_train_eps": ("graph", [layer("gin", out=8, hidden=8, eps=0.1, train_eps=True), layer("relu"),
+                                layer("gin", hidden=8, train_eps=True)], ADAM, {}, {"seed": 1}),
     "gcn_adamw": ("graph", two_layer("gcn"), {"kind": "adamw", "lr": 0.01, "weight_decay": 0.01}, {}, {}),
     "gcn_sgd": ("graph", two_layer("gcn"),
                 {"kind": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4}, {}, {}),
@@ -271,6 +278,7 @@ def write_case(root: Path, name: str, graphs):
         opt.param_groups[0]["lr"] = lrs[step - 1]
         losses.append(ref.train_step(model, g64, opt))
     ref.save_params(model, d / "params_final")
+    ref.save_params(model.state_dict(), d / "state_dict")
     np.save(d / "losses.npy", np.array(losses, dtype=np.float32))
     np.save(d / "lrs.npy", np.array(lrs, dtype=np.float64))
     logits = ref.predict(model, g64)

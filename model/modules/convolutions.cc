@@ -1,0 +1,101 @@
+// Module kinds: convolutions over an edge set (GIN, SAGE, GCN, GAT).
+#include <fmt/format.h>
+
+#include "model/modules/kinds.h"
+
+namespace gnnrt::model::kinds {
+namespace {
+
+// GINConv: nn((1 + eps) x_dst + sum_{j -> i} x_src[j]).
+Port gin(ModuleContext& c) {
+  const auto& m = c.module.gin();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  if (in.src.width != in.dst.width) {
+    c.fail(fmt::format("sources have width {}, destinations {}: GIN adds them", in.src.width, in.dst.width));
+  }
+  const int64_t width = in.src.width, out = positive(c, m.out(), "out");
+  const int64_t hidden = m.hidden() > 0 ? m.hidden() : out;
+  const ValueId agg = c.b.aggregate(ops::Reduce::kSum, c.graph(in.edges), in.src.value);
+  ValueId self = in.dst.value;
+  if (m.train_eps()) {
+    const ValueId eps = c.param("eps", {1}, ParamDecl::Init::kConstant, 1, 1, m.eps());
+    self = scale_by_one_plus(c.b, self, c.shape.node_rows[static_cast<size_t>(in.dst.set)], eps);
+  } else {
+    c.buffer("eps", {static_cast<float>(m.eps())});
+    if (m.eps() != 0) self = c.b.scale(self, 1 + m.eps());
+  }
+  ValueId h = c.b.add(self, agg);
+  h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.linear("nn.2", h, hidden, out, true)));
+}
+
+// SAGEConv: lin_l(aggr_{j -> i} x_src[j]) + lin_r(x_dst), lin_r without bias.
+Port sage(ModuleContext& c) {
+  const auto& m = c.module.sage();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const int64_t out = positive(c, m.out(), "out");
+  const ValueId agg =
+      c.b.aggregate(reduce_named(proto::SageModule::Aggr_Name(m.aggr())), c.graph(in.edges), in.src.value);
+  const ValueId h = c.linear("lin_l", agg, in.src.width, out, true);
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false))));
+}
+
+// GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph.
+Port gcn(ModuleContext& c) {
+  const auto& m = c.module.gcn();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const auto& info = c.schema.edge_sets[in.edges];
+  if (info.source != info.destination) {
+    c.fail(fmt::format("GCN needs an edge set that joins a node set to itself; '{}' is bipartite", info.name));
+  }
+  const int64_t width = in.src.width, out = positive(c, m.out(), "out");
+  const int32_t g = c.self_loop_graph(in.edges);
+  ValueId h = c.b.linear(in.src.value, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
+  h = c.b.aggregate(ops::Reduce::kSum, g, h, c.b.gcn_norm(g));
+  if (m.bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kZeros, width, out));
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, h));
+}
+
+// GATConv; bipartite: lin_src on the sources, lin_dst on the destinations,
+// no self loops (PyG's add_self_loops=False, required for (x_src, x_dst)).
+Port gat(ModuleContext& c) {
+  const auto& m = c.module.gat();
+  const EdgeInputs in = edge_inputs(c, m.edges());
+  const auto& info = c.schema.edge_sets[in.edges];
+  const int64_t channels = positive(c, m.out(), "out"), heads = positive(c, m.heads(), "heads");
+  if (!(m.attention_dropout() >= 0 && m.attention_dropout() < 1)) {
+    c.fail(fmt::format("attention_dropout = {} is not in [0, 1)", m.attention_dropout()));
+  }
+  const bool bipartite = info.source != info.destination;
+  const int64_t hc = heads * channels;
+  const int32_t g = bipartite ? c.graph(in.edges) : c.self_loop_graph(in.edges);
+  const ValueId h_src = c.b.linear(
+      in.src.value, c.param("lin_src.weight", {hc, in.src.width}, Init::kGlorot, in.src.width, hc));
+  const ValueId h_dst = bipartite ? c.b.linear(in.dst.value, c.param("lin_dst.weight", {hc, in.dst.width},
+                                                                      Init::kGlorot, in.dst.width, hc))
+                                  : h_src;
+  const ValueId att_src = c.param("att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
+  const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
+  const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), c.b.head_dot(h_dst, att_dst, heads));
+  ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
+  if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g, c.edge_ids(g));
+  ValueId out = c.b.aggregate(ops::Reduce::kSum, g, h_src, alpha);
+  int64_t width = hc;
+  if (!m.concat()) {
+    if (heads > 1) out = c.b.head_mean(out, heads);
+    width = channels;
+  }
+  if (m.bias()) out = c.b.bias_add(out, c.param("bias", {width}, Init::kZeros, in.src.width, width));
+  return c.nodes(in.dst.set, width, c.zero_padding(in.dst.set, out));
+}
+
+}  // namespace
+
+void define_convolutions(ModuleRows& rows) {
+  rows[proto::Module::kGinFieldNumber] = {"gin", gin};
+  rows[proto::Module::kSageFieldNumber] = {"sage", sage};
+  rows[proto::Module::kGcnFieldNumber] = {"gcn", gcn};
+  rows[proto::Module::kGatFieldNumber] = {"gat", gat};
+}
+
+}  // namespace gnnrt::model::kinds

@@ -1,0 +1,161 @@
+// The module registry: one entry per module kind of model/job.proto's
+// Module oneof, each one unit that checks its configuration and inputs,
+// declares its parameters (PyTorch state_dict names under the module's
+// name) and builds its ops through the Builder. The module graph
+// (model/modules/module_graph.h) resolves inputs and order; a kind sees only its
+// own inputs, as ports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/job.pb.h"
+#include "model/modules/network.h"
+#include "runtime/builder.h"
+
+namespace gnnrt::model {
+
+// What a batch dataset offers a model: node sets, edge sets and their
+// widths, and the targets.
+struct Schema {
+  struct NodeSetInfo {
+    std::string name;
+    int64_t width = 0;
+    bool target = false, classes = false;
+    int64_t target_width = 0, num_classes = 0;
+    std::string max_label_at;  // "FILE row R" of the largest label, for messages
+  };
+  struct EdgeSetInfo {
+    std::string name;
+    int source = 0, destination = 0;
+    int64_t width = 0;  // 0: no edge features
+  };
+  std::vector<NodeSetInfo> node_sets;
+  std::vector<EdgeSetInfo> edge_sets;
+  bool graph_target = false, graph_classes = false;
+  int64_t graph_target_width = 0, graph_num_classes = 0;
+  std::string graph_max_label_at;
+
+  int node_set(const std::string& name) const;  // index or -1
+  int edge_set(const std::string& name) const;
+};
+
+// The padded rows of one shape bucket, sink rows included: node set s has
+// node_rows[s] rows (the last one the sink every padded edge points at),
+// edge set e edge_rows[e] edges, graph_rows graphs (the last the sink graph
+// of padded nodes).
+struct BucketShape {
+  std::vector<int64_t> node_rows, edge_rows;
+  int64_t graph_rows = 0;
+  bool operator==(const BucketShape&) const = default;
+};
+
+// Tensor and graph names bound on the core for one batch.
+std::string features_name(const std::string& set);     // "<set>.x"
+std::string mask_name(const std::string& set);         // "<set>.mask": real rows (bool)
+std::string target_name(const std::string& set);       // "<set>.y"
+std::string pool_graph_name(const std::string& set);   // "<set>.pool": rows -> graphs
+std::string broadcast_graph_name(const std::string& set);  // "<set>.broadcast": graphs -> rows
+std::string reversed_graph_name(const std::string& edges);  // "<edges>.reversed"
+std::string self_loop_graph_name(const std::string& edges);  // "<edges>.self_loops"
+std::string real_rows_name(const std::string& set);  // "<set>.real": i64 1 on real rows, 0 on padding
+// "<set>.global_id" (node sets and "graph"): i64, each row's index in the
+// dataset, padding numbered after them; an edge set's and a self-loop
+// graph's are runtime::edge_id_name(graph): dropout's keys, the same rows
+// drawing the same mask whatever the batch, share or rank count.
+std::string global_id_name(const std::string& set);
+inline constexpr const char* kGraphSet = "graph";  // "graph.mask", "graph.y"
+
+// A tensor a module reads or writes: its rows are a node set's, an edge
+// set's or the graphs'.
+struct Port {
+  enum class Domain { kNodes, kEdges, kGraphs };
+  Domain domain = Domain::kNodes;
+  int set = 0;  // node set or edge set index
+  int64_t width = 0;
+  runtime::ValueId value = runtime::kNoValue;
+  std::string name;  // what the model calls it
+};
+
+// The same rows (domain and set) and width: operands of an elementwise op.
+inline bool same_rows_and_width(const Port& a, const Port& b) {
+  return a.domain == b.domain && a.set == b.set && a.width == b.width;
+}
+
+// The scope of a module's parameters: `params`, else its name.
+inline const std::string& param_scope(const proto::Module& m) { return m.params().empty() ? m.name() : m.params(); }
+
+// What the modules built so far declared: parameters with their ids and
+// the scope (param_scope) that made each, and aliases.
+struct DeclaredParams {
+  std::vector<ParamDecl> params;
+  std::vector<runtime::ValueId> ids;
+  std::vector<std::string> scopes;
+  std::vector<ParamAlias> aliases;
+  std::vector<Buffer> buffers;
+};
+
+class ModuleContext {
+ public:
+  ModuleContext(runtime::Builder& b, const Schema& schema, const BucketShape& shape, bool training,
+                const proto::Module& module, uint64_t key, std::vector<Port> inputs, DeclaredParams& declared);
+
+  runtime::Builder& b;
+  const Schema& schema;
+  const BucketShape& shape;
+  const bool training;
+  const proto::Module& module;
+  const uint64_t key;  // keys this module's dropout masks
+  const std::vector<Port> inputs;
+
+  // param_scope(module).
+  const std::string& scope() const { return param_scope(module); }
+  // A parameter "<scope>.<suffix>"; the one already made when another
+  // module of the same scope was built first (same shape, or fail()). A
+  // name another scope made is refused (a module "x.to_q" beside an
+  // attention "x" would otherwise share weights unasked).
+  runtime::ValueId param(const std::string& suffix, std::vector<int64_t> shape, ParamDecl::Init init,
+                         int64_t fan_in, int64_t fan_out, double constant = 0);
+  // A buffer "<scope>.<suffix>" holding `values` (shape [size]).
+  void buffer(const std::string& suffix, std::vector<float> values);
+  // "<scope>.<key_suffix>" names the parameter "<scope>.<param_suffix>" too.
+  void alias(const std::string& key_suffix, const std::string& param_suffix);
+  // torch.nn.Linear "<module>.<prefix>.weight" / ".bias" applied to x.
+  runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);
+  int32_t graph(int edge_set);             // the edge set's adjacency
+  int32_t reversed_graph(int edge_set);    // its edges reversed, same ids
+  // A homogeneous edge set without its self loops, plus one loop per row
+  // (GCNConv's and GATConv's graph): "<edges>.self_loops".
+  int32_t self_loop_graph(int edge_set);
+  int32_t pool_graph(int node_set);
+  int32_t broadcast_graph(int node_set);
+  int edge_set(const std::string& name);   // index, or fail()
+  int node_set(const std::string& name);
+  Port nodes(int set, int64_t width, runtime::ValueId v) const;
+  // v [rows of node set `set`, F] with its padded rows zeroed (real rows
+  // keep their bits: x / 1): a convolution's output, so the sink row, which
+  // every padded edge feeds, cannot grow layer after layer to Inf.
+  runtime::ValueId zero_padding(int set, runtime::ValueId v);
+  // The global ids of p's rows (global_id_name), and of a graph's edges.
+  runtime::ValueId row_ids(const Port& p);
+  runtime::ValueId edge_ids(int32_t graph);
+  std::string describe(const Port& p) const;  // "'atom.x' (rows of node set 'atom', width 16)"
+  // Exactly `count` inputs (or between min and max).
+  void expect_inputs(size_t min, size_t max) const;
+  void expect_domain(const Port& p, Port::Domain domain, int set, const char* what) const;
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  DeclaredParams& declared_;
+};
+
+struct ModuleKind {
+  const char* name;  // the oneof field's name
+  Port (*build)(ModuleContext& c);
+};
+
+// The kind of a module; throws std::invalid_argument when none is set.
+const ModuleKind& module_kind(const proto::Module& module);
+
+}  // namespace gnnrt::model
