@@ -67,11 +67,8 @@ std::string network_of(const asio::ip::address& address) {
   return found;
 }
 
-// With --hosts: the address of this host's interface that routes to the
-// first host that is not this one (the kernel's choice for a UDP socket
-// connected there; nothing is sent), so that the remote ranks reach the
-// control server on the network they share with this host, whatever other
-// interfaces it has. Loopback when every host is this one.
+// The kernel's choice of source address for a UDP socket connected to the
+// first other host (nothing is sent): the network that host shares with this one.
 std::string control_address_for(const std::vector<HostSlots>& hosts) {
   asio::io_context io;
   asio::ip::udp::resolver resolver(io);

@@ -22,6 +22,12 @@ std::vector<boost::asio::ip::address> local_addresses();
 // "198.18.0.0/24"; "" when no interface has it.
 std::string network_of(const boost::asio::ip::address& address);
 
+// With --hosts and no --control-address: the address of this host's
+// interface that routes to the first host that is not this one (loopback
+// when all are this one). Throws std::invalid_argument naming a host that
+// does not resolve or cannot be reached.
+std::string control_address_for(const std::vector<HostSlots>& hosts);
+
 // Whether every host of --hosts is this one (resolves to loopback or to an
 // address of this host's); an empty list is this host, a host that does
 // not resolve is not.

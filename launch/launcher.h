@@ -54,12 +54,6 @@ struct LaunchCommand {
 // "h1:2,h2:2" -> hosts; throws std::invalid_argument naming the bad part.
 std::vector<HostSlots> parse_hosts(const std::string& text);
 
-// With --hosts and no --control-address: the address of this host's
-// interface that routes to the first host that is not this one (loopback
-// when all are this one). Throws std::invalid_argument naming a host that
-// does not resolve or cannot be reached.
-std::string control_address_for(const std::vector<HostSlots>& hosts);
-
 // Runs the job to its end; returns the exit status (0 done, 1 failed after
 // the restarts, 2 bad usage, 128 + signal when stopped by SIGINT/SIGTERM).
 int run_launch(LaunchCommand& command);

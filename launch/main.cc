@@ -509,8 +509,6 @@ void add_bench_commands(CLI::App& app, BenchCommands& b) {
 // A bench under mpirun. The control connection outlives MPI_Finalize
 // (declared first, ended last): a rank that hangs there is still watched.
 int run_bench(int& argc, char**& argv, BenchCommands& b) {
-  // The control connection outlives MPI_Finalize (declared first, ended
-  // last): a rank that hangs there is still watched.
   std::unique_ptr<gnnrt::launch::ControlClient> control;
   gnnrt::collectives::Environment mpi(&argc, &argv);
   try {
@@ -518,7 +516,7 @@ int run_bench(int& argc, char**& argv, BenchCommands& b) {
     control = gnnrt::launch::ControlClient::from_environment(comm.rank(), comm.size());
     configure_collectives(comm, *b.collectives ? *b.collectives : *b.halo, {}, b.mpi);
     const int status = *b.collectives ? gnnrt::launch::run_collective_bench(comm, b.collective_options)
-                                          : gnnrt::launch::run_halo_bench(comm, b.halo_options);
+                                      : gnnrt::launch::run_halo_bench(comm, b.halo_options);
     if (control) control->done(status, "", false);
     return status;
   } catch (const std::exception& e) {
@@ -531,7 +529,6 @@ int run_bench(int& argc, char**& argv, BenchCommands& b) {
 // rank under it.
 int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_command, const CLI::App& train,
                     const MpiOptions& train_mpi) {
-  // One rank without mpirun (MPI's singleton mode), one per rank under it.
   std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
   gnnrt::collectives::Environment mpi(&argc, &argv);
   try {
@@ -576,7 +573,6 @@ int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_
 // the batches.
 int run_infer_ranks(int& argc, char**& argv, gnnrt::launch::InferCommand& infer_command, const CLI::App& infer,
                     const MpiOptions& infer_mpi) {
-  // One rank without mpirun; under it, each rank a share of the batches.
   gnnrt::collectives::Environment mpi(&argc, &argv);
   try {
     auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());

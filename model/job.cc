@@ -9,6 +9,8 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -65,9 +67,58 @@ std::string first_non_finite(const pb::Message& m, const std::string& prefix) {
 
 }  // namespace
 
+namespace {
+
+// The names of the job's enumeration fields (in every message a job holds),
+// less any name that is also a string field somewhere in it.
+void collect_enum_fields(const pb::Descriptor* d, std::set<const pb::Descriptor*>& seen, std::set<std::string>& enums,
+                         std::set<std::string>& strings) {
+  if (!seen.insert(d).second) return;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM) enums.insert(f->name());
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING) strings.insert(f->name());
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) collect_enum_fields(f->message_type(), seen, enums, strings);
+  }
+}
+
+const std::regex& quoted_enum_value() {
+  static const std::regex pattern = [] {
+    std::set<const pb::Descriptor*> seen;
+    std::set<std::string> enums, strings;
+    collect_enum_fields(proto::Job::descriptor(), seen, enums, strings);
+    std::string names;
+    for (const std::string& n : enums) {
+      if (!strings.count(n)) names += (names.empty() ? "" : "|") + n;
+    }
+    return std::regex("\\b(" + names + ")(\\s*:\\s*)\"([A-Za-z_][A-Za-z0-9_]*)\"");
+  }();
+  return pattern;
+}
+
+}  // namespace
+
+std::string with_bare_enum_names(std::string_view text) {
+  std::string out;
+  const std::string in(text);
+  auto last = in.cbegin();
+  for (std::sregex_iterator it(in.begin(), in.end(), quoted_enum_value()), end; it != end; ++it) {
+    const std::smatch& m = *it;
+    out.append(last, m[0].first);
+    std::string value = m[3].str();
+    for (char& ch : value) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    out += m[1].str() + m[2].str() + value;
+    last = m[0].second;
+  }
+  out.append(last, in.cend());
+  return out;
+}
+
 proto::Job parse_job(std::string_view text, std::string_view source) {
   proto::Job job;
-  if (const std::string error = parse_text_format(text, source, job); !error.empty()) throw JobError(error);
+  if (const std::string error = parse_text_format(with_bare_enum_names(text), source, job); !error.empty()) {
+    throw JobError(error);
+  }
   return job;
 }
 
@@ -205,7 +256,12 @@ void validate(const proto::Job& job) {
     const auto fail = [&](const std::string& what) {
       throw JobError(fmt::format("job: model.layer[{}] ({}): {}", i, proto::Layer::Type_Name(l.type()), what));
     };
-    if (l.type() == proto::Layer::TYPE_UNSET) fail("no type; use one of GCN, SAGE, GAT, GIN, LINEAR, LAYER_NORM, DROPOUT, RELU, ELU");
+    if (l.type() == proto::Layer::TYPE_UNSET) {
+      std::vector<std::string> types = enum_names_lower(proto::Layer::Type_descriptor());
+      types.erase(types.begin());  // type_unset
+      for (std::string& t : types) std::transform(t.begin(), t.end(), t.begin(), ::toupper);
+      fail(fmt::format("no type; use one of {}", fmt::join(types, ", ")));
+    }
     if (l.out() < 0) fail("out must be >= 0");
     if (l.heads() < 1) fail("heads must be >= 1");
     if (l.p() < 0 || l.p() >= 1) fail(fmt::format("p = {} is not in [0, 1)", l.p()));

@@ -19,7 +19,14 @@ class JobError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Older job files, and the jobs recorded in older checkpoints and shard
+// manifests, wrote the enumerations as quoted lower-case strings
+// (kind: "adam"): parse_job reads them as the bare names (kind: ADAM).
 proto::Job parse_job(std::string_view text, std::string_view source);
+
+// `text` with every quoted value of a job's enumeration field made its bare
+// upper-case name, the rest unchanged.
+std::string with_bare_enum_names(std::string_view text);
 proto::Job load_job(const std::filesystem::path& path);
 
 // Sets one field: "optimizer.lr=0.005", "dataset.path=../shared/datasets/cora",
@@ -40,7 +47,8 @@ std::string lower_name(Enum value) {
   return lower_name(google::protobuf::GetEnumDescriptor<Enum>(), static_cast<int>(value));
 }
 
-// Checks values the schema cannot (layer types, ranges); throws JobError.
+// Checks values the schema cannot (a layer without a type, ranges); throws
+// JobError.
 void validate(const proto::Job& job);
 
 std::string to_text(const proto::Job& job);

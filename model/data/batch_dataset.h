@@ -10,17 +10,15 @@
 // naming the file, the field and the position.
 #pragma once
 
-#include <charconv>
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "model/data/dataset.h"
+#include "model/data/text_values.h"
 
 namespace gnnrt::model {
 
@@ -102,22 +100,7 @@ BatchDataset make_molecules(const MoleculeSpec& spec);
 // (DatasetError naming `where` when it is neither).
 std::vector<std::pair<std::string, std::string>> spec_pairs(std::string_view spec, std::string_view prefix,
                                                             const std::string& where);
-// A spec's number (false when `s` is not one, whole).
-template <typename T>
-bool parse_number(std::string_view s, T& out) {
-  if constexpr (std::is_floating_point_v<T>) {
-    try {
-      size_t used = 0;
-      const std::string str(s);
-      out = static_cast<T>(std::stod(str, &used));
-      return used == str.size();
-    } catch (const std::exception&) {
-      return false;
-    }
-  } else {
-    return std::from_chars(s.data(), s.data() + s.size(), out).ec == std::errc() && !s.empty();
-  }
-}
+// A spec's numbers: parse_number (model/data/text_values.h), the whole text.
 
 // Whether a dataset spec names a batch dataset: "molecules[:...]",
 // "scenes[:...]" (model/data/scenes.h), or a folder holding manifest.pbtxt.

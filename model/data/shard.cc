@@ -1,4 +1,5 @@
 #include "model/data/shard.h"
+#include "model/job.h"
 #include "model/text_format.h"
 
 #include <fmt/format.h>
@@ -31,6 +32,15 @@ std::string text_of(const google::protobuf::Message& m) {
   std::string text;
   google::protobuf::TextFormat::PrintToString(m, &text);
   return text;
+}
+
+// A manifest's record of the job's dataset or model as this gnnrt prints it
+// (an older gnnrt quoted the enumerations); as recorded if it does not parse.
+template <typename M>
+std::string as_printed(const std::string& recorded) {
+  M m;
+  if (!parse_text_format(with_bare_enum_names(recorded), "", m).empty()) return recorded;
+  return text_of(m);
 }
 
 fs::path rank_dir(const fs::path& dir, int rank) { return dir / fmt::format("rank-{}", rank); }
@@ -232,7 +242,7 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
   m.set_run(run_id(data, p, options, job));
   m.set_dataset(text_of(job.dataset()));
   m.set_model(text_of(job.model()));
-  m.set_method(std::string(name(options.method)));
+  m.set_method(name(options.method));
   m.set_parts(p.parts);
   m.set_seed(options.seed);
   m.set_num_nodes(data.num_nodes);
@@ -367,9 +377,6 @@ void check_shard(const Shard& s, const fs::path& rd) {
       s.graph.in_degree.size() != n || s.self_loops.in_degree.size() != n) {
     fail(rd, "arrays of different lengths");
   }
-  // Every value in its range (the kernels index with them; the checksums
-  // only vouch for what was written, and a hand-edited shard can carry
-  // new ones): the first one out names the file and row.
   const auto in_range = [&]<typename T>(const char* name, const std::vector<T>& v, int64_t lo, int64_t hi) {
     for (size_t i = 0; i < v.size(); ++i) {
       const auto x = static_cast<int64_t>(v[i]);
@@ -424,11 +431,11 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
                                "with --parts {} (or run on {} ranks)", m.parts(), ranks, ranks,
                                m.parts()));
   }
-  if (m.dataset() != text_of(job.dataset())) {
+  if (as_printed<proto::Dataset>(m.dataset()) != text_of(job.dataset())) {
     fail(manifest, fmt::format("holds another dataset: the shards were written for dataset {{ {} }}, "
                                "the job has dataset {{ {} }}", m.dataset(), text_of(job.dataset())));
   }
-  if (m.model() != text_of(job.model())) {
+  if (as_printed<proto::Model>(m.model()) != text_of(job.model())) {
     fail(manifest, "the shards were written for another model than the job's (partition again with "
                    "this job)");
   }

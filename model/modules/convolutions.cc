@@ -16,15 +16,14 @@ Port gin(ModuleContext& c) {
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
   const int64_t hidden = m.hidden() > 0 ? m.hidden() : out;
   const ValueId agg = c.b.aggregate(ops::Reduce::kSum, c.graph(in.edges), in.src.value);
-  ValueId self = in.dst.value;
+  ValueId eps = runtime::kNoValue;  // a parameter with train_eps, else a buffer (PyG's)
   if (m.train_eps()) {
-    const ValueId eps = c.param("eps", {1}, ParamDecl::Init::kConstant, 1, 1, m.eps());
-    self = scale_by_one_plus(c.b, self, c.shape.node_rows[static_cast<size_t>(in.dst.set)], eps);
+    eps = c.param("eps", {1}, ParamDecl::Init::kConstant, 1, 1, m.eps());
   } else {
     c.buffer("eps", {static_cast<float>(m.eps())});
-    if (m.eps() != 0) self = c.b.scale(self, 1 + m.eps());
   }
-  ValueId h = c.b.add(self, agg);
+  const int64_t rows = c.shape.node_rows[static_cast<size_t>(in.dst.set)];
+  ValueId h = c.b.add(gin_self_term(c.b, in.dst.value, rows, m.eps(), eps), agg);
   h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
   return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.linear("nn.2", h, hidden, out, true)));
 }

@@ -219,30 +219,30 @@ class NetworkBuilder {
     return out;
   }
 
-  // GINConv's (1 + eps) x: eps a parameter with train_eps, else a buffer
-  // (state_dict key "<name>.eps" [1] either way, as PyG's).
-  ValueId gin_self(const std::string& name, ValueId x, const proto::Layer& l) {
-    if (l.train_eps()) {
-      return scale_by_one_plus(b_, x, shape_.nodes, param(name + ".eps", {1}, Init::kConstant, 1, 1, l.eps()));
-    }
-    buffers_.push_back(Buffer{name + ".eps", {1}, {static_cast<float>(l.eps())}});
-    return l.eps() == 0 ? x : b_.scale(x, 1 + l.eps());
-  }
-
   // GINConv: nn((1 + eps) x_i + sum_{j -> i} x_j), nn = Linear, ReLU, Linear.
+  // eps is a parameter with train_eps (declared first, whatever the
+  // features' form: parameters are drawn by index), else a buffer; the
+  // state_dict key "<name>.eps" [1] either way, as PyG's.
   // With sparse features the first linear map runs before the sum:
   // W((1 + eps) x_i + sum x_j) = (1 + eps) W x_i + sum W x_j.
   ValueId gin(const std::string& name, ValueId x, int64_t in, int64_t out, const proto::Layer& l) {
     const int64_t hidden = l.hidden() > 0 ? l.hidden() : out;
+    ValueId eps = runtime::kNoValue;
+    if (l.train_eps()) {
+      eps = param(name + ".eps", {1}, Init::kConstant, 1, 1, l.eps());
+    } else {
+      buffers_.push_back(Buffer{name + ".eps", {1}, {static_cast<float>(l.eps())}});
+    }
+    const auto self = [&](ValueId v) { return gin_self_term(b_, v, shape_.nodes, l.eps(), eps); };
     if (sparse_) {
       const ValueId y = project(x, param(name + ".nn.0.weight", {hidden, in}, Init::kTorchLinear, in, hidden));
       sparse_.reset();  // taken: the rest of the MLP is dense
-      ValueId h = b_.add(gin_self(name, y, l), b_.aggregate(ops::Reduce::kSum, graph_, y));
+      ValueId h = b_.add(self(y), b_.aggregate(ops::Reduce::kSum, graph_, y));
       h = b_.relu(b_.bias_add(h, param(name + ".nn.0.bias", {hidden}, Init::kTorchLinear, in, hidden)));
       return linear(name + ".nn.2", h, hidden, out, true);
     }
     const ValueId agg = b_.aggregate(ops::Reduce::kSum, graph_, x);
-    ValueId h = b_.add(gin_self(name, x, l), agg);
+    ValueId h = b_.add(self(x), agg);
     h = b_.relu(linear(name + ".nn.0", h, in, hidden, true));
     return linear(name + ".nn.2", h, hidden, out, true);
   }
@@ -283,9 +283,11 @@ ops::Reduce reduce_named(std::string_view name) {
   return ops::parse_reduce(lower);
 }
 
-ValueId scale_by_one_plus(Builder& b, ValueId x, int64_t rows, ValueId eps) {
+ValueId gin_self_term(Builder& b, ValueId x, int64_t rows, double eps, ValueId eps_param) {
+  if (eps_param == runtime::kNoValue) return eps == 0 ? x : b.scale(x, 1 + eps);
   // [rows, 1] of 1 + eps, then each row of x times its entry.
-  const ValueId factor = b.bias_add(b.matmul(b.fill({rows, 1}, 1.0), b.reshape(eps, {1, 1})), b.fill({1}, 1.0));
+  const ValueId factor =
+      b.bias_add(b.matmul(b.fill({rows, 1}, 1.0), b.reshape(eps_param, {1, 1})), b.fill({1}, 1.0));
   return b.edge_scale(x, factor);
 }
 

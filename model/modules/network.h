@@ -72,9 +72,11 @@ struct Buffer {
 // The kernels' reduction a job's enumeration names (SUM, MEAN, MAX).
 ops::Reduce reduce_named(std::string_view name);
 
-// x [rows, F] times (1 + eps), eps a parameter [1]: GINConv's self term
-// with train_eps, as ops that differentiate to eps.
-runtime::ValueId scale_by_one_plus(runtime::Builder& b, runtime::ValueId x, int64_t rows, runtime::ValueId eps);
+// GINConv's self term (1 + eps) x for x [rows, F]: with train_eps,
+// `eps_param` (a parameter [1]) through ops that differentiate to it; else
+// the constant `eps` (x itself at 0), eps_param kNoValue.
+runtime::ValueId gin_self_term(runtime::Builder& b, runtime::ValueId x, int64_t rows, double eps,
+                               runtime::ValueId eps_param);
 
 struct NetworkShape {
   int64_t nodes = 0, features = 0, classes = 0;
@@ -88,9 +90,9 @@ struct NetworkShape {
 };
 
 // A second state_dict key for a parameter (torch lists a module stored under
-// two attribute names twice: VectorWorld's non-bipartite attention layers
-// alias attn_prenorm_x_dst to attn_prenorm_x_src): loaded with it, written
-// with its values.
+// two attribute names twice: GATConv's lin_dst is its lin_src, and
+// VectorWorld's non-bipartite attention layers alias attn_prenorm_x_dst to
+// attn_prenorm_x_src): loaded with it, written with its values.
 struct ParamAlias {
   std::string key, param;
 };

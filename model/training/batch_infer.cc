@@ -12,12 +12,9 @@
 #include "model/job.h"
 #include "model/modules/module_graph.h"
 #include "model/training/batch_source.h"
-#include "model/training/batch_trainer.h"
 #include "model/training/distributed.h"
-#include "model/training/schedule.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
-#include "model/training/trainer.h"
 #include "runtime/npy.h"
 #include "runtime/program_cache.h"
 
@@ -180,6 +177,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   }
   result.graphs_per_second = seconds > 0 ? static_cast<double>(data.num_graphs) / seconds : 0;
   result.counters = core.counters();
+  if (!options.trace_path.empty()) core.write_trace(rank_path(options.trace_path, rank));
   return result;
 }
 

@@ -22,10 +22,8 @@ namespace gnnrt::model {
 // The core's settings (cache, threads, communicator) as for training. Null
 // or one rank: every batch here; on N ranks each runs a contiguous share of
 // the batches and rank 0 gathers and writes the outputs.
-struct InferOptions : CoreSettings {
-  std::filesystem::path params_in;  // required: <state_dict key>.npy, loaded strictly
-  bool params_non_strict = false;
-  std::string params_scope;         // as TrainOptions::params_scope
+// --params-in is required.
+struct InferOptions : CoreSettings, StateDictIn {
   std::filesystem::path out;        // folder for <output>.npy
   std::vector<std::string> outputs; // module names; empty: every loss term's input
 };

@@ -91,8 +91,8 @@ class BatchTrainer {
   std::vector<Buffer> buffers_;
   std::map<int, std::shared_ptr<const runtime::CompiledProgram>> programs_;
   int64_t start_epoch_ = 0, step_ = 0;
-  double compile_ms_ = 0, cache_load_ms_ = 0;
-  std::chrono::steady_clock::time_point last_step_report_ = std::chrono::steady_clock::now();  // on_step's  // program(): built and compiled, or loaded
+  double compile_ms_ = 0, cache_load_ms_ = 0;  // program(): built and compiled, or loaded
+  std::chrono::steady_clock::time_point last_step_report_;  // on_step's last call (run() starts the clock)
   bool resumed_metrics_ = false;  // the checkpoint held a partial epoch's metrics
 };
 
@@ -225,6 +225,7 @@ TrainResult BatchTrainer::run() {
   }
   const int64_t epochs = job_.schedule().epochs();
   const int64_t slots = module_metric_slots(job_.model());
+  last_step_report_ = std::chrono::steady_clock::now();
   PaddingStats padding;
   std::set<int> used;
   const int64_t per_epoch = source.batches_per_epoch();

@@ -26,29 +26,36 @@ struct CoreSettings {
   bool no_cache = false;             // compile every time
   std::filesystem::path trace_path;  // Chrome trace of op times (rank K > 0: <stem>.rank-K<ext>)
   bool debug = false;                // unfused, NaN/Inf check after every op
-  int threads = 0;                   // OpenMP threads of the core's runs (0: OpenMP's default)
+  // OpenMP threads of the core's runs (0: OpenMP's default). The caller's
+  // own OpenMP work (a synthetic dataset's generation) follows the
+  // process's count, which only the `gnnrt` command sets.
+  int threads = 0;
   int64_t hbm_bytes = 0;             // > 0 overrides the device's capacity
   std::string profile;               // non-empty overrides job.device.profile
-  // The ranks to run on; null: one rank, no MPI.
+  // The ranks to run on; null: one rank, no MPI. A full-graph job on more
+  // than one rank (or naming shards) is partitioned over them.
   std::shared_ptr<collectives::Communicator> communicator;
 };
 
+// --params-in: a state_dict folder (<key>.npy), loaded as torch's
+// load_state_dict (model/training/state_dict.h).
+struct StateDictIn {
+  std::filesystem::path params_in;
+  // Load the keys --params-in and the model share, list the rest in a
+  // warning (torch's strict=False), instead of an error.
+  bool params_non_strict = false;
+  // --params-in holds the keys under "<scope>." only (torch's
+  // model.<scope>.load_state_dict), checked as strictly; the model's other
+  // keys start from their initialisation.
+  std::string params_scope;
+};
+
 // `gnnrt train`: the run beyond the job (outputs, parameters in, callbacks).
-struct TrainOptions : CoreSettings {
+struct TrainOptions : CoreSettings, StateDictIn {
   std::filesystem::path metrics_path;  // JSON lines, one object per epoch
   std::filesystem::path logits_out;    // .npy of the best model's logits [N, C]
-  std::filesystem::path params_in;     // folder of <name>.npy initial parameters
-  // Module-graph models: load the keys --params-in and the model share,
-  // list the rest in a warning (torch's strict=False), instead of an error.
-  bool params_non_strict = false;
-  // Module-graph models: --params-in holds the keys under "<scope>." only
-  // (torch's model.<scope>.load_state_dict), checked as strictly; the
-  // model's other keys start from their initialisation.
-  std::string params_scope;
   std::filesystem::path params_out;    // folder for the best model's parameters
   bool progress = true;                // log one line per epoch (rank 0)
-  // With more than one rank in `communicator` (or shards named by the
-  // job) the graph is partitioned over them.
   // Called after every epoch (on every rank), e.g. for a launcher's progress.
   std::function<void(const struct EpochMetrics&)> on_epoch;
   // Batch jobs: called after a step (on every rank) when half a second has

@@ -32,7 +32,17 @@ runtime::CoreOptions core_options(const proto::Job& job, const CoreSettings& set
 runtime::OptimizerConfig optimizer_config(const proto::Optimizer& o) {
   runtime::OptimizerConfig opt;
   using Kind = runtime::OptimizerConfig::Kind;
-  opt.kind = o.kind() == proto::Optimizer::SGD ? Kind::kSgd : o.kind() == proto::Optimizer::ADAMW ? Kind::kAdamW : Kind::kAdam;
+  switch (o.kind()) {  // no default: a new kind warns here
+    case proto::Optimizer::ADAM:
+      opt.kind = Kind::kAdam;
+      break;
+    case proto::Optimizer::ADAMW:
+      opt.kind = Kind::kAdamW;
+      break;
+    case proto::Optimizer::SGD:
+      opt.kind = Kind::kSgd;
+      break;
+  }
   opt.weight_decay = o.weight_decay();
   opt.momentum = o.momentum();
   opt.nesterov = o.nesterov();

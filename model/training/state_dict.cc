@@ -186,11 +186,16 @@ void load_state_dict(Core& core, const std::vector<ParamDecl>& params, const std
   for (auto& [name, t] : loaded) core.memory().put(name, std::move(t));
 }
 
-void write_state_dict(const Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
+void write_state_dict(Core& core, const std::vector<ParamDecl>& params, const std::vector<ParamAlias>& aliases,
                       const std::vector<Buffer>& buffers, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
-  for (const ParamDecl& p : params) write_npy(dir / (p.name + ".npy"), core.memory().at(p.name));
-  for (const ParamAlias& a : aliases) write_npy(dir / (a.key + ".npy"), core.memory().at(a.param));
+  for (const ParamDecl& p : params) {
+    const Tensor values = core.read(p.name);
+    write_npy(dir / (p.name + ".npy"), values);
+    for (const ParamAlias& a : aliases) {
+      if (a.param == p.name) write_npy(dir / (a.key + ".npy"), values);
+    }
+  }
   for (const Buffer& b : buffers) write_npy(dir / (b.key + ".npy"), Tensor::from<float>(b.values, b.shape));
 }
 

@@ -39,8 +39,9 @@ void load_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
 // nan", the first such value's position.
 void check_finite_parameter(const Tensor& values, const std::string& key, const std::filesystem::path& file);
 
-// --params-out: <key>.npy for every parameter, alias and buffer.
-void write_state_dict(const runtime::Core& core, const std::vector<ParamDecl>& params,
+// --params-out: <key>.npy for every parameter, alias and buffer (each
+// parameter read from the core once: a host sync).
+void write_state_dict(runtime::Core& core, const std::vector<ParamDecl>& params,
                       const std::vector<ParamAlias>& aliases, const std::vector<Buffer>& buffers,
                       const std::filesystem::path& dir);
 

@@ -43,12 +43,14 @@ struct Rule {
   std::string message;
 };
 
-// One entry per check in validate() (model/job.cc), in its order, and per
-// enumeration (refused by --set itself: a name outside it; the
+// One entry per check in validate() (model/job.cc), in its order, and one
+// per enumeration, whose names outside it --set refuses itself (the
 // layer-type-specific ones are in LayerSpecificRules).
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> list = {
       {"model.layer[0].type=gcnn", "'gcnn' is not a valid enum for gnnrt.model.proto.Layer.type"},
+      {"model.layer[0].type=type_unset", "model.layer[0] (TYPE_UNSET): no type; use one of GCN, SAGE, GAT, GIN, LINEAR, "
+                                         "LAYER_NORM, DROPOUT, RELU, ELU"},
       {"model.layer[0].out=-1", "model.layer[0] (GCN): out must be >= 0"},
       {"model.layer[0].heads=0", "model.layer[0] (GCN): heads must be >= 1"},
       {"model.layer[1].p=1", "model.layer[1] (RELU): p = 1 is not in [0, 1)"},

@@ -226,11 +226,10 @@ INSTANTIATE_TEST_SUITE_P(Batch, FiniteDifferences,
                          ::testing::Values("gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers",
                                            "dit", "dit_relational", "scene_encoder"));
 
-// One bucket far larger than any batch against the derived ladder: the
-// same parameters (padding reaches no real row, output or gradient).
 // The registry against job.proto's descriptor: each field of Module's oneof
-// `kind` builds through the row of its name (a row under another field
-// number, or a kind without a row, fails here).
+// `kind` looks up the row of its name (a row under another field number, or
+// a kind without a row, fails here: the registry's own check throws, or
+// the names differ).
 TEST(ModuleKinds, EveryFieldOfTheOneofHasTheRowOfItsName) {
   const google::protobuf::OneofDescriptor* oneof = proto::Module::descriptor()->FindOneofByName("kind");
   ASSERT_NE(oneof, nullptr);
@@ -244,6 +243,8 @@ TEST(ModuleKinds, EveryFieldOfTheOneofHasTheRowOfItsName) {
   EXPECT_THROW(module_kind(proto::Module()), std::invalid_argument);
 }
 
+// One bucket far larger than any batch against the derived ladder: the
+// same parameters (padding reaches no real row, output or gradient).
 TEST_F(Batch, PaddedEqualsUnpadded) {
   for (const std::string name :
        {"gin_sum_pool", "hetero", "gcn_gat", "graph_classes", "scene_layers", "dit", "dit_relational",

@@ -74,6 +74,9 @@ const std::vector<ModelCase>& models() {
                      layer { type: RELU } layer { type: GIN })"},
       {"gin", R"(layer { type: DROPOUT p: 0.5 } layer { type: GIN out: 8 } layer { type: RELU }
                  layer { type: GCN })"},
+      // eps trained: the same parameter order (the draws) in both forms.
+      {"gin_train_eps", R"(layer { type: DROPOUT p: 0.2 } layer { type: GIN out: 8 hidden: 6 eps: 0.3 train_eps: true }
+                           layer { type: RELU } layer { type: GIN train_eps: true })"},
       {"linear", R"(layer { type: DROPOUT p: 0.4 } layer { type: LINEAR out: 8 bias: false }
                     layer { type: RELU } layer { type: GCN })"},
   };

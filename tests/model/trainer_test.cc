@@ -462,8 +462,20 @@ TEST(Job, OverridesAndErrorsNameTheField) {
   EXPECT_EQ(job.model().layer(1).type(), proto::Layer::SAGE);
   apply_override(job, "optimizer.kind=\"sgd\"");
   EXPECT_EQ(job.optimizer().kind(), proto::Optimizer::SGD);
-  EXPECT_THAT([&] { parse_job("model { layer { type: \"gcn\" } }", "quoted.pbtxt"); },
-              testing::ThrowsMessage<JobError>(HasSubstr("quoted.pbtxt: line 1, column 23")));
+  // An older job file's quoted lower-case names read as the bare ones; a
+  // name outside the enumeration is refused with its place.
+  const proto::Job old = parse_job(R"(model { layer { type: "gcn" aggr: "max" mode: "node" } loss: "mse" }
+                                      optimizer { kind: "adamw" } dataset { path: "gcn" features: "sparse" })",
+                                   "old.pbtxt");
+  EXPECT_EQ(old.model().layer(0).type(), proto::Layer::GCN);
+  EXPECT_EQ(old.model().layer(0).aggr(), proto::Layer::MAX);
+  EXPECT_EQ(old.model().layer(0).mode(), proto::Layer::NODE);
+  EXPECT_EQ(old.model().loss(), proto::Model::MSE);
+  EXPECT_EQ(old.optimizer().kind(), proto::Optimizer::ADAMW);
+  EXPECT_EQ(old.dataset().features(), proto::Dataset::SPARSE);
+  EXPECT_EQ(old.dataset().path(), "gcn");  // a string field keeps its quotes' text
+  EXPECT_THAT([&] { parse_job("model { layer { type: \"gcnn\" } }", "quoted.pbtxt"); },
+              testing::ThrowsMessage<JobError>(HasSubstr("quoted.pbtxt: line 1, column 28: Unknown enumeration value of \"GCNN\"")));
 }
 
 TEST(Schedule, LearningRates) {
