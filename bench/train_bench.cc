@@ -54,7 +54,7 @@
 #include "model/modules/network.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
-#include "model/training/trainer.h"
+#include "model/training/full_graph.h"
 #include "ops/dense.h"
 #include "runtime/device.h"
 

@@ -8,6 +8,7 @@
 #include "model/data/partition.h"
 #include "model/data/shard.h"
 #include "model/job.h"
+#include "model/training/full_graph.h"
 #include "model/training/halo_plans.h"
 
 namespace gnnrt::launch {

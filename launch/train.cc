@@ -9,7 +9,7 @@
 #include "launch/control.pb.h"
 #include "launch/control_client.h"
 #include "model/job.h"
-#include "model/training/batch_trainer.h"
+#include "model/training/graph_batch_source.h"
 #include "ops/dense.h"
 #include "runtime/program_cache.h"
 

@@ -4,7 +4,7 @@
 // losses summed over the real rows of their targets.
 //
 // Two programs per bucket, over the same parameters (by name) and the
-// batch tensors the BatchSource binds (modules.h's names):
+// batch tensors the GraphBatches binds (modules.h's names):
 //   train_step  forward in training mode -> loss; metrics[0] += loss,
 //               metrics[1 + i] += loss term i
 //   infer       forward in eval mode; every loss term's input is an output

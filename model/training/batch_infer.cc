@@ -11,7 +11,7 @@
 #include "model/data/batch_dataset.h"
 #include "model/job.h"
 #include "model/modules/module_graph.h"
-#include "model/training/batch_source.h"
+#include "model/training/graph_batches.h"
 #include "model/training/distributed.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
@@ -73,7 +73,7 @@ InferResult infer_batches(const proto::Job& job, const InferOptions& options) {
   if (comm && comm->size() > 1) check_same_job(*comm, job);
   BatchDataset data;
   agreed_step(comm, "reading the dataset", [&] { data = load_batch_dataset(job.dataset().path()); });
-  const BatchSource source(data, job.batching(), job.seed());
+  const GraphBatches source(data, job.batching(), job.seed());
   const Schema& schema = source.schema();
   // The trainer's core for the same job: its profile, cache and float modes.
   runtime::Core core(device_profile(job, options), core_options(job, options));

@@ -1,79 +1,85 @@
-// BatchSource: the mini-batches of a batch dataset as the core takes them.
-// An epoch's order is drawn from (seed, epoch); each batch of graphs is
-// padded up to the smallest shape bucket that fits every node set and edge
-// set, and bound on the core under the names of model/modules/modules.h:
-//   "<set>.x" [rows, F], "<set>.mask" [rows] (real rows), "<set>.y"
-//   (targets, when the set has them), "graph.mask", "graph.y" [graph rows],
-//   "<edges>.x" (edge features), and the graphs "<edges>",
-//   "<edges>.reversed", "<set>.pool" (rows -> graphs), "<set>.broadcast".
-// Padded nodes have no edges and pool into the sink graph (the last graph
-// row); padded edges join the sink rows (the last row of their node sets).
-// So no real row, output or gradient depends on the padding.
+// BatchSource: what the one training loop (model/training/step_loop.h)
+// takes its steps from. Three implement it:
+//   - the whole graph on one core: one step per epoch, then an evaluation
+//     (model/training/full_graph.h);
+//   - this rank's vertex-cut shard of the graph: the same, with the halo
+//     exchanges inside the programs (model/training/full_graph.h);
+//   - batches of small graphs padded into shape buckets, one program per
+//     bucket (model/training/graph_batch_source.h).
+// The loop owns the epochs and steps, the learning rate, the parameters'
+// start (drawn or --params-in, broadcast), resuming and checkpoints, the
+// metrics records, stop requests and the outputs; a source owns its data,
+// its programs and what its metrics slots mean.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <filesystem>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "model/data/batch_dataset.h"
-#include "model/job.pb.h"
-#include "model/modules/modules.h"
+#include "model/modules/network.h"
+#include "model/training/options.h"
 #include "runtime/core.h"
 
 namespace gnnrt::model {
 
-Schema schema_of(const BatchDataset& data);
-
-struct PaddingStats {
-  int64_t real_rows = 0, padded_rows = 0;    // node rows over all node sets, sinks excluded
-  int64_t real_edges = 0, padded_edges = 0;
-  double rows_percent() const { return padded_rows ? 100.0 * (padded_rows - real_rows) / padded_rows : 0; }
-  double edges_percent() const { return padded_edges ? 100.0 * (padded_edges - real_edges) / padded_edges : 0; }
+// The model's state_dict: its parameters, their aliases and its buffers.
+struct ModelParameters {
+  std::vector<ParamDecl> params;
+  std::vector<ParamAlias> aliases;
+  std::vector<Buffer> buffers;
 };
 
 class BatchSource {
  public:
-  // Throws std::invalid_argument for a bad batching section (naming the
-  // field), and when a graph does not fit the largest bucket.
-  // The default ladder is sized by the batches of the orders `seed` draws
-  // (on `ranks` ranks: by each rank's share of them).
-  BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed, int ranks = 1);
+  virtual ~BatchSource() = default;
 
-  const Schema& schema() const { return schema_; }
-  const std::vector<BucketShape>& buckets() const { return buckets_; }
-  int64_t batch_size() const { return batch_size_; }
-  int64_t batches_per_epoch() const { return (data_.num_graphs + batch_size_ - 1) / batch_size_; }
-  double growth() const { return growth_; }  // 0: the derived ladder
+  // Reads this rank's data onto the core and builds the programs (or, for
+  // programs built per shape, checks the model on one); on many ranks each
+  // failure is agreed on. Returns the model's parameters.
+  virtual ModelParameters load(runtime::Core& core) = 0;
+  // The top-level job sections ("model", "batching", ...) a checkpoint
+  // must have written alike to be resumed.
+  virtual std::vector<std::string> resume_sections() const = 0;
+  virtual int64_t steps_per_epoch() const = 0;
+  // The length of the core's "metrics" tensor, which the programs
+  // accumulate into and the loop reads once per epoch.
+  virtual int64_t metric_slots() const = 0;
 
-  // The graphs of an epoch in order: a permutation drawn from (seed, epoch),
-  // or 0..G-1 without shuffling.
-  std::vector<int64_t> order(uint64_t seed, int64_t epoch, bool shuffle) const;
+  // Puts step `index` (0-based within 0-based `epoch`) on the core and
+  // returns the program that takes it (compiled on first use).
+  virtual const runtime::CompiledProgram& prepare(runtime::Core& core, int64_t epoch, int64_t index) = 0;
+  // After an epoch's steps, keyed like its last step: the evaluation runs
+  // (the full graph's inference program), none by default.
+  virtual void evaluate(runtime::Core& /*core*/, const runtime::RunContext& /*context*/) {}
 
-  // Rank `rank`'s share of a global batch: a contiguous run of its graphs,
-  // the ranks' shares differing by at most one graph (possibly none).
-  static std::span<const int64_t> share(std::span<const int64_t> batch, int rank, int ranks);
+  // Whether the loop keeps the parameters of the best validation accuracy
+  // (else the last), and whether there are validation rows to judge by
+  // (without, every epoch is the best).
+  virtual bool keeps_best() const { return false; }
+  virtual bool has_validation() const { return false; }
+  // Epoch m's loss and accuracies from `sums` (the metrics slots summed
+  // over the ranks) after `steps` steps of the epoch; returns the source's
+  // own fields of the epoch's --metrics record.
+  virtual nlohmann::json summarize(std::span<const double> sums, int64_t steps, const runtime::Counters& counters,
+                                   EpochMetrics& m) const = 0;
+  // The epoch's progress line after "epoch E/N ".
+  virtual std::string progress(const EpochMetrics& m, const runtime::Counters& counters) const = 0;
 
-  // The smallest bucket that fits these graphs.
-  int bucket_for(std::span<const int64_t> graphs) const;
-
-  // Pads the graphs to bucket `bucket` and binds them on the core; adds the
-  // real and padded sizes to `stats`. `global` is the whole global batch
-  // (`graphs` a share of it): its real rows per mask are bound as
-  // "<mask>.count", the divisor of a data-parallel program's losses.
-  void bind(runtime::Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
-            PaddingStats* stats) const;
-
- private:
-  std::vector<int64_t> sizes(std::span<const int64_t> graphs) const;  // node sets, then edge sets
-  bool fits(const BucketShape& b, const std::vector<int64_t>& sizes) const;
-  void make_ladder(const proto::Batching& batching, uint64_t seed, int ranks);
-
-  const BatchDataset& data_;
-  Schema schema_;
-  int64_t batch_size_;
-  double growth_ = 0;
-  std::vector<BucketShape> buckets_;
+  // The core's tensors a checkpoint holds (parameters and optimizer state,
+  // not the metrics); empty while no program is compiled.
+  virtual std::set<std::string> persistent(const runtime::Core& core) const = 0;
+  // --logits-out: whether the source writes them, and writing them (rank 0
+  // writes; on many ranks every rank takes part).
+  virtual bool writes_logits() const { return false; }
+  virtual void write_logits(runtime::Core& /*core*/, const std::filesystem::path& /*path*/,
+                            const runtime::RunContext& /*context*/) {}
+  // The source's own fields of the run's result, and its closing lines.
+  virtual void finish(TrainResult& /*result*/, const runtime::Core& /*core*/) const {}
 };
 
 }  // namespace gnnrt::model

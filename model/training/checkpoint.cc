@@ -146,12 +146,12 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t 
 }
 
 std::vector<std::string> save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
-                                                int keep, bool by_step) {
+                                                int keep) {
   double spread = 0;
   if (const char* slow = std::getenv("GNNRT_TEST_SLOW_CHECKPOINT"); slow != nullptr && *slow != '\0') {
     spread = std::atof(slow);
   }
-  const std::filesystem::path path = checkpoint_path(dir, by_step ? state.step() : state.epoch());
+  const std::filesystem::path path = checkpoint_path(dir, state.step());
   std::error_code ec;
   std::vector<std::string> notes;
   const auto type = std::filesystem::symlink_status(path, ec).type();

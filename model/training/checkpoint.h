@@ -38,15 +38,16 @@ proto::CheckpointState load_checkpoint(const std::filesystem::path& path);
 // dir/ckpt-<epoch, 8 digits>.ckpt
 std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t epoch);
 
-// Writes the state into `dir` as ckpt-<number>.ckpt (number: the state's
-// epoch, or its step for batch jobs, whose checkpoints may fall mid-epoch),
+// Writes the state into `dir` as ckpt-<step>.ckpt (the optimizer steps
+// taken: checkpoints may fall mid-epoch; a full-graph job's step is its
+// epoch),
 // then removes all but the newest `keep` (>= 1) checkpoints and any
 // temporary file a killed writer left (only regular files are removed). An
 // entry of the checkpoint's name that is not a file is set aside first;
 // returns a line for each such entry. Reads GNNRT_TEST_SLOW_CHECKPOINT
 // (seconds) for save_checkpoint.
 std::vector<std::string> save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,
-                                                int keep, bool by_step = false);
+                                                int keep);
 
 struct LoadedCheckpoint {
   proto::CheckpointState state;

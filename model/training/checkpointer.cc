@@ -25,9 +25,9 @@ std::string section_text(const proto::Job& job, const std::string& section) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step,
+Checkpointer::Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm,
                            Notify notify)
-    : job_(job), comm_(std::move(comm)), by_step_(by_step), notify_(std::move(notify)) {}
+    : job_(job), comm_(std::move(comm)), notify_(std::move(notify)) {}
 
 bool Checkpointer::many() const { return comm_ && comm_->size() > 1; }
 
@@ -136,7 +136,7 @@ void Checkpointer::write(const runtime::Core& core, const std::set<std::string>&
       for (int64_t d : t.shape()) pt->add_shape(d);
       pt->set_data(reinterpret_cast<const char*>(t.bytes().data()), t.bytes().size());
     }
-    for (const std::string& note : save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep(), by_step_)) {
+    for (const std::string& note : save_to_checkpoint_dir(job_.checkpoint().dir(), state, job_.checkpoint().keep())) {
       say("warning", note);
     }
   });

@@ -34,10 +34,9 @@ using Notify = std::function<void(const std::string& level, const std::string& t
 
 class Checkpointer {
  public:
-  // by_step: files named by the global step (batch jobs), else by epoch.
   // `notify` (may be empty) hears, on rank 0, each entry set aside and a
   // resume that finds no checkpoint.
-  Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm, bool by_step,
+  Checkpointer(const proto::Job& job, std::shared_ptr<collectives::Communicator> comm,
                Notify notify = {});
 
   struct Loaded {
@@ -68,7 +67,6 @@ class Checkpointer {
 
   const proto::Job& job_;
   std::shared_ptr<collectives::Communicator> comm_;
-  bool by_step_;
   Notify notify_;
 };
 

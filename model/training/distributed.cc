@@ -14,7 +14,7 @@
 #include "model/data/dataset.h"
 #include "model/job.h"
 #include "model/training/checkpoint.h"
-#include "model/training/trainer.h"
+#include "model/training/full_graph.h"
 #include "runtime/builder.h"
 #include "runtime/halo.h"
 #include "runtime/npy.h"

@@ -78,6 +78,7 @@ struct TrainOptions : CoreSettings, StateDictIn {
 
 struct EpochMetrics {
   int64_t epoch = 0;  // 1-based
+  int64_t step = 0;   // optimizer steps taken in all after this epoch
   double lr = 0, loss = 0, train_acc = 0, val_acc = 0, test_acc = 0;
   double ms = 0, train_ms = 0, infer_ms = 0, simulated_ms = 0;
   // This rank's wall time in the epoch's programs by kind: kernels, graph
@@ -104,8 +105,8 @@ struct TrainResult {
   // The partition (rank 0 knows it when it partitioned in memory).
   PartitionStats partition;
   int64_t local_nodes = 0, local_edges = 0;  // this rank's share
-  // Batch datasets (model/training/batch_trainer.h): optimizer steps taken in all,
-  // shape buckets used, and padding over the run's batches (% of rows).
+  // Optimizer steps taken in all; batch datasets
+  // (model/training/graph_batch_source.h): shape buckets used, and padding over the run's batches (% of rows).
   int64_t steps = 0;
   int64_t buckets_used = 0, buckets = 0;
   double padding_rows_percent = 0, padding_edges_percent = 0;

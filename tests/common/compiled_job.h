@@ -7,7 +7,7 @@
 #include "model/job.pb.h"
 #include "model/modules/network.h"
 #include "model/training/setup.h"
-#include "model/training/trainer.h"
+#include "model/training/full_graph.h"
 #include "runtime/core.h"
 
 namespace gnnrt::testing {

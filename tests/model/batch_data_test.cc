@@ -270,7 +270,7 @@ TEST(BatchSourceTest, AGraphTooLargeForTheLargestBucketIsAnError) {
   s->set_set("bond");
   s->set_rows(1000);
   try {
-    BatchSource source(d, b, 0);
+    GraphBatches source(d, b, 0);
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("does not fit any bucket"));

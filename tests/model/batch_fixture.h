@@ -23,7 +23,7 @@
 #include "model/modules/module_graph.h"
 #include "model/modules/modules.h"
 #include "model/training/batch_infer.h"
-#include "model/training/batch_source.h"
+#include "model/training/graph_batches.h"
 #include "model/training/trainer.h"
 #include "runtime/npy.h"
 

@@ -91,7 +91,7 @@ TEST_P(FiniteDifferences, TheModelsGradientsMatchCentralDifferencesOfItsLoss) {
   std::multimap<std::string, std::string> alias_of;  // parameter -> its alias keys
   {
     const BatchDataset data = load_batch_dataset(job.dataset().path());
-    const BatchSource source(data, job.batching(), job.seed());
+    const GraphBatches source(data, job.batching(), job.seed());
     const Network net = build_module_train_step(job.model(), source.schema(), source.buckets().front());
     for (const ParamAlias& a : net.aliases) {
       EXPECT_EQ(grads.at(a.key), grads.at(a.param)) << a.key << " aliases " << a.param;

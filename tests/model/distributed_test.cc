@@ -38,6 +38,7 @@
 #include "model/training/halo_plans.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
+#include "model/training/full_graph.h"
 #include "model/training/trainer.h"
 #include "ops/rng.h"
 #include "runtime/autodiff.h"

@@ -33,7 +33,7 @@
 #include "model/modules/network.h"
 #include "model/training/halo_plans.h"
 #include "model/training/state_dict.h"
-#include "model/training/trainer.h"
+#include "model/training/full_graph.h"
 #include "runtime/core.h"
 #include "runtime/device.h"
 #include "runtime/npy.h"

@@ -22,6 +22,7 @@
 #include "model/job.h"
 #include "model/modules/network.h"
 #include "model/training/schedule.h"
+#include "model/training/full_graph.h"
 #include "model/training/trainer.h"
 #include "runtime/core.h"
 #include "runtime/npy.h"

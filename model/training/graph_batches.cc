@@ -1,4 +1,4 @@
-#include "model/training/batch_source.h"
+#include "model/training/graph_batches.h"
 
 #include <fmt/format.h>
 
@@ -38,13 +38,13 @@ Schema schema_of(const BatchDataset& data) {
   return s;
 }
 
-BatchSource::BatchSource(const BatchDataset& data, const proto::Batching& batching, uint64_t seed, int ranks)
+GraphBatches::GraphBatches(const BatchDataset& data, const proto::Batching& batching, uint64_t seed, int ranks)
     : data_(data), schema_(schema_of(data)), batch_size_(batching.batch_size()) {
   if (batch_size_ < 1) throw std::invalid_argument(fmt::format("job: batching.batch_size = {} must be >= 1", batch_size_));
   make_ladder(batching, seed, ranks);
 }
 
-std::vector<int64_t> BatchSource::sizes(std::span<const int64_t> graphs) const {
+std::vector<int64_t> GraphBatches::sizes(std::span<const int64_t> graphs) const {
   std::vector<int64_t> s(data_.node_sets.size() + data_.edge_sets.size(), 0);
   for (const int64_t g : graphs) {
     size_t i = 0;
@@ -54,7 +54,7 @@ std::vector<int64_t> BatchSource::sizes(std::span<const int64_t> graphs) const {
   return s;
 }
 
-bool BatchSource::fits(const BucketShape& b, const std::vector<int64_t>& s) const {
+bool GraphBatches::fits(const BucketShape& b, const std::vector<int64_t>& s) const {
   const size_t n = data_.node_sets.size();
   for (size_t i = 0; i < n; ++i) {
     if (s[i] > b.node_rows[i] - 1) return false;  // the last row is the sink
@@ -65,7 +65,7 @@ bool BatchSource::fits(const BucketShape& b, const std::vector<int64_t>& s) cons
   return true;
 }
 
-void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, int ranks) {
+void GraphBatches::make_ladder(const proto::Batching& batching, uint64_t seed, int ranks) {
   const bool shuffle = batching.shuffle();
   const size_t n = data_.node_sets.size(), sets = n + data_.edge_sets.size();
   // A rank's share holds at most ceil(batch / ranks) graphs.
@@ -216,7 +216,7 @@ void BatchSource::make_ladder(const proto::Batching& batching, uint64_t seed, in
   }
 }
 
-std::vector<int64_t> BatchSource::order(uint64_t seed, int64_t epoch, bool shuffle) const {
+std::vector<int64_t> GraphBatches::order(uint64_t seed, int64_t epoch, bool shuffle) const {
   std::vector<int64_t> o(static_cast<size_t>(data_.num_graphs));
   for (size_t i = 0; i < o.size(); ++i) o[i] = static_cast<int64_t>(i);
   if (!shuffle) return o;
@@ -229,14 +229,14 @@ std::vector<int64_t> BatchSource::order(uint64_t seed, int64_t epoch, bool shuff
   return o;
 }
 
-std::span<const int64_t> BatchSource::share(std::span<const int64_t> batch, int rank, int ranks) {
+std::span<const int64_t> GraphBatches::share(std::span<const int64_t> batch, int rank, int ranks) {
   const size_t n = batch.size();
   const size_t begin = n * static_cast<size_t>(rank) / static_cast<size_t>(ranks);
   const size_t end = n * static_cast<size_t>(rank + 1) / static_cast<size_t>(ranks);
   return batch.subspan(begin, end - begin);
 }
 
-int BatchSource::bucket_for(std::span<const int64_t> graphs) const {
+int GraphBatches::bucket_for(std::span<const int64_t> graphs) const {
   const std::vector<int64_t> s = sizes(graphs);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (fits(buckets_[b], s)) return static_cast<int>(b);
@@ -250,7 +250,7 @@ int BatchSource::bucket_for(std::span<const int64_t> graphs) const {
                                           "one", graphs.size(), fmt::join(parts, ", ")));
 }
 
-void BatchSource::bind(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
+void GraphBatches::bind(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
                        PaddingStats* stats) const {
   const BucketShape& shape = buckets_.at(static_cast<size_t>(bucket));
   const int64_t graph_rows = shape.graph_rows, sink_graph = graph_rows - 1;
