@@ -253,144 +253,178 @@ int GraphBatches::bucket_for(std::span<const int64_t> graphs) const {
 void GraphBatches::bind(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global, int bucket,
                        PaddingStats* stats) const {
   const BucketShape& shape = buckets_.at(static_cast<size_t>(bucket));
-  const int64_t graph_rows = shape.graph_rows, sink_graph = graph_rows - 1;
-  if (static_cast<int64_t>(graphs.size()) > graph_rows - 1) {
-    throw std::invalid_argument(fmt::format("a batch of {} graphs exceeds the bucket's {}", graphs.size(), graph_rows - 1));
+  if (static_cast<int64_t>(graphs.size()) > shape.graph_rows - 1) {
+    throw std::invalid_argument(fmt::format("a batch of {} graphs exceeds the bucket's {}", graphs.size(), shape.graph_rows - 1));
   }
-  auto& mem = core.memory();
   // Per node set: where each graph's rows start in the batch, and each row's global id.
   std::vector<std::vector<int64_t>> first(data_.node_sets.size()), global_ids(data_.node_sets.size());
-  for (size_t s = 0; s < data_.node_sets.size(); ++s) {
-    const NodeSet& n = data_.node_sets[s];
-    const int64_t rows = shape.node_rows[s];
-    Tensor x(DType::kF32, {rows, n.width});
-    Tensor mask(DType::kBool, {rows});
-    auto xv = x.values<float>();
-    auto mv = mask.values<uint8_t>();
-    std::vector<int32_t> pool_src(static_cast<size_t>(rows)), pool_dst(static_cast<size_t>(rows), static_cast<int32_t>(sink_graph));
-    int64_t at = 0;
-    for (size_t k = 0; k < graphs.size(); ++k) {
-      const int64_t g = graphs[k];
-      first[s].push_back(at);
-      const int64_t count = n.rows_of(g);
-      std::copy_n(n.x.begin() + n.ptr[g] * n.width, count * n.width, xv.begin() + at * n.width);
-      for (int64_t r = at; r < at + count; ++r) {
-        mv[r] = 1;
-        pool_dst[r] = static_cast<int32_t>(k);
-      }
-      at += count;
+  for (size_t s = 0; s < data_.node_sets.size(); ++s) bind_node_set(core, s, graphs, global, shape, first[s], global_ids[s], stats);
+  for (size_t e = 0; e < data_.edge_sets.size(); ++e) bind_edge_set(core, e, graphs, shape, first, global_ids, stats);
+  bind_graph_set(core, graphs, global, shape);
+}
+
+// Node set s's rows of the graphs: features, mask, targets, dropout keys,
+// the global batch's real-row count, the pool and broadcast graphs.
+// `first` gets where each graph's rows start, `ids` each row's global id.
+void GraphBatches::bind_node_set(Core& core, size_t s, std::span<const int64_t> graphs,
+                                 std::span<const int64_t> global, const BucketShape& shape,
+                                 std::vector<int64_t>& first, std::vector<int64_t>& ids, PaddingStats* stats) const {
+  auto& mem = core.memory();
+  const int64_t graph_rows = shape.graph_rows, sink_graph = graph_rows - 1;
+  const NodeSet& n = data_.node_sets[s];
+  const int64_t rows = shape.node_rows[s];
+  Tensor x(DType::kF32, {rows, n.width});
+  Tensor mask(DType::kBool, {rows});
+  auto xv = x.values<float>();
+  auto mv = mask.values<uint8_t>();
+  std::vector<int32_t> pool_src(static_cast<size_t>(rows)), pool_dst(static_cast<size_t>(rows), static_cast<int32_t>(sink_graph));
+  int64_t at = 0;
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    const int64_t g = graphs[k];
+    first.push_back(at);
+    const int64_t count = n.rows_of(g);
+    std::copy_n(n.x.begin() + n.ptr[g] * n.width, count * n.width, xv.begin() + at * n.width);
+    for (int64_t r = at; r < at + count; ++r) {
+      mv[r] = 1;
+      pool_dst[r] = static_cast<int32_t>(k);
     }
-    for (int64_t r = 0; r < rows; ++r) pool_src[r] = static_cast<int32_t>(r);
-    if (stats) {
-      stats->real_rows += at;
-      stats->padded_rows += rows - 1;
-    }
-    if (!n.y.empty()) {
-      Tensor y = n.y.classes ? Tensor(DType::kI64, {rows}) : Tensor(DType::kF32, {rows, n.y.width});
-      int64_t row = 0;
-      for (const int64_t g : graphs) {
-        if (n.y.classes) {
-          std::copy_n(n.y.labels.begin() + n.ptr[g], n.rows_of(g), y.values<int64_t>().begin() + row);
-        } else {
-          std::copy_n(n.y.values.begin() + n.ptr[g] * n.y.width, n.rows_of(g) * n.y.width,
-                      y.values<float>().begin() + row * n.y.width);
-        }
-        row += n.rows_of(g);
-      }
-      mem.put(target_name(n.name), std::move(y));
-    }
-    Tensor real(DType::kI64, {rows});
-    for (int64_t r = 0; r < at; ++r) real.values<int64_t>()[r] = 1;
-    // Dropout's keys: each row's index in the dataset, the padding's after them.
-    std::vector<int64_t>& ids = global_ids[s];
-    ids.resize(static_cast<size_t>(rows));
-    for (size_t k = 0; k < graphs.size(); ++k) {
-      for (int64_t r = 0; r < n.rows_of(graphs[k]); ++r) ids[first[s][k] + r] = n.ptr[graphs[k]] + r;
-    }
-    for (int64_t r = at; r < rows; ++r) ids[r] = n.ptr.back() + r;
-    mem.put(global_id_name(n.name), Tensor::from<int64_t>(ids, {rows}));
-    mem.put(real_rows_name(n.name), std::move(real));
-    mem.put(features_name(n.name), std::move(x));
-    mem.put(mask_name(n.name), std::move(mask));
-    int64_t global_rows = 0;
-    for (const int64_t g : global) global_rows += n.rows_of(g);
-    mem.put(runtime::count_name(mask_name(n.name)), Tensor::from<int64_t>(std::vector<int64_t>{global_rows}, {1}));
-    core.bind_graph(pool_graph_name(n.name), std::make_shared<const Core::Adjacency>(
-                                                 Core::Adjacency::build(pool_src, pool_dst, rows, graph_rows)));
-    core.bind_graph(broadcast_graph_name(n.name), std::make_shared<const Core::Adjacency>(
-                                                      Core::Adjacency::build(pool_dst, pool_src, graph_rows, rows)));
+    at += count;
   }
-  for (size_t e = 0; e < data_.edge_sets.size(); ++e) {
-    const EdgeSet& es = data_.edge_sets[e];
-    const NodeSet& s = data_.node_sets[es.source];
-    const NodeSet& t = data_.node_sets[es.destination];
-    const int64_t edges = shape.edge_rows[e];
-    const auto sink_src = static_cast<int32_t>(shape.node_rows[es.source] - 1);
-    const auto sink_dst = static_cast<int32_t>(shape.node_rows[es.destination] - 1);
-    std::vector<int32_t> src(static_cast<size_t>(edges), sink_src), dst(static_cast<size_t>(edges), sink_dst);
-    std::vector<int64_t> edge_ids(static_cast<size_t>(edges));
-    const int64_t total_edges = es.ptr.back();
-    Tensor x = es.width > 0 ? Tensor(DType::kF32, {edges, es.width}) : Tensor();
-    int64_t at = 0;
-    for (size_t k = 0; k < graphs.size(); ++k) {
-      const int64_t g = graphs[k];
-      const int64_t ds = first[es.source][k] - s.ptr[g], dt = first[es.destination][k] - t.ptr[g];
-      for (int64_t i = es.ptr[g]; i < es.ptr[g + 1]; ++i, ++at) {
-        src[at] = static_cast<int32_t>(es.src[i] + ds);
-        dst[at] = static_cast<int32_t>(es.dst[i] + dt);
-        edge_ids[at] = i;
-      }
-      if (es.width > 0) {
-        std::copy_n(es.x.begin() + es.ptr[g] * es.width, es.edges_of(g) * es.width,
-                    x.values<float>().begin() + (at - es.edges_of(g)) * es.width);
-      }
-    }
-    if (stats) {
-      stats->real_edges += at;
-      stats->padded_edges += edges;
-    }
-    for (int64_t i = at; i < edges; ++i) edge_ids[i] = total_edges + i;
-    const int64_t ns = shape.node_rows[es.source], nd = shape.node_rows[es.destination];
-    if (es.source == es.destination) {
-      // Without its self loops, then one loop a row (padded rows and the
-      // sink included), the slots left as sink loops: the capacity is
-      // static (model/modules/modules.h, self_loop_graph). In edge-id order each
-      // destination's loop follows its other edges, as PyG appends them.
-      // Global ids: a kept edge its own; the loop of a row the edge set's
-      // count plus the row's id (padding's after the real rows'); the sink
-      // loops after those.
-      std::vector<int32_t> ls, ld;
-      std::vector<int64_t> lids;
-      ls.reserve(static_cast<size_t>(edges + ns));
-      ld.reserve(static_cast<size_t>(edges + ns));
-      lids.reserve(static_cast<size_t>(edges + ns));
-      for (int64_t i = 0; i < at; ++i) {
-        if (src[i] == dst[i]) continue;
-        ls.push_back(src[i]);
-        ld.push_back(dst[i]);
-        lids.push_back(edge_ids[i]);
-      }
-      for (int64_t r = 0; r < ns; ++r) {
-        ls.push_back(static_cast<int32_t>(r));
-        ld.push_back(static_cast<int32_t>(r));
-        lids.push_back(total_edges + global_ids[es.source][r]);
-      }
-      const int64_t after = total_edges + s.ptr.back() + ns;
-      while (static_cast<int64_t>(ls.size()) < edges + ns) {
-        lids.push_back(after + static_cast<int64_t>(ls.size()));
-        ls.push_back(sink_src);
-        ld.push_back(sink_src);
-      }
-      const std::string loops = self_loop_graph_name(es.name);
-      core.bind_graph(loops, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ls, ld, ns, ns)));
-      mem.put(runtime::edge_id_name(loops), Tensor::from<int64_t>(lids, {edges + ns}));
-    }
-    core.bind_graph(es.name, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, ns, nd)));
-    core.bind_graph(reversed_graph_name(es.name),
-                    std::make_shared<const Core::Adjacency>(Core::Adjacency::build(dst, src, nd, ns)));
-    if (es.width > 0) mem.put(features_name(es.name), std::move(x));
-    mem.put(runtime::edge_id_name(es.name), Tensor::from<int64_t>(edge_ids, {edges}));
+  for (int64_t r = 0; r < rows; ++r) pool_src[r] = static_cast<int32_t>(r);
+  if (stats) {
+    stats->real_rows += at;
+    stats->padded_rows += rows - 1;
   }
+  if (!n.y.empty()) {
+    Tensor y = n.y.classes ? Tensor(DType::kI64, {rows}) : Tensor(DType::kF32, {rows, n.y.width});
+    int64_t row = 0;
+    for (const int64_t g : graphs) {
+      if (n.y.classes) {
+        std::copy_n(n.y.labels.begin() + n.ptr[g], n.rows_of(g), y.values<int64_t>().begin() + row);
+      } else {
+        std::copy_n(n.y.values.begin() + n.ptr[g] * n.y.width, n.rows_of(g) * n.y.width,
+                    y.values<float>().begin() + row * n.y.width);
+      }
+      row += n.rows_of(g);
+    }
+    mem.put(target_name(n.name), std::move(y));
+  }
+  Tensor real(DType::kI64, {rows});
+  for (int64_t r = 0; r < at; ++r) real.values<int64_t>()[r] = 1;
+  // Dropout's keys: each row's index in the dataset, the padding's after them.
+  ids.resize(static_cast<size_t>(rows));
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    for (int64_t r = 0; r < n.rows_of(graphs[k]); ++r) ids[first[k] + r] = n.ptr[graphs[k]] + r;
+  }
+  for (int64_t r = at; r < rows; ++r) ids[r] = n.ptr.back() + r;
+  mem.put(global_id_name(n.name), Tensor::from<int64_t>(ids, {rows}));
+  mem.put(real_rows_name(n.name), std::move(real));
+  mem.put(features_name(n.name), std::move(x));
+  mem.put(mask_name(n.name), std::move(mask));
+  int64_t global_rows = 0;
+  for (const int64_t g : global) global_rows += n.rows_of(g);
+  mem.put(runtime::count_name(mask_name(n.name)), Tensor::from<int64_t>(std::vector<int64_t>{global_rows}, {1}));
+  core.bind_graph(pool_graph_name(n.name), std::make_shared<const Core::Adjacency>(
+                                               Core::Adjacency::build(pool_src, pool_dst, rows, graph_rows)));
+  core.bind_graph(broadcast_graph_name(n.name), std::make_shared<const Core::Adjacency>(
+                                                    Core::Adjacency::build(pool_dst, pool_src, graph_rows, rows)));
+}
+
+// Edge set e's edges of the graphs (their rows as `first` placed them),
+// its features and ids, the reversed graph, and the self-loop graph of an
+// edge set within one node set.
+void GraphBatches::bind_edge_set(Core& core, size_t e, std::span<const int64_t> graphs, const BucketShape& shape,
+                                 const std::vector<std::vector<int64_t>>& first,
+                                 const std::vector<std::vector<int64_t>>& global_ids, PaddingStats* stats) const {
+  auto& mem = core.memory();
+  const EdgeSet& es = data_.edge_sets[e];
+  const NodeSet& s = data_.node_sets[es.source];
+  const NodeSet& t = data_.node_sets[es.destination];
+  const int64_t edges = shape.edge_rows[e];
+  const auto sink_src = static_cast<int32_t>(shape.node_rows[es.source] - 1);
+  const auto sink_dst = static_cast<int32_t>(shape.node_rows[es.destination] - 1);
+  std::vector<int32_t> src(static_cast<size_t>(edges), sink_src), dst(static_cast<size_t>(edges), sink_dst);
+  std::vector<int64_t> edge_ids(static_cast<size_t>(edges));
+  const int64_t total_edges = es.ptr.back();
+  Tensor x = es.width > 0 ? Tensor(DType::kF32, {edges, es.width}) : Tensor();
+  int64_t at = 0;
+  for (size_t k = 0; k < graphs.size(); ++k) {
+    const int64_t g = graphs[k];
+    const int64_t ds = first[es.source][k] - s.ptr[g], dt = first[es.destination][k] - t.ptr[g];
+    for (int64_t i = es.ptr[g]; i < es.ptr[g + 1]; ++i, ++at) {
+      src[at] = static_cast<int32_t>(es.src[i] + ds);
+      dst[at] = static_cast<int32_t>(es.dst[i] + dt);
+      edge_ids[at] = i;
+    }
+    if (es.width > 0) {
+      std::copy_n(es.x.begin() + es.ptr[g] * es.width, es.edges_of(g) * es.width,
+                  x.values<float>().begin() + (at - es.edges_of(g)) * es.width);
+    }
+  }
+  if (stats) {
+    stats->real_edges += at;
+    stats->padded_edges += edges;
+  }
+  for (int64_t i = at; i < edges; ++i) edge_ids[i] = total_edges + i;
+  const int64_t ns = shape.node_rows[es.source], nd = shape.node_rows[es.destination];
+  if (es.source == es.destination) bind_self_loops(core, e, shape, src, dst, edge_ids, at, global_ids[es.source]);
+  core.bind_graph(es.name, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, ns, nd)));
+  core.bind_graph(reversed_graph_name(es.name),
+                  std::make_shared<const Core::Adjacency>(Core::Adjacency::build(dst, src, nd, ns)));
+  if (es.width > 0) mem.put(features_name(es.name), std::move(x));
+  mem.put(runtime::edge_id_name(es.name), Tensor::from<int64_t>(edge_ids, {edges}));
+}
+
+// Edge set e's graph with self loops (self_loop_graph_name), for an edge
+// set within one node set: without its self loops, then one loop a row (padded rows and the
+// sink included), the slots left as sink loops: the capacity is
+// static (model/modules/modules.h, self_loop_graph). In edge-id order each
+// destination's loop follows its other edges, as PyG appends them.
+// Global ids: a kept edge its own; the loop of a row the edge set's
+// count plus the row's id (padding's after the real rows'); the sink
+// loops after those.
+void GraphBatches::bind_self_loops(Core& core, size_t e, const BucketShape& shape,
+                                   const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
+                                   const std::vector<int64_t>& edge_ids, int64_t at,
+                                   const std::vector<int64_t>& row_ids) const {
+  const EdgeSet& es = data_.edge_sets[e];
+  const NodeSet& s = data_.node_sets[es.source];
+  const int64_t edges = shape.edge_rows[e];
+  const int64_t ns = shape.node_rows[es.source];
+  const auto sink_src = static_cast<int32_t>(ns - 1);
+  const int64_t total_edges = es.ptr.back();
+  std::vector<int32_t> ls, ld;
+  std::vector<int64_t> lids;
+  ls.reserve(static_cast<size_t>(edges + ns));
+  ld.reserve(static_cast<size_t>(edges + ns));
+  lids.reserve(static_cast<size_t>(edges + ns));
+  for (int64_t i = 0; i < at; ++i) {
+    if (src[i] == dst[i]) continue;
+    ls.push_back(src[i]);
+    ld.push_back(dst[i]);
+    lids.push_back(edge_ids[i]);
+  }
+  for (int64_t r = 0; r < ns; ++r) {
+    ls.push_back(static_cast<int32_t>(r));
+    ld.push_back(static_cast<int32_t>(r));
+    lids.push_back(total_edges + row_ids[r]);
+  }
+  const int64_t after = total_edges + s.ptr.back() + ns;
+  while (static_cast<int64_t>(ls.size()) < edges + ns) {
+    lids.push_back(after + static_cast<int64_t>(ls.size()));
+    ls.push_back(sink_src);
+    ld.push_back(sink_src);
+  }
+  const std::string loops = self_loop_graph_name(es.name);
+  core.bind_graph(loops, std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ls, ld, ns, ns)));
+  core.memory().put(runtime::edge_id_name(loops), Tensor::from<int64_t>(lids, {edges + ns}));
+}
+
+// The graph set: mask, global ids, the global batch's graph count, targets.
+void GraphBatches::bind_graph_set(Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global,
+                                  const BucketShape& shape) const {
+  auto& mem = core.memory();
+  const int64_t graph_rows = shape.graph_rows;
   Tensor graph_mask(DType::kBool, {graph_rows});
   for (size_t k = 0; k < graphs.size(); ++k) graph_mask.values<uint8_t>()[k] = 1;
   mem.put(mask_name(kGraphSet), std::move(graph_mask));

@@ -67,6 +67,18 @@ class GraphBatches {
  private:
   std::vector<int64_t> sizes(std::span<const int64_t> graphs) const;  // node sets, then edge sets
   bool fits(const BucketShape& b, const std::vector<int64_t>& sizes) const;
+  // bind()'s parts (graph_batches.cc).
+  void bind_node_set(runtime::Core& core, size_t s, std::span<const int64_t> graphs, std::span<const int64_t> global,
+                     const BucketShape& shape, std::vector<int64_t>& first, std::vector<int64_t>& ids,
+                     PaddingStats* stats) const;
+  void bind_edge_set(runtime::Core& core, size_t e, std::span<const int64_t> graphs, const BucketShape& shape,
+                     const std::vector<std::vector<int64_t>>& first,
+                     const std::vector<std::vector<int64_t>>& global_ids, PaddingStats* stats) const;
+  void bind_self_loops(runtime::Core& core, size_t e, const BucketShape& shape,
+                       const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
+                       const std::vector<int64_t>& edge_ids, int64_t at, const std::vector<int64_t>& row_ids) const;
+  void bind_graph_set(runtime::Core& core, std::span<const int64_t> graphs, std::span<const int64_t> global,
+                      const BucketShape& shape) const;
   void make_ladder(const proto::Batching& batching, uint64_t seed, int ranks);
 
   const BatchDataset& data_;
