@@ -100,7 +100,7 @@ int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
             : graph_name;
     spdlog::info("bench halo: {}: N = {}, E = {}, F = {}; {} partition over {} ranks: "
                  "replication factor {:.3f}, {} shared vertices, edge balance {:.2f}; {}",
-                 graph, N, E, F, options.partition, p, replication, stats.shared_vertices,
+                 graph, N, E, F, model::name(partitioning.method), p, replication, stats.shared_vertices,
                  stats.edge_balance, where.describe());
     std::printf("%-16s %6s %11s %11s %11s %14s %9s\n", "method", "ranks", "avg_us", "min_us",
                 "max_us", "MB_sent/rank", "speedup");
@@ -144,7 +144,7 @@ int run_halo_bench(Communicator& comm, const HaloBenchOptions& options) {
       std::printf("%-16s %6d %11.1f %11.1f %11.1f %14.3f %8.2fx\n", r.method.c_str(), p,
                   r.time.avg_us, r.time.min_us, r.time.max_us, r.mb_sent, dense_us / r.time.avg_us);
       list.push_back({{"method", r.method}, {"ranks", p}, {"graph", graph_name}, {"nodes", N},
-                      {"edges", E}, {"features", F}, {"partition", options.partition},
+                      {"edges", E}, {"features", F}, {"partition", model::name(partitioning.method)},
                       {"shared_vertices", stats.shared_vertices},
                       {"edge_balance", stats.edge_balance},
                       {"locality", options.locality}, {"window", options.window},

@@ -489,9 +489,9 @@ void add_bench_commands(CLI::App& app, BenchCommands& b) {
                          "Graph of a data set (a NumPy folder such as ../shared/datasets/cora, "
                          "csv:DIR, synthetic[:...]) instead of the generated one");
   bench_halo->add_option("--partition", halo_options.partition,
-                         "Edge partition: destination (1D blocks of destination ids), random, "
-                         "hdrf (streaming vertex-cut) or metis")
-      ->check(CLI::IsMember({"random", "destination", "hdrf", "metis"}))
+                         "Edge partition (partition.method, docs/distributed.md): " +
+                             fmt::format("{}", fmt::join(gnnrt::model::partition_method_names(), ", ")))
+      ->check(CLI::IsMember(gnnrt::model::partition_method_names(), CLI::ignore_case))
       ->capture_default_str();
   bench_halo->add_option("--seed", halo_options.seed, "Seed of the random graph and partition")
       ->capture_default_str();
