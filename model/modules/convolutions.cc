@@ -73,6 +73,8 @@ Port gat(ModuleContext& c) {
   const ValueId h_dst = bipartite ? c.b.linear(in.dst.value, c.param("lin_dst.weight", {hc, in.dst.width},
                                                                       Init::kGlorot, in.dst.width, hc))
                                   : h_src;
+  // PyG's lin_dst is lin_src for an int in_channels: its state_dict lists both.
+  if (!bipartite) c.alias("lin_dst.weight", "lin_src.weight");
   const ValueId att_src = c.param("att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
   const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
   const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), c.b.head_dot(h_dst, att_dst, heads));

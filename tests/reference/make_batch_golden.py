@@ -454,6 +454,8 @@ def case_gcn_gat(out):
          "g2.lin_src.weight": uni(15, 8), "g2.lin_dst.weight": uni(15, fb), "g2.att_src": uni(1, 3, 5),
          "g2.att_dst": uni(1, 3, 5), "g2.bias": uni(5)}
     p["head.weight"], p["head.bias"] = torch_linear_init(gen, 1, 5)
+    # PyG's GATConv over one node set: lin_dst is lin_src, two state_dict names.
+    p["g1.lin_dst.weight"] = p["g1.lin_src.weight"]
     batch_size, epochs = 4, 3
     batches = [batch_of(list(range(s, min(s + batch_size, graphs))), node_sets, edge_sets, graph_y)
                for s in range(0, graphs, batch_size)]
