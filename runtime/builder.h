@@ -18,6 +18,10 @@
 // layer's weight is [out, in] like torch.nn.Linear. Scalars are shape [1].
 // Every float value has the program's float type (float32, or float64 for
 // finite-difference checks). Not thread-safe.
+//
+// Each op's method is defined beside the op itself, in its family's
+// runtime/defs/<family>.cc (with its shape rule, kernel and gradient);
+// builder.cc keeps the bookkeeping every method shares.
 #pragma once
 
 #include <cstdint>
@@ -323,6 +327,7 @@ class Builder {
   [[noreturn]] void fail(OpKind kind, const std::string& what) const;
   const GraphInfo& graph_info(OpKind kind, int32_t graph) const;
   OpAttrs graph_attrs(OpKind kind, int32_t graph) const;
+  static OpAttrs with_heads(int64_t heads);  // attributes of a per-head op
   // The partitioned program's inputs (file comment).
   ValueId node_input(const char* name, DType dtype);
   ValueId graph_input(int32_t graph, bool edges);

@@ -18,7 +18,7 @@
 
 namespace gnnrt::runtime {
 
-std::string_view compiler_version() { return "gnnrt-compiler-1+" GNNRT_COMPILER_ID; }
+std::string_view compiler_version() { return "gnnrt-compiler-2+" GNNRT_COMPILER_ID; }
 
 Tensor& DeviceMemory::at(const std::string& name) {
   auto it = tensors_.find(name);

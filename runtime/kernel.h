@@ -60,11 +60,9 @@ class Kernel {
 
   // The op's graph (attribute `graph`), bound on the core.
   const Adjacency& graph() const { return *graphs_[static_cast<std::size_t>(attrs.graph())]; }
-  // alpha in the float type: a slope, a scale or a fill value (op_attrs.proto).
-  T alpha() const { return static_cast<T>(attrs.alpha()); }
   // The key of this op's random draws in this run (dropout, noise).
   ops::DropoutKey dropout_key() const {
-    return {context.seed, static_cast<uint64_t>(context.step), attrs.key()};
+    return {context.seed, static_cast<uint64_t>(context.step), attrs.random_stream()};
   }
   // A loss's count of real rows times `per_row`: the global one when operand
   // `count_input` is given (partitioned and data-parallel programs), else the

@@ -174,7 +174,7 @@ int fuse_attention(Program& p) {
     // operands are defined before it.
     op.kind = OpKind::kAttentionSoftmax;
     op.inputs = p.ops[*add].inputs;
-    op.attrs.set_alpha(p.ops[*leaky].attrs.alpha());
+    op.attrs.set_negative_slope(p.ops[*leaky].attrs.negative_slope());
     replaced[*leaky] = replaced[*add] = true;
     ++fused;
   }

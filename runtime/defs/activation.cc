@@ -38,34 +38,34 @@ void relu_gradient(Gradient& d) {
 
 template <typename T>
 double run_leaky_relu(const Kernel<T>& run) {
-  ops::leaky_relu_forward<T>(run.in(0), run.alpha(), run.out());
+  ops::leaky_relu_forward<T>(run.in(0), static_cast<T>(run.attrs.negative_slope()), run.out());
   return 0;
 }
 
 void leaky_relu_gradient(Gradient& d) {
-  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.leaky_relu_grad(d.op.inputs[0], d.g, d.a.alpha()));
+  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.leaky_relu_grad(d.op.inputs[0], d.g, d.a.negative_slope()));
 }
 
 template <typename T>
 double run_elu(const Kernel<T>& run) {
-  ops::elu_forward<T>(run.in(0), run.alpha(), run.out());
+  ops::elu_forward<T>(run.in(0), static_cast<T>(run.attrs.elu_alpha()), run.out());
   return 0;
 }
 
 void elu_gradient(Gradient& d) {
-  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.elu_grad(d.op.inputs[0], d.g, d.a.alpha()));
+  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.elu_grad(d.op.inputs[0], d.g, d.a.elu_alpha()));
 }
 
 template <typename T>
 double run_activation(const Kernel<T>& run) {
-  ops::activation_forward<T>(static_cast<ops::Activation>(run.attrs.activation()), run.in(0), run.out(), run.alpha());
+  ops::activation_forward<T>(static_cast<ops::Activation>(run.attrs.activation()), run.in(0), run.out(), static_cast<T>(run.attrs.clip_bound()));
   return 0;
 }
 
 void activation_gradient(Gradient& d) {
   if (d.needs(d.op.inputs[0]))
     d.add(d.op.inputs[0],
-          d.b.activation_grad(d.op.inputs[0], d.g, static_cast<ops::Activation>(d.a.activation()), d.a.alpha()));
+          d.b.activation_grad(d.op.inputs[0], d.g, static_cast<ops::Activation>(d.a.activation()), d.a.clip_bound()));
 }
 
 // relu_grad, leaky_relu_grad, elu_grad, activation_grad, log_softmax_grad:
@@ -86,20 +86,20 @@ double run_relu_grad(const Kernel<T>& run) {
 
 template <typename T>
 double run_leaky_relu_grad(const Kernel<T>& run) {
-  ops::leaky_relu_backward<T>(run.in(0), run.alpha(), run.in(1), run.out());
+  ops::leaky_relu_backward<T>(run.in(0), static_cast<T>(run.attrs.negative_slope()), run.in(1), run.out());
   return 0;
 }
 
 template <typename T>
 double run_elu_grad(const Kernel<T>& run) {
-  ops::elu_backward<T>(run.in(0), run.alpha(), run.in(1), run.out());
+  ops::elu_backward<T>(run.in(0), static_cast<T>(run.attrs.elu_alpha()), run.in(1), run.out());
   return 0;
 }
 
 template <typename T>
 double run_activation_grad(const Kernel<T>& run) {
   ops::activation_backward<T>(static_cast<ops::Activation>(run.attrs.activation()), run.in(0), run.in(1), run.out(),
-                              run.alpha());
+                              static_cast<T>(run.attrs.clip_bound()));
   return 0;
 }
 
@@ -141,3 +141,54 @@ void define_activation(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+ValueId Builder::relu(ValueId x) { return emit(OpKind::kRelu, {x}); }
+
+ValueId Builder::leaky_relu(ValueId x, double slope) {
+  OpAttrs a;
+  a.set_negative_slope(slope);
+  return emit(OpKind::kLeakyRelu, {x}, a);
+}
+
+ValueId Builder::activation(ValueId x, ops::Activation kind, double bound) {
+  OpAttrs a;
+  a.set_activation(static_cast<proto::Activation>(kind));
+  if (kind == ops::Activation::kClip) a.set_clip_bound(bound);
+  return emit(OpKind::kActivation, {x}, a);
+}
+
+ValueId Builder::activation_grad(ValueId x, ValueId g, ops::Activation kind, double bound) {
+  OpAttrs a;
+  a.set_activation(static_cast<proto::Activation>(kind));
+  if (kind == ops::Activation::kClip) a.set_clip_bound(bound);
+  return emit(OpKind::kActivationGrad, {x, g}, a);
+}
+
+ValueId Builder::elu(ValueId x, double alpha) {
+  OpAttrs a;
+  a.set_elu_alpha(alpha);
+  return emit(OpKind::kElu, {x}, a);
+}
+
+ValueId Builder::log_softmax(ValueId x) { return emit(OpKind::kLogSoftmax, {x}); }
+
+ValueId Builder::relu_grad(ValueId x, ValueId g) { return emit(OpKind::kReluGrad, {x, g}); }
+
+ValueId Builder::leaky_relu_grad(ValueId x, ValueId g, double slope) {
+  OpAttrs a;
+  a.set_negative_slope(slope);
+  return emit(OpKind::kLeakyReluGrad, {x, g}, a);
+}
+
+ValueId Builder::elu_grad(ValueId x, ValueId g, double alpha) {
+  OpAttrs a;
+  a.set_elu_alpha(alpha);
+  return emit(OpKind::kEluGrad, {x, g}, a);
+}
+
+ValueId Builder::log_softmax_grad(ValueId out, ValueId g) { return emit(OpKind::kLogSoftmaxGrad, {out, g}); }
+
+}  // namespace gnnrt::runtime

@@ -159,7 +159,7 @@ void attention_cost(const Program& p, const Op& op, OpCost& c) {
 
 template <typename T>
 double run_attention_softmax(const Kernel<T>& run) {
-  ops::attention_softmax_forward<T, int32_t>(run.graph(), run.attrs.heads(), run.alpha(), run.in(0), run.in(1),
+  ops::attention_softmax_forward<T, int32_t>(run.graph(), run.attrs.heads(), static_cast<T>(run.attrs.negative_slope()), run.in(0), run.in(1),
                                              run.out());
   return 0;
 }
@@ -167,7 +167,7 @@ double run_attention_softmax(const Kernel<T>& run) {
 void attention_softmax_gradient(Gradient& d) {
   if (!d.needs(d.op.inputs[0]) && !d.needs(d.op.inputs[1])) return;
   const ValueId logit =
-      d.b.attention_softmax_grad(d.a.graph(), d.op.inputs[0], d.op.inputs[1], d.op.outputs[0], d.g, d.a.alpha());
+      d.b.attention_softmax_grad(d.a.graph(), d.op.inputs[0], d.op.inputs[1], d.op.outputs[0], d.g, d.a.negative_slope());
   if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.sddmm_add_grad_a(d.a.graph(), logit));
   if (d.needs(d.op.inputs[1])) d.add(d.op.inputs[1], d.b.sddmm_add_grad_b(d.a.graph(), logit));
 }
@@ -184,7 +184,7 @@ void attention_softmax_grad(OpCheck& c) {
 
 template <typename T>
 double run_attention_softmax_grad(const Kernel<T>& run) {
-  ops::attention_softmax_backward<T, int32_t>(run.graph(), run.attrs.heads(), run.alpha(), run.in(0), run.in(1),
+  ops::attention_softmax_backward<T, int32_t>(run.graph(), run.attrs.heads(), static_cast<T>(run.attrs.negative_slope()), run.in(0), run.in(1),
                                               run.in(2), run.in(3), run.out());
   return 0;
 }
@@ -306,3 +306,93 @@ void define_attention(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+namespace {
+using ops::Reduce;
+}  // namespace
+
+ValueId Builder::softmax(int32_t graph, ValueId score) {
+  if (!partitioned()) return segment_softmax(graph, score);
+  // Max, then the sum of exponentials, each combined over the replicas of
+  // the destination; the max is a shift only (no gradient flows through it).
+  const ValueId m = halo_max(Reduce::kMax, segment_max(graph, score)).first;
+  const ValueId s = halo_sum(segment_exp_sum(graph, score, m));
+  return segment_softmax_apply(graph, score, m, s);
+}
+
+ValueId Builder::segment_softmax(int32_t graph, ValueId score) {
+  return per_head(OpKind::kSegmentSoftmax, graph, {score}, score);
+}
+
+ValueId Builder::attention_softmax(int32_t graph, ValueId a, ValueId b, double slope) {
+  OpAttrs attrs = graph_attrs(OpKind::kAttentionSoftmax, graph);
+  if (shape(a).size() == 2) attrs.set_heads(shape(a)[1]);
+  attrs.set_negative_slope(slope);
+  return emit(OpKind::kAttentionSoftmax, {a, b}, attrs);
+}
+
+ValueId Builder::segment_max(int32_t graph, ValueId score) {
+  return per_head(OpKind::kSegmentMax, graph, {score}, score);
+}
+
+ValueId Builder::segment_exp_sum(int32_t graph, ValueId score, ValueId m) {
+  return per_head(OpKind::kSegmentExpSum, graph, {score, m}, score);
+}
+
+ValueId Builder::segment_softmax_apply(int32_t graph, ValueId score, ValueId m, ValueId s) {
+  return per_head(OpKind::kSegmentSoftmaxApply, graph, {score, m, s}, score);
+}
+
+ValueId Builder::sddmm_add(int32_t graph, ValueId a, ValueId b) {
+  return per_head(OpKind::kSddmmAdd, graph, {a, b}, a);
+}
+
+ValueId Builder::sddmm_dot(int32_t graph, ValueId a, ValueId b, int64_t heads) {
+  OpAttrs attrs = graph_attrs(OpKind::kSddmmDot, graph);
+  attrs.set_heads(heads);
+  return emit(OpKind::kSddmmDot, {a, b}, attrs);
+}
+
+ValueId Builder::sddmm_add_grad_a(int32_t graph, ValueId g) {
+  return per_head(OpKind::kSddmmAddGradA, graph, {g}, g);
+}
+
+ValueId Builder::sddmm_add_grad_b(int32_t graph, ValueId g) {
+  return per_head(OpKind::kSddmmAddGradB, graph, {g}, g);
+}
+
+ValueId Builder::sddmm_dot_grad_a(int32_t graph, ValueId b, ValueId g, int64_t heads) {
+  OpAttrs a = graph_attrs(OpKind::kSddmmDotGradA, graph);
+  a.set_heads(heads);
+  return emit(OpKind::kSddmmDotGradA, {b, g}, a);
+}
+
+ValueId Builder::sddmm_dot_grad_b(int32_t graph, ValueId a, ValueId g, int64_t heads) {
+  OpAttrs attrs = graph_attrs(OpKind::kSddmmDotGradB, graph);
+  attrs.set_heads(heads);
+  return emit(OpKind::kSddmmDotGradB, {a, g}, attrs);
+}
+
+ValueId Builder::segment_softmax_grad(int32_t graph, ValueId alpha, ValueId g) {
+  return per_head(OpKind::kSegmentSoftmaxGrad, graph, {alpha, g}, alpha);
+}
+
+ValueId Builder::attention_softmax_grad(int32_t graph, ValueId a, ValueId b, ValueId alpha,
+                                        ValueId g, double slope) {
+  OpAttrs attrs = graph_attrs(OpKind::kAttentionSoftmaxGrad, graph);
+  if (shape(alpha).size() == 2) attrs.set_heads(shape(alpha)[1]);
+  attrs.set_negative_slope(slope);
+  return emit(OpKind::kAttentionSoftmaxGrad, {a, b, alpha, g}, attrs);
+}
+
+ValueId Builder::segment_exp_sum_grad(int32_t graph, ValueId score, ValueId m, ValueId g) {
+  return per_head(OpKind::kSegmentExpSumGrad, graph, {score, m, g}, score);
+}
+
+ValueId Builder::segment_softmax_apply_grad_s(int32_t graph, ValueId alpha, ValueId g, ValueId s) {
+  return per_head(OpKind::kSegmentSoftmaxApplyGradS, graph, {alpha, g, s}, alpha);
+}
+
+}  // namespace gnnrt::runtime

@@ -13,7 +13,7 @@ int64_t heads_of(const OpCheck& c) {
 }
 
 void probability(const OpCheck& c) {
-  const double p = c.attrs().alpha();
+  const double p = c.attrs().dropout_p();
   if (!(p >= 0 && p <= 1)) c.fail(fmt::format("p = {} is not in [0, 1]", p));
 }
 
@@ -142,7 +142,7 @@ void norm_operands(const OpCheck& c, std::size_t moments) {
     c.fail(
         fmt::format("weight {} must be [{}] for x {}", shape_string(c.shape(1)), c.cols(0), shape_string(c.shape(0))));
   }
-  if (!(c.attrs().alpha() > 0)) c.fail(fmt::format("eps = {} must be > 0", c.attrs().alpha()));
+  if (!(c.attrs().norm_eps() > 0)) c.fail(fmt::format("eps = {} must be > 0", c.attrs().norm_eps()));
   if (c.attrs().per_node() == c.has(moments)) {
     c.fail(c.attrs().per_node() ? "per-node mode takes no moments" : "graph mode needs the moments");
   }
@@ -187,8 +187,8 @@ void unary(OpCheck& c) {
     if (a < 0 || a > static_cast<int>(ops::Activation::kClip)) {
       c.fail(fmt::format("activation #{} is unknown", a));
     }
-    if (a == static_cast<int>(ops::Activation::kClip) && !(c.attrs().alpha() >= 0)) {
-      c.fail(fmt::format("clip bound {} must be >= 0", c.attrs().alpha()));
+    if (a == static_cast<int>(ops::Activation::kClip) && !(c.attrs().clip_bound() >= 0)) {
+      c.fail(fmt::format("clip bound {} must be >= 0", c.attrs().clip_bound()));
     }
   }
   c.out_float(c.shape(0));

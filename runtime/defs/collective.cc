@@ -141,7 +141,7 @@ double run_bucket_start(const Kernel<T>& run) {
     std::copy(g.begin(), g.end(), bucket.begin() + static_cast<std::ptrdiff_t>(at));
     at += g.size();
   }
-  run.core.start_bucket(run.attrs.key(), bucket.data(), bucket.size(), sizeof(T) == 8);
+  run.core.start_bucket(run.attrs.bucket(), bucket.data(), bucket.size(), sizeof(T) == 8);
   return static_cast<double>(bucket.size_bytes());
 }
 
@@ -165,7 +165,7 @@ void bucket_wait(OpCheck& c) {
 
 template <typename T>
 double run_bucket_wait(const Kernel<T>& run) {
-  run.core.wait_bucket(run.attrs.key());
+  run.core.wait_bucket(run.attrs.bucket());
   const auto bucket = run.in(0);
   size_t at = 0;
   for (size_t k = 0; k < run.op.outputs.size(); ++k) {
@@ -187,3 +187,47 @@ void define_collective(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+namespace {
+using Shape = std::vector<int64_t>;
+using ops::Reduce;
+}  // namespace
+
+ValueId Builder::allreduce(ValueId x) { return emit(OpKind::kAllReduce, {x}); }
+
+ValueId Builder::halo_sum(ValueId x) { return emit(OpKind::kHaloSum, {x}); }
+
+std::pair<ValueId, ValueId> Builder::halo_max(Reduce reduce, ValueId x, ValueId arg,
+                                              int32_t graph) {
+  constexpr OpKind k = OpKind::kHaloMax;
+  OpAttrs a;
+  a.set_reduce(to_proto(reduce));
+  std::vector<ValueId> inputs{x};
+  if (arg != kNoValue) {
+    a = graph_attrs(k, graph);
+    a.set_reduce(to_proto(reduce));
+    inputs.push_back(arg);
+    inputs.push_back(graph_input(graph, true));
+  }
+  const std::vector<ValueId> out = emit_op(k, std::move(inputs), a);
+  return {out[0], out.size() > 1 ? out[1] : kNoValue};
+}
+
+ValueId Builder::bucket_start(const std::vector<ValueId>& grads, uint64_t bucket) {
+  OpAttrs a;
+  a.set_bucket(bucket);
+  return emit(OpKind::kBucketStart, grads, a);
+}
+
+std::vector<ValueId> Builder::bucket_wait(ValueId bucket_value, const std::vector<ValueId>& grads,
+                                          uint64_t bucket) {
+  OpAttrs a;
+  a.set_bucket(bucket);
+  std::vector<std::pair<std::string, Shape>> given;
+  for (ValueId g : grads) given.emplace_back(program_.value(g).name + ".allreduced", shape(g));
+  return emit_op(OpKind::kBucketWait, {bucket_value}, a, given);
+}
+
+}  // namespace gnnrt::runtime

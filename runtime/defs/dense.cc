@@ -22,7 +22,7 @@ void fill(OpCheck& c) {
 
 template <typename T>
 double run_fill(const Kernel<T>& run) {
-  std::fill(run.out().begin(), run.out().end(), static_cast<T>(run.attrs.alpha()));
+  std::fill(run.out().begin(), run.out().end(), static_cast<T>(run.attrs.fill_value()));
   return 0;
 }
 
@@ -101,12 +101,12 @@ void mul_gradient(Gradient& d) {
 
 template <typename T>
 double run_scale(const Kernel<T>& run) {
-  ops::scale<T>(run.in(0), static_cast<T>(run.attrs.alpha()), run.out());
+  ops::scale<T>(run.in(0), static_cast<T>(run.attrs.factor()), run.out());
   return 0;
 }
 
 void scale_gradient(Gradient& d) {
-  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.scale(d.g, d.a.alpha()));
+  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.scale(d.g, d.a.factor()));
 }
 
 void bias_add(OpCheck& c) {
@@ -248,3 +248,54 @@ void define_dense(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+namespace {
+using Shape = std::vector<int64_t>;
+}  // namespace
+
+ValueId Builder::fill(Shape s, double value) {
+  OpAttrs a;
+  a.set_fill_value(value);
+  for (int64_t d : s) a.add_shape(d);
+  return emit(OpKind::kFill, {}, a);
+}
+
+ValueId Builder::matmul(ValueId a, ValueId b, bool trans_a, bool trans_b) {
+  OpAttrs attrs;
+  attrs.set_trans_a(trans_a);
+  attrs.set_trans_b(trans_b);
+  return emit(OpKind::kMatMul, {a, b}, attrs);
+}
+
+ValueId Builder::add(ValueId a, ValueId b) { return emit(OpKind::kAdd, {a, b}); }
+
+ValueId Builder::mul(ValueId a, ValueId b) { return emit(OpKind::kMul, {a, b}); }
+
+ValueId Builder::scale(ValueId x, double factor) {
+  OpAttrs a;
+  a.set_factor(factor);
+  return emit(OpKind::kScale, {x}, a);
+}
+
+ValueId Builder::bias_add(ValueId x, ValueId bias) { return emit(OpKind::kBiasAdd, {x, bias}); }
+
+ValueId Builder::concat(const std::vector<ValueId>& inputs) { return emit(OpKind::kConcat, inputs); }
+
+ValueId Builder::slice_cols(ValueId x, int64_t begin, int64_t width) {
+  OpAttrs a;
+  a.set_begin(begin);
+  a.set_width(width);
+  return emit(OpKind::kSliceCols, {x}, a);
+}
+
+ValueId Builder::reshape(ValueId x, std::vector<int64_t> shape) {
+  OpAttrs a;
+  for (int64_t d : shape) a.add_shape(d);
+  return emit(OpKind::kReshape, {x}, a);
+}
+
+ValueId Builder::bias_grad(ValueId g) { return emit(OpKind::kBiasGrad, {g}); }
+
+}  // namespace gnnrt::runtime

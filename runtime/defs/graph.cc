@@ -352,3 +352,104 @@ void define_graph(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+namespace {
+using ops::Reduce;
+}  // namespace
+
+ValueId Builder::aggregate(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight) {
+  ValueId messages = gather(graph, x);
+  if (edge_weight != kNoValue) messages = edge_scale(messages, edge_weight);
+  if (!partitioned()) return scatter(reduce, graph, messages).first;
+  // On a rank of a partitioned graph: this rank's edges, then the halo.
+  if (reduce == Reduce::kSum) return halo_sum(scatter(Reduce::kSum, graph, messages).first);
+  if (reduce == Reduce::kMean) {
+    const ValueId sum = halo_sum(scatter(Reduce::kSum, graph, messages).first);
+    return divide_rows(sum, graph_input(graph, false));
+  }
+  const auto [local, arg] = scatter(reduce, graph, messages);
+  return halo_max(reduce, local, arg, graph).first;
+}
+
+ValueId Builder::gather(int32_t graph, ValueId x) {
+  return emit(OpKind::kGather, {x}, graph_attrs(OpKind::kGather, graph));
+}
+
+ValueId Builder::edge_scale(ValueId messages, ValueId edge_weight) {
+  return emit(OpKind::kEdgeScale, {messages, edge_weight}, with_heads(weight_heads(edge_weight)));
+}
+
+std::pair<ValueId, ValueId> Builder::scatter(Reduce reduce, int32_t graph, ValueId messages) {
+  OpAttrs a = graph_attrs(OpKind::kScatter, graph);
+  a.set_reduce(to_proto(reduce));
+  return reduction(OpKind::kScatter, {messages}, a);
+}
+
+std::pair<ValueId, ValueId> Builder::spmm(Reduce reduce, int32_t graph, ValueId x,
+                                          ValueId edge_weight) {
+  OpAttrs a = graph_attrs(OpKind::kSpmm, graph);
+  a.set_reduce(to_proto(reduce));
+  a.set_heads(weight_heads(edge_weight));
+  std::vector<ValueId> inputs{x};
+  if (edge_weight != kNoValue) inputs.push_back(edge_weight);
+  return reduction(OpKind::kSpmm, std::move(inputs), a);
+}
+
+ValueId Builder::sparse_matmul(int32_t matrix, ValueId values, ValueId b, bool trans_b) {
+  OpAttrs a = graph_attrs(OpKind::kSparseMatMul, matrix);
+  a.set_trans_b(trans_b);
+  // Results: the product, and b transposed once per call (a workspace).
+  return emit(OpKind::kSparseMatMul, {values, b}, a);
+}
+
+ValueId Builder::sparse_matmul_grad_b(int32_t matrix, ValueId values, ValueId g, ValueId /*b*/,
+                                      bool trans_b) {
+  OpAttrs a = graph_attrs(OpKind::kSparseMatMulGradB, matrix);
+  a.set_trans_b(trans_b);
+  // Results: b's gradient, and accumulators for a walk by rows that ends
+  // transposed (ops/sparse_matmul.h).
+  return emit(OpKind::kSparseMatMulGradB, {values, g}, a);
+}
+
+ValueId Builder::gather_grad(int32_t graph, ValueId g) {
+  return emit(OpKind::kGatherGrad, {g}, graph_attrs(OpKind::kGatherGrad, graph));
+}
+
+ValueId Builder::edge_dot(ValueId g, ValueId messages, ValueId edge_weight) {
+  return emit_op(OpKind::kEdgeDot, {g, messages}, with_heads(weight_heads(edge_weight)),
+                 {{temp_name(OpKind::kEdgeDot), shape(edge_weight)}})[0];
+}
+
+ValueId Builder::scatter_grad(Reduce reduce, int32_t graph, ValueId g, ValueId arg) {
+  OpAttrs a = graph_attrs(OpKind::kScatterGrad, graph);
+  a.set_reduce(to_proto(reduce));
+  std::vector<ValueId> inputs{g};
+  if (arg != kNoValue) inputs.push_back(arg);
+  return emit(OpKind::kScatterGrad, std::move(inputs), a);
+}
+
+ValueId Builder::spmm_grad_x(Reduce reduce, int32_t graph, ValueId x, ValueId edge_weight,
+                             ValueId g, ValueId arg) {
+  OpAttrs a = graph_attrs(OpKind::kSpmmGradX, graph);
+  a.set_reduce(to_proto(reduce));
+  a.set_heads(weight_heads(edge_weight));
+  // Inputs: x, g, then the edge weight and the arg when present.
+  return emit(OpKind::kSpmmGradX, {x, g, edge_weight, arg}, a);
+}
+
+ValueId Builder::spmm_grad_w(Reduce reduce, int32_t graph, ValueId x, ValueId g,
+                             ValueId edge_weight, ValueId arg) {
+  OpAttrs a = graph_attrs(OpKind::kSpmmGradW, graph);
+  a.set_reduce(to_proto(reduce));
+  a.set_heads(weight_heads(edge_weight));
+  // Inputs: x, g, the edge weight, the arg when present.
+  return emit(OpKind::kSpmmGradW, {x, g, edge_weight, arg}, a);
+}
+
+ValueId Builder::keep_winners(int32_t graph, ValueId g, ValueId arg) {
+  return emit(OpKind::kKeepWinners, {g, arg}, graph_attrs(OpKind::kKeepWinners, graph));
+}
+
+}  // namespace gnnrt::runtime

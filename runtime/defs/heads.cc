@@ -263,3 +263,53 @@ void define_heads(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+ValueId Builder::head_dot(ValueId x, ValueId att, int64_t heads) {
+  return emit(OpKind::kHeadDot, {x, att}, with_heads(heads));
+}
+
+ValueId Builder::head_mean(ValueId x, int64_t heads) {
+  return emit(OpKind::kHeadMean, {x}, with_heads(heads));
+}
+
+ValueId Builder::edge_head_dot(int32_t graph, ValueId a, ValueId r, int64_t heads) {
+  OpAttrs attrs = graph_attrs(OpKind::kEdgeHeadDot, graph);
+  attrs.set_heads(heads);
+  return emit(OpKind::kEdgeHeadDot, {a, r}, attrs);
+}
+
+ValueId Builder::head_scatter(int32_t graph, ValueId w, ValueId r) {
+  const ValueId sum = per_head(OpKind::kHeadScatter, graph, {w, r}, w);
+  return partitioned() ? halo_sum(sum) : sum;
+}
+
+ValueId Builder::head_gather(int32_t graph, ValueId w, ValueId a) {
+  return per_head(OpKind::kHeadGather, graph, {w, a}, w);
+}
+
+ValueId Builder::head_matmul(ValueId x, ValueId w, int64_t heads, bool trans_w) {
+  OpAttrs attrs = with_heads(heads);
+  attrs.set_trans_b(trans_w);
+  return emit(OpKind::kHeadMatMul, {x, w}, attrs);
+}
+
+ValueId Builder::head_outer(ValueId a, ValueId b, int64_t heads) {
+  return emit(OpKind::kHeadOuter, {a, b}, with_heads(heads));
+}
+
+ValueId Builder::head_dot_grad_x(ValueId att, ValueId g, int64_t heads) {
+  return emit(OpKind::kHeadDotGradX, {att, g}, with_heads(heads));
+}
+
+ValueId Builder::head_dot_grad_att(ValueId x, ValueId g, ValueId att, int64_t heads) {
+  return emit_op(OpKind::kHeadDotGradAtt, {x, g}, with_heads(heads), {{temp_name(OpKind::kHeadDotGradAtt), shape(att)}})[0];
+}
+
+ValueId Builder::head_mean_grad(ValueId g, int64_t heads) {
+  return emit(OpKind::kHeadMeanGrad, {g}, with_heads(heads));
+}
+
+}  // namespace gnnrt::runtime

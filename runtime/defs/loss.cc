@@ -148,3 +148,49 @@ void define_loss(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+ValueId Builder::nll_loss(ValueId log_prob, ValueId labels, ValueId mask) {
+  return emit(OpKind::kNllLoss, with_count({log_prob, labels, mask}, mask));
+}
+
+ValueId Builder::cross_entropy(ValueId x, ValueId labels, ValueId mask) {
+  return emit(OpKind::kCrossEntropy, with_count({x, labels, mask}, mask));
+}
+
+ValueId Builder::l1_loss(ValueId pred, ValueId target, ValueId mask) {
+  OpAttrs a;
+  a.set_loss_form(proto::ABSOLUTE);
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
+}
+
+ValueId Builder::mean_loss(ValueId pred, ValueId target, ValueId mask) {
+  OpAttrs a;
+  a.set_loss_form(proto::LINEAR);
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
+}
+
+ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {
+  return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask));
+}
+
+ValueId Builder::nll_loss_grad(ValueId log_prob, ValueId labels, ValueId mask, ValueId g,
+                               ValueId count) {
+  return emit(OpKind::kNllLossGrad, loss_grad_inputs(log_prob, labels, mask, g, count));
+}
+
+ValueId Builder::cross_entropy_grad(ValueId x, ValueId labels, ValueId mask, ValueId g,
+                                    ValueId count) {
+  return emit(OpKind::kCrossEntropyGrad, loss_grad_inputs(x, labels, mask, g, count));
+}
+
+ValueId Builder::mse_loss_grad(ValueId pred, ValueId target, ValueId mask, ValueId g,
+                               ValueId count, ops::LossForm form) {
+  OpAttrs a;
+  a.set_loss_form(static_cast<proto::LossForm>(form));
+  return emit(OpKind::kMseLossGrad, loss_grad_inputs(pred, target, mask, g, count), a);
+}
+
+}  // namespace gnnrt::runtime

@@ -53,7 +53,7 @@ void layer_norm(OpCheck& c) {
 template <typename T>
 double run_layer_norm(const Kernel<T>& run) {
   ops::layer_norm_forward<T>(norm_mode(run.attrs), run.in(0), run.in(1), run.in(2), run.in_f64(3), run.out_rows(),
-                             run.out_cols(), run.attrs.alpha(), run.out());
+                             run.out_cols(), run.attrs.norm_eps(), run.out());
   return 0;
 }
 
@@ -108,7 +108,7 @@ void layer_norm_grad_x(OpCheck& c) {
 template <typename T>
 double run_layer_norm_grad_x(const Kernel<T>& run) {
   ops::layer_norm_backward_x<T>(norm_mode(run.attrs), run.in(0), run.in(1), run.in(2), run.in_f64(3), run.in_f64(4),
-                                run.in_u8(5), run.out_rows(), run.out_cols(), run.attrs.alpha(), run.out());
+                                run.in_u8(5), run.out_rows(), run.out_cols(), run.attrs.norm_eps(), run.out());
   return 0;
 }
 
@@ -128,7 +128,7 @@ void layer_norm_grad_gamma(OpCheck& c) {
 template <typename T>
 double run_layer_norm_grad_gamma(const Kernel<T>& run) {
   ops::layer_norm_backward_gamma<T>(norm_mode(run.attrs), run.in(0), run.in(1), run.in_f64(2), run.in_rows(0),
-                                    run.in_cols(0), run.attrs.alpha(), run.out());
+                                    run.in_cols(0), run.attrs.norm_eps(), run.out());
   return 0;
 }
 
@@ -188,3 +188,63 @@ void define_norm(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+ValueId Builder::layer_norm_moments(ValueId x, ValueId mask) {
+  std::vector<ValueId> inputs{x};
+  if (mask != kNoValue) inputs.push_back(mask);
+  return emit(OpKind::kLayerNormMoments, std::move(inputs));
+}
+
+ValueId Builder::layer_norm(ValueId x, ValueId gamma, ValueId beta, bool per_node, double eps) {
+  OpAttrs a;
+  a.set_norm_eps(eps);
+  a.set_per_node(per_node);
+  std::vector<ValueId> inputs{x, gamma, beta};
+  if (!per_node) {
+    // Graph mode: statistics over every vertex once (its master's row) and
+    // all-reduced on several ranks; the mask goes along for the backward.
+    const ValueId mask = partitioned() ? node_input(kNodeIsMaster, DType::kBool) : kNoValue;
+    ValueId moments = layer_norm_moments(x, mask);
+    if (partitioned()) moments = allreduce(moments);
+    inputs.push_back(moments);
+    if (mask != kNoValue) inputs.push_back(mask);
+  }
+  return emit(OpKind::kLayerNorm, std::move(inputs), a);
+}
+
+ValueId Builder::divide_rows(ValueId x, ValueId degree) { return emit(OpKind::kDivideRows, {x, degree}); }
+
+ValueId Builder::gcn_norm(int32_t graph) {
+  constexpr OpKind k = OpKind::kGcnNorm;
+  OpAttrs a = graph_attrs(k, graph);
+  std::vector<ValueId> inputs;
+  if (partitioned()) inputs.push_back(graph_input(graph, false));
+  return emit(k, std::move(inputs), a);
+}
+
+ValueId Builder::layer_norm_grad_sums(ValueId x, ValueId gamma, ValueId g, ValueId moments) {
+  return emit(OpKind::kLayerNormGradSums, {x, gamma, g, moments});
+}
+
+ValueId Builder::layer_norm_grad_x(ValueId x, ValueId gamma, ValueId g, ValueId moments,
+                                   ValueId sums, ValueId mask, const OpAttrs& forward) {
+  std::vector<ValueId> inputs{x, gamma, g};
+  if (moments != kNoValue) {
+    inputs.push_back(moments);
+    inputs.push_back(sums);
+    if (mask != kNoValue) inputs.push_back(mask);
+  }
+  return emit(OpKind::kLayerNormGradX, std::move(inputs), forward);
+}
+
+ValueId Builder::layer_norm_grad_gamma(ValueId x, ValueId g, ValueId /*gamma*/, ValueId moments,
+                                       const OpAttrs& forward) {
+  std::vector<ValueId> inputs{x, g};
+  if (moments != kNoValue) inputs.push_back(moments);
+  return emit(OpKind::kLayerNormGradGamma, std::move(inputs), forward);
+}
+
+}  // namespace gnnrt::runtime

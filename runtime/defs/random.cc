@@ -34,13 +34,13 @@ void dropout(OpCheck& c) {
 
 template <typename T>
 double run_dropout(const Kernel<T>& run) {
-  ops::dropout_forward<T>(run.dropout_key(), run.attrs.alpha(), run.out_cols(), run.in_i64(1), run.in(0), run.out(),
+  ops::dropout_forward<T>(run.dropout_key(), run.attrs.dropout_p(), run.out_cols(), run.in_i64(1), run.in(0), run.out(),
                           run.out_u8(1));
   return 0;
 }
 
 void dropout_gradient(Gradient& d) {
-  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.dropout_grad(d.g, d.op.outputs[1], d.a.alpha()));
+  if (d.needs(d.op.inputs[0])) d.add(d.op.inputs[0], d.b.dropout_grad(d.g, d.op.outputs[1], d.a.dropout_p()));
 }
 
 void dropout_grad(OpCheck& c) {
@@ -54,7 +54,7 @@ void dropout_grad(OpCheck& c) {
 
 template <typename T>
 double run_dropout_grad(const Kernel<T>& run) {
-  ops::dropout_backward<T>(run.attrs.alpha(), run.in_u8(1), run.in(0), run.out());
+  ops::dropout_backward<T>(run.attrs.dropout_p(), run.in_u8(1), run.in(0), run.out());
   return 0;
 }
 
@@ -89,7 +89,7 @@ void sparse_dropout(OpCheck& c) {
 
 template <typename T>
 double run_sparse_dropout(const Kernel<T>& run) {
-  ops::sparse_dropout_forward<T, int32_t>(run.dropout_key(), run.attrs.alpha(), run.graph().by_dst, run.in_i64(1),
+  ops::sparse_dropout_forward<T, int32_t>(run.dropout_key(), run.attrs.dropout_p(), run.graph().by_dst, run.in_i64(1),
                                           run.in(0), run.out());
   return 0;
 }
@@ -105,3 +105,52 @@ void define_random(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+ValueId Builder::dropout(ValueId x, double p, uint64_t key, int32_t edges_of_graph, ValueId global_rows) {
+  constexpr OpKind k = OpKind::kDropout;
+  if (p == 0) return x;
+  OpAttrs a;
+  a.set_dropout_p(p);
+  a.set_random_stream(key);
+  std::vector<ValueId> inputs{x};
+  if (global_rows != kNoValue) {
+    inputs.push_back(global_rows);
+  } else if (partitioned()) {
+    inputs.push_back(edges_of_graph >= 0 ? graph_input(edges_of_graph, true)
+                                         : node_input(kNodeGlobalId, DType::kI64));
+  } else if (replicated()) {
+    // Local rows differ from one rank count to another; the mask must not.
+    fail(k, "a data-parallel program's dropout needs its rows' global ids");
+  }
+  // The second result, "<out>.keep" (a byte per element), is the mask for the backward.
+  return emit(k, std::move(inputs), a);
+}
+
+ValueId Builder::normal(ValueId global_rows, int64_t width, uint64_t key) {
+  OpAttrs a;
+  a.set_width(width);
+  a.set_random_stream(key);
+  return emit(OpKind::kNormal, {global_rows}, a);
+}
+
+ValueId Builder::sparse_dropout(int32_t matrix, ValueId values, double p, uint64_t key) {
+  constexpr OpKind k = OpKind::kSparseDropout;
+  OpAttrs a = graph_attrs(k, matrix);
+  if (p == 0) return values;
+  a.set_dropout_p(p);
+  a.set_random_stream(key);
+  std::vector<ValueId> inputs{values};
+  if (partitioned()) inputs.push_back(node_input(kNodeGlobalId, DType::kI64));
+  return emit(k, std::move(inputs), a);
+}
+
+ValueId Builder::dropout_grad(ValueId g, ValueId keep, double p) {
+  OpAttrs a;
+  a.set_dropout_p(p);
+  return emit(OpKind::kDropoutGrad, {g, keep}, a);
+}
+
+}  // namespace gnnrt::runtime

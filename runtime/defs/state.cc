@@ -59,7 +59,7 @@ double run_sgd_update(const Kernel<T>& run) {
 void accumulate(OpCheck& c) {
   c.operands(2, 2);
   c.dtype(0, DType::kF64, "metrics");
-  const uint64_t slot = c.attrs().key();
+  const uint64_t slot = c.attrs().metrics_slot();
   if (static_cast<int64_t>(slot) >= c.in(0).elements()) {
     c.fail(fmt::format("slot {} is outside metrics {}", slot, shape_string(c.shape(0))));
   }
@@ -70,7 +70,7 @@ void accumulate(OpCheck& c) {
 
 template <typename T>
 double run_accumulate(const Kernel<T>& run) {
-  run.inout_f64(0)[run.attrs.key()] += static_cast<double>(run.in(1)[0]);
+  run.inout_f64(0)[run.attrs.metrics_slot()] += static_cast<double>(run.in(1)[0]);
   return 0;
 }
 
@@ -78,7 +78,7 @@ double run_accumulate(const Kernel<T>& run) {
 void count_correct(OpCheck& c) {
   c.operands(4, 4);
   c.dtype(0, DType::kF64, "metrics");
-  const uint64_t slot = c.attrs().key();
+  const uint64_t slot = c.attrs().metrics_slot();
   if (static_cast<int64_t>(slot) + 1 >= c.in(0).elements()) {
     c.fail(fmt::format("slots {}..{} are outside metrics {}", slot, slot + 1, shape_string(c.shape(0))));
   }
@@ -90,8 +90,8 @@ double run_count_correct(const Kernel<T>& run) {
   const ops::CorrectCount c =
       ops::count_correct<T>(run.in(1), run.in_i64(2), run.in_u8(3), run.in_rows(1), run.in_cols(1));
   auto metrics = run.inout_f64(0);
-  metrics[run.attrs.key()] += static_cast<double>(c.correct);
-  metrics[run.attrs.key() + 1] += static_cast<double>(c.total);
+  metrics[run.attrs.metrics_slot()] += static_cast<double>(c.correct);
+  metrics[run.attrs.metrics_slot() + 1] += static_cast<double>(c.total);
   return 0;
 }
 
@@ -105,3 +105,29 @@ void define_state(OpTable& t) {
 }
 
 }  // namespace gnnrt::runtime::defs
+
+// The Builder's methods that emit this family's ops (runtime/builder.h).
+namespace gnnrt::runtime {
+
+void Builder::adam_update(ValueId param, ValueId grad, ValueId m, ValueId v, const OpAttrs& hyper) {
+  emit_op(OpKind::kAdamUpdate, {param, grad, m, v}, hyper);
+}
+
+void Builder::sgd_update(ValueId param, ValueId grad, ValueId buffer, const OpAttrs& hyper) {
+  emit_op(OpKind::kSgdUpdate, {param, grad, buffer}, hyper);
+}
+
+void Builder::accumulate(ValueId metrics, ValueId scalar, uint64_t slot) {
+  OpAttrs a;
+  a.set_metrics_slot(slot);
+  emit_op(OpKind::kAccumulate, {metrics, scalar}, a);
+}
+
+void Builder::count_correct(ValueId metrics, ValueId log_prob, ValueId labels, ValueId mask,
+                            uint64_t slot) {
+  OpAttrs a;
+  a.set_metrics_slot(slot);
+  emit_op(OpKind::kCountCorrect, {metrics, log_prob, labels, mask}, a);
+}
+
+}  // namespace gnnrt::runtime
