@@ -54,7 +54,7 @@ struct Dataset {
   double feature_density() const;
 };
 
-// The edge ids of the graph GCN and GAT aggregate over ("graph_self_loops":
+// The edge ids of the graph GCN and GAT aggregate over ("graph.self_loops":
 // the dataset's edges without its self loops, plus one loop per node),
 // numbered in destination order: node v's incoming edges in the dataset's
 // order, then v's loop. A destination's edges are then consecutive ids, so a

@@ -22,7 +22,7 @@ namespace gnnrt::model {
 namespace {
 
 namespace fs = std::filesystem;
-// 2: graph_self_loops numbered in destination order (model::self_loop_ids);
+// 2: the self-loop graph numbered in destination order (model::self_loop_ids);
 // a version-1 folder's self_loops_edge_id would draw other attention masks.
 constexpr const char* kFormat = "gnnrt-shards-2";
 constexpr const char* kManifest = "manifest.pbtxt";

@@ -3,7 +3,7 @@
 // A rank's local vertices are the vertices it masters plus the endpoints of
 // its edges, in ascending global id. It holds:
 //   - its edges of the dataset's graph ("graph") and of the graph with one
-//     self loop per vertex ("graph_self_loops": the dataset's edges without
+//     self loop per vertex ("graph.self_loops": the dataset's edges without
 //     self loops and one loop per vertex, numbered in destination order as
 //     model::self_loop_ids gives, each loop on its vertex's master), in
 //     local ids, in ascending global edge id, with those global ids (GCN/GAT

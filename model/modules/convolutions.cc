@@ -1,4 +1,6 @@
-// Module kinds: convolutions over an edge set (GIN, SAGE, GCN, GAT).
+// Module kinds: convolutions over an edge set (GIN, SAGE, GCN, GAT), the
+// one definition of each: the layer chain (network.cc) builds its layers
+// through them too.
 #include <fmt/format.h>
 
 #include "model/modules/kinds.h"
@@ -6,7 +8,11 @@
 namespace gnnrt::model::kinds {
 namespace {
 
-// GINConv: nn((1 + eps) x_dst + sum_{j -> i} x_src[j]).
+// GINConv: nn((1 + eps) x_dst + sum_{j -> i} x_src[j]). eps is a
+// parameter with train_eps, else a buffer (PyG's), declared first either
+// way (parameters are drawn by their index). With sparse features the
+// first linear map runs before the sum:
+// W((1 + eps) x_i + sum x_j) = (1 + eps) W x_i + sum W x_j.
 Port gin(ModuleContext& c) {
   const auto& m = c.module.gin();
   const EdgeInputs in = edge_inputs(c, m.edges());
@@ -15,31 +21,54 @@ Port gin(ModuleContext& c) {
   }
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
   const int64_t hidden = m.hidden() > 0 ? m.hidden() : out;
-  const ValueId agg = c.b.aggregate(ops::Reduce::kSum, c.graph(in.edges), in.src.value);
-  ValueId eps = runtime::kNoValue;  // a parameter with train_eps, else a buffer (PyG's)
+  ValueId eps = runtime::kNoValue;
   if (m.train_eps()) {
     eps = c.param("eps", {1}, ParamDecl::Init::kConstant, 1, 1, m.eps());
   } else {
     c.buffer("eps", {static_cast<float>(m.eps())});
   }
   const int64_t rows = c.shape.node_rows[static_cast<size_t>(in.dst.set)];
-  ValueId h = c.b.add(gin_self_term(c.b, in.dst.value, rows, m.eps(), eps), agg);
-  h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
+  const auto self = [&](ValueId v) { return gin_self_term(c.b, v, rows, m.eps(), eps); };
+  const int32_t g = c.graph(in.edges);
+  ValueId h;
+  if (in.src.sparse()) {
+    const ValueId y = c.project(in.src, c.param("nn.0.weight", {hidden, width}, Init::kTorchLinear, width, hidden));
+    h = c.b.add(self(y), c.b.aggregate(ops::Reduce::kSum, g, y));
+    h = c.b.relu(c.b.bias_add(h, c.param("nn.0.bias", {hidden}, Init::kTorchLinear, width, hidden)));
+  } else {
+    const ValueId agg = c.b.aggregate(ops::Reduce::kSum, g, in.src.value);
+    h = c.b.add(self(in.dst.value), agg);
+    h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
+  }
   return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.linear("nn.2", h, hidden, out, true)));
 }
 
 // SAGEConv: lin_l(aggr_{j -> i} x_src[j]) + lin_r(x_dst), lin_r without bias.
+// With sparse features the linear map runs first: lin_l(mean(x)) =
+// mean(lin_l(x)) for a linear aggregation (what the compiler's reordering
+// does to the dense form when the layer narrows).
 Port sage(ModuleContext& c) {
   const auto& m = c.module.sage();
   const EdgeInputs in = edge_inputs(c, m.edges());
   const int64_t out = positive(c, m.out(), "out");
-  const ValueId agg =
-      c.b.aggregate(reduce_named(proto::SageModule::Aggr_Name(m.aggr())), c.graph(in.edges), in.src.value);
-  const ValueId h = c.linear("lin_l", agg, in.src.width, out, true);
-  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false))));
+  const ops::Reduce reduce = reduce_named(proto::SageModule::Aggr_Name(m.aggr()));
+  const int64_t width = in.src.width;
+  ValueId h;
+  if (in.src.sparse()) {
+    const ValueId lin_l = c.param("lin_l.weight", {out, width}, Init::kTorchLinear, width, out);
+    h = c.b.aggregate(reduce, c.graph(in.edges), c.project(in.src, lin_l));
+    h = c.b.bias_add(h, c.param("lin_l.bias", {out}, Init::kTorchLinear, width, out));
+    h = c.b.add(h, c.project(in.dst, c.param("lin_r.weight", {out, width}, Init::kTorchLinear, width, out)));
+  } else {
+    const ValueId agg = c.b.aggregate(reduce, c.graph(in.edges), in.src.value);
+    h = c.linear("lin_l", agg, width, out, true);
+    h = c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false));
+  }
+  return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, h));
 }
 
-// GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph.
+// GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph (lin
+// first, as PyG writes it; the compiler moves the matmul to the narrower side).
 Port gcn(ModuleContext& c) {
   const auto& m = c.module.gcn();
   const EdgeInputs in = edge_inputs(c, m.edges());
@@ -49,8 +78,8 @@ Port gcn(ModuleContext& c) {
   }
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
   const int32_t g = c.self_loop_graph(in.edges);
-  ValueId h = c.b.linear(in.src.value, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
-  h = c.b.aggregate(ops::Reduce::kSum, g, h, c.b.gcn_norm(g));
+  ValueId h = c.project(in.src, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
+  h = c.b.aggregate(ops::Reduce::kSum, g, h, c.gcn_norm(g));
   if (m.bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kZeros, width, out));
   return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, h));
 }
@@ -68,8 +97,8 @@ Port gat(ModuleContext& c) {
   const bool bipartite = info.source != info.destination;
   const int64_t hc = heads * channels;
   const int32_t g = bipartite ? c.graph(in.edges) : c.self_loop_graph(in.edges);
-  const ValueId h_src = c.b.linear(
-      in.src.value, c.param("lin_src.weight", {hc, in.src.width}, Init::kGlorot, in.src.width, hc));
+  const ValueId h_src =
+      c.project(in.src, c.param("lin_src.weight", {hc, in.src.width}, Init::kGlorot, in.src.width, hc));
   const ValueId h_dst = bipartite ? c.b.linear(in.dst.value, c.param("lin_dst.weight", {hc, in.dst.width},
                                                                       Init::kGlorot, in.dst.width, hc))
                                   : h_src;

@@ -12,7 +12,7 @@ Port linear(ModuleContext& c) {
   // nn.Linear's keys are the module's own: "<name>.weight".
   const bool xavier = c.module.linear().xavier();
   const ValueId w = c.param("weight", {out, x.width}, xavier ? Init::kGlorot : Init::kTorchLinear, x.width, out);
-  ValueId h = c.b.linear(x.value, w);
+  ValueId h = c.project(x, w);
   if (c.module.linear().bias()) {
     h = c.b.bias_add(h, c.param("bias", {out}, xavier ? Init::kZeros : Init::kTorchLinear, x.width, out));
   }
@@ -66,6 +66,12 @@ Port dropout(ModuleContext& c) {
   const double p = c.module.dropout().p();
   if (!(p >= 0 && p < 1)) c.fail(fmt::format("p = {} is not in [0, 1)", p));
   if (!c.training) return x;
+  if (x.sparse()) {
+    // Sparse features: their stored values drop out.
+    Port out = x;
+    out.sparse_values = c.b.sparse_dropout(x.sparse_pattern, x.sparse_values, p, c.key);
+    return out;
+  }
   return with(x, x.width, c.b.dropout(x.value, p, c.key, -1, c.row_ids(x)));
 }
 
@@ -73,11 +79,15 @@ Port layer_norm(ModuleContext& c) {
   const Port x = one_input(c);
   const auto& m = c.module.layer_norm();
   if (!(m.eps() > 0)) c.fail(fmt::format("eps = {} must be > 0", m.eps()));
+  // GRAPH mode's statistics span every row: an unpadded graph's only.
+  const bool per_node = m.mode() == proto::LayerNormModule::NODE;
+  if (!per_node && c.shape.padded) c.fail("mode GRAPH normalises over a whole graph; batches of graphs take NODE");
+  if (!per_node && !m.affine()) c.fail("mode GRAPH is affine (weight and bias)");
   // Per row: padded rows never reach a real row's statistics.
   if (!m.affine()) return with(x, x.width, plain_norm(c, x.value, x.width, m.eps()));
   const ValueId gamma = c.param("weight", {x.width}, Init::kOnes, x.width, x.width);
   const ValueId beta = c.param("bias", {x.width}, Init::kZeros, x.width, x.width);
-  return with(x, x.width, c.b.layer_norm(x.value, gamma, beta, /*per_node=*/true, m.eps()));
+  return with(x, x.width, c.b.layer_norm(x.value, gamma, beta, per_node, m.eps()));
 }
 
 Port add(ModuleContext& c) {

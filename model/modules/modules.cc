@@ -45,6 +45,8 @@ Port one_input(ModuleContext& c) {
 Port with(Port p, int64_t width, ValueId v) {
   p.width = width;
   p.value = v;
+  p.sparse_pattern = -1;  // a computed value is dense
+  p.sparse_values = runtime::kNoValue;
   return p;
 }
 
@@ -194,6 +196,16 @@ ValueId ModuleContext::linear(const std::string& prefix, ValueId x, int64_t in, 
   return h;
 }
 
+ValueId ModuleContext::project(const Port& x, ValueId weight) {
+  return x.sparse() ? b.sparse_linear(x.sparse_pattern, x.sparse_values, weight) : b.linear(x.value, weight);
+}
+
+ValueId ModuleContext::gcn_norm(int32_t g) {
+  auto [it, fresh] = declared_.gcn_norms.try_emplace(g, runtime::kNoValue);
+  if (fresh) it->second = b.gcn_norm(g);
+  return it->second;
+}
+
 int32_t ModuleContext::graph(int e) {
   const auto& info = schema.edge_sets[e];
   int32_t id;
@@ -214,9 +226,10 @@ int32_t ModuleContext::self_loop_graph(int e) {
   const auto& info = schema.edge_sets[e];
   const int64_t rows = shape.node_rows[info.source];
   int32_t id;
-  // Capacity: every edge slot and one loop a row (the slots of dropped
-  // loops and padding are sink loops).
-  find_or_declare_graph(b, self_loop_graph_name(info.name), rows, rows, shape.edge_rows[e] + rows, id);
+  // Padded, its capacity: every edge slot and one loop a row (the slots of
+  // dropped loops and padding are sink loops).
+  const int64_t edges = shape.padded ? shape.edge_rows[e] + rows : shape.self_loop_edges.at(static_cast<size_t>(e));
+  find_or_declare_graph(b, self_loop_graph_name(info.name), rows, rows, edges, id);
   return id;
 }
 
@@ -257,11 +270,13 @@ int ModuleContext::node_set(const std::string& name) {
 Port ModuleContext::nodes(int set, int64_t width, ValueId v) const { return Port{Domain::kNodes, set, width, v, ""}; }
 
 ValueId ModuleContext::zero_padding(int set, ValueId v) {
+  if (!shape.padded) return v;
   const ValueId real = b.input_once(real_rows_name(schema.node_sets[set].name), DType::kI64, {shape.node_rows[set]});
   return b.divide_rows(v, real);
 }
 
 ValueId ModuleContext::row_ids(const Port& p) {
+  if (!shape.padded) return runtime::kNoValue;
   switch (p.domain) {
     case Domain::kNodes:
       return b.input_once(global_id_name(schema.node_sets[p.set].name), DType::kI64, {shape.node_rows[p.set]});
@@ -274,6 +289,7 @@ ValueId ModuleContext::row_ids(const Port& p) {
 }
 
 ValueId ModuleContext::edge_ids(int32_t g) {
+  if (!shape.padded) return runtime::kNoValue;
   const runtime::GraphInfo& info = b.program().graphs.at(static_cast<size_t>(g));
   return b.input_once(runtime::edge_id_name(info.name), DType::kI64, {info.num_edges});
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,16 @@ struct Schema {
 // node_rows[s] rows (the last one the sink every padded edge points at),
 // edge set e edge_rows[e] edges, graph_rows graphs (the last the sink graph
 // of padded nodes).
+//
+// Unpadded (the layer chain's one graph, whole or a rank's shard): every
+// row is real, so no row is zeroed and no global-id input is read (the
+// Builder keys dropout by local rows, or by a shard's global ids), and
+// self_loop_edges gives each edge set's self-loop graph its exact size.
 struct BucketShape {
   std::vector<int64_t> node_rows, edge_rows;
   int64_t graph_rows = 0;
+  bool padded = true;
+  std::vector<int64_t> self_loop_edges;  // unpadded: per edge set
   bool operator==(const BucketShape&) const = default;
 };
 
@@ -76,6 +84,14 @@ struct Port {
   int64_t width = 0;
   runtime::ValueId value = runtime::kNoValue;
   std::string name;  // what the model calls it
+  // Sparse features (the layer chain's first layer, dataset.features
+  // SPARSE): the pattern as a graph from `width` columns to the rows, and
+  // its stored values; `value` is then none. Kinds that take it project it
+  // (ModuleContext::project) or drop it out; model/job.h's
+  // sparse_features_unsupported refuses the rest.
+  int32_t sparse_pattern = -1;
+  runtime::ValueId sparse_values = runtime::kNoValue;
+  bool sparse() const { return sparse_pattern >= 0; }
 };
 
 // The same rows (domain and set) and width: operands of an elementwise op.
@@ -94,6 +110,7 @@ struct DeclaredParams {
   std::vector<std::string> scopes;
   std::vector<ParamAlias> aliases;
   std::vector<Buffer> buffers;
+  std::map<int32_t, runtime::ValueId> gcn_norms;  // by graph: built once per program
 };
 
 class ModuleContext {
@@ -123,6 +140,11 @@ class ModuleContext {
   void alias(const std::string& key_suffix, const std::string& param_suffix);
   // torch.nn.Linear "<module>.<prefix>.weight" / ".bias" applied to x.
   runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);
+  // x · weightᵀ, x dense or sparse.
+  runtime::ValueId project(const Port& x, runtime::ValueId weight);
+  // GCN's D^-1/2 (A + I) D^-1/2 edge weights of a self-loop graph, built
+  // once per program (the same graph gives the same weights).
+  runtime::ValueId gcn_norm(int32_t graph);
   int32_t graph(int edge_set);             // the edge set's adjacency
   int32_t reversed_graph(int edge_set);    // its edges reversed, same ids
   // A homogeneous edge set without its self loops, plus one loop per row
@@ -135,9 +157,11 @@ class ModuleContext {
   Port nodes(int set, int64_t width, runtime::ValueId v) const;
   // v [rows of node set `set`, F] with its padded rows zeroed (real rows
   // keep their bits: x / 1): a convolution's output, so the sink row, which
-  // every padded edge feeds, cannot grow layer after layer to Inf.
+  // every padded edge feeds, cannot grow layer after layer to Inf. v itself
+  // when unpadded.
   runtime::ValueId zero_padding(int set, runtime::ValueId v);
-  // The global ids of p's rows (global_id_name), and of a graph's edges.
+  // The global ids of p's rows (global_id_name), and of a graph's edges;
+  // none when unpadded (the Builder's own keys, BucketShape).
   runtime::ValueId row_ids(const Port& p);
   runtime::ValueId edge_ids(int32_t graph);
   std::string describe(const Port& p) const;  // "'atom.x' (rows of node set 'atom', width 16)"

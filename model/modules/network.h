@@ -1,8 +1,10 @@
-// The network a job describes, written as runtime Programs through the
-// Builder: layers with PyG's default semantics (GCNConv, SAGEConv, GATConv,
-// GINConv, Linear, LayerNorm, Dropout, ReLU, ELU) and the loss. Layers ask the Builder
-// for aggregations and never call kernels, so the compiler chooses fusion
-// and operation order, and the multi-core runtime can put its halo
+// The layer chain a job describes (model.layer), written as runtime
+// Programs: each layer is translated into the module kind that defines it
+// (modules.h; GCNConv, SAGEConv, GATConv, GINConv, Linear, LayerNorm,
+// Dropout, ReLU, ELU with PyG's default semantics) over one unpadded node
+// set and its graph, then the chain's loss and metrics. Layers ask the
+// Builder for aggregations and never call kernels, so the compiler chooses
+// fusion and operation order, and the multi-core runtime can put its halo
 // exchange after each aggregation.
 //
 // Two programs per job, over the same parameters (PyG names:
@@ -16,7 +18,7 @@
 // the features' pattern, entry e at row dst(e) and column src(e), and its
 // stored values "x.values" [nnz] f32), "y" [N] i64, "train_mask"/"val_mask"/"test_mask"
 // [N] bool ("y_onehot" [N, C] f32 for the mse loss). Graphs: "graph" (the
-// dataset's edges) and "graph_self_loops" (self loops removed, one added
+// dataset's edges) and "graph.self_loops" (self loops removed, one added
 // per node, as GCNConv and GATConv do; numbered in destination order,
 // model::self_loop_ids). State: "metrics" [8] f64.
 // Partitioned programs also read the inputs runtime/builder.h lists (global
@@ -37,7 +39,7 @@
 namespace gnnrt::model {
 
 inline constexpr const char* kGraph = "graph";
-inline constexpr const char* kGraphSelfLoops = "graph_self_loops";
+inline constexpr const char* kGraphSelfLoops = "graph.self_loops";  // modules.h's self_loop_graph_name(kGraph)
 inline constexpr const char* kFeatures = "x";               // dense input, or the sparse pattern
 inline constexpr const char* kFeatureValues = "x.values";  // sparse: the stored values
 inline constexpr const char* kMetrics = "metrics";
