@@ -536,7 +536,7 @@ int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_
     // Registered first, so that even a start-up error reaches the launcher
     // (bad input: not restarted).
     control = gnnrt::launch::ControlClient::from_environment(comm->rank(), comm->size());
-    // The job's own fields are compared once it is resolved (the trainers'
+    // The job's own fields are compared once it is resolved (the step loop's
     // check_same_job); --threads is not compared: results are bitwise the
     // same on any thread count, and its default differs from host to host.
     configure_collectives(*comm, train, {"job", "--dataset", "--set", "--partition", "--shards", "--halo", "--threads"},

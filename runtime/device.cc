@@ -46,7 +46,7 @@ OpCost op_cost(const Program& p, const Op& op) {
     c.bytes += 8 * edges;
     c.flops = std::max(out, edges);
   }
-  // The op's own estimate where the generic one is wrong for it (op_defs.cc).
+  // The op's own estimate where the generic one is wrong for it (runtime/defs/<family>.cc).
   if (const auto cost = op_def(op.kind).cost) cost(p, op, c);
   return c;
 }

@@ -52,14 +52,14 @@ struct GraphInfo {
 // Every op the core runs: forward ops, then the backward-only ops the
 // autodiff emits, then collectives, then ops with side effects on persistent
 // state. Operands in brackets are optional (kNoValue when absent); each op's
-// row in op_defs.cc holds its shape rule and flags, and the Builder's
-// method of the same name documents it.
+// row in its family's runtime/defs/<family>.cc holds its shape rule and
+// flags, and the Builder's method of the same name documents it.
 #define GNNRT_FOR_EACH_OP(X)                                                            \
   X(kFill, "fill")                        /* () -> constant */                          \
   X(kMatMul, "matmul")                    /* (a, b) */                                  \
   X(kAdd, "add")                          /* (a, b) */                                  \
   X(kMul, "mul")                          /* (a, b) elementwise */                      \
-  X(kScale, "scale")                      /* (x) * alpha */                             \
+  X(kScale, "scale")                      /* (x) * factor */                            \
   X(kBiasAdd, "bias_add")                 /* (x, bias) */                               \
   X(kRelu, "relu")                                                                      \
   X(kLeakyRelu, "leaky_relu")                                                           \

@@ -102,8 +102,9 @@ inline bool same_rows_and_width(const Port& a, const Port& b) {
 // The scope of a module's parameters: `params`, else its name.
 inline const std::string& param_scope(const proto::Module& m) { return m.params().empty() ? m.name() : m.params(); }
 
-// What the modules built so far declared: parameters with their ids and
-// the scope (param_scope) that made each, and aliases.
+// What the modules of one program built so far declared: parameters with
+// their ids and the scope (param_scope) that made each, aliases, buffers,
+// and the values built once per program (GCN's normalisation by graph).
 struct DeclaredParams {
   std::vector<ParamDecl> params;
   std::vector<runtime::ValueId> ids;

@@ -141,8 +141,8 @@ proto::CheckpointState load_checkpoint(const std::filesystem::path& path) {
   return state;
 }
 
-std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t epoch) {
-  return dir / fmt::format("{}{:08}{}", kPrefix, epoch, kSuffix);
+std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step) {
+  return dir / fmt::format("{}{:08}{}", kPrefix, step, kSuffix);
 }
 
 std::vector<std::string> save_to_checkpoint_dir(const std::filesystem::path& dir, const proto::CheckpointState& state,

@@ -35,8 +35,8 @@ void save_checkpoint(const std::filesystem::path& path, const proto::CheckpointS
                      double spread_seconds = 0);
 proto::CheckpointState load_checkpoint(const std::filesystem::path& path);
 
-// dir/ckpt-<epoch, 8 digits>.ckpt
-std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t epoch);
+// dir/ckpt-<step, 8 digits>.ckpt
+std::filesystem::path checkpoint_path(const std::filesystem::path& dir, int64_t step);
 
 // Writes the state into `dir` as ckpt-<step>.ckpt (the optimizer steps
 // taken: checkpoints may fall mid-epoch; a full-graph job's step is its

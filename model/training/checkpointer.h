@@ -54,8 +54,8 @@ class Checkpointer {
 
   // Rank 0 writes the core's tensors `names` with the epochs completed and
   // the global step (atomically; the newest checkpoint.keep stay); `more`
-  // sets the caller's own fields of the state (the full-batch trainer's best
-  // epoch). An agreed step: an error on every rank when rank 0's write fails.
+  // sets the caller's own fields of the state (the step loop's best epoch
+  // where the source validates). An agreed step: an error on every rank when rank 0's write fails.
   void write(const runtime::Core& core, const std::set<std::string>& names, int64_t epoch, int64_t step,
              const std::function<void(proto::CheckpointState&)>& more = {}) const;
 
@@ -79,8 +79,8 @@ class MetricsSink {
   MetricsSink() = default;
   MetricsSink(const std::filesystem::path& path, int64_t resumed_epoch);
   // Epoch m's record, one JSON line (docs/file-formats.md): the fields
-  // every trainer writes (epoch, loss, lr, its times, compiles and cache
-  // hits so far, the ranks), then the trainer's own in `extra`. Throws
+  // every batch source has (epoch, loss, lr, its times, compiles and cache
+  // hits so far, the ranks), then the source's own in `extra`. Throws
   // std::runtime_error "cannot write --metrics FILE: why", the file as it was.
   void write(const EpochMetrics& m, const runtime::Counters& counters, int ranks, const nlohmann::json& extra);
   bool open() const { return file_ != nullptr; }

@@ -1,4 +1,4 @@
-// What the trainer needs beyond one core to run one rank of a partitioned
+// What the step loop needs beyond one core to run one rank of a partitioned
 // job: the agreement of every rank on each step that can fail on some ranks
 // only (so no rank waits for one that has left), binding a shard to a core,
 // and the checks that ranks run the same programs and keep the same

@@ -58,8 +58,9 @@ struct TrainOptions : CoreSettings, StateDictIn {
   bool progress = true;                // log one line per epoch (rank 0)
   // Called after every epoch (on every rank), e.g. for a launcher's progress.
   std::function<void(const struct EpochMetrics&)> on_epoch;
-  // Batch jobs: called after a step (on every rank) when half a second has
-  // passed since the last call, with the epochs done and the global step.
+  // Epochs of several steps (batch jobs): called after a step (on every
+  // rank) when half a second has passed since the last call, with the
+  // epochs done and the global step.
   std::function<void(int64_t epochs_done, int64_t step)> on_step;
   // Rank 0's lines for the user beyond its log (a checkpoint set aside, a
   // resume that found none): under `gnnrt launch`, the launcher's console

@@ -47,6 +47,7 @@ class StepLoop {
   bool writer() const { return rank_ == 0; }
 
   void init_parameters();
+  void read_parameters();
   bool resume();
   EpochMetrics epoch(int64_t e, nlohmann::json& extra);
   int64_t run_steps(int64_t e, int64_t done, double epoch_lr);
@@ -78,23 +79,28 @@ class StepLoop {
 // Drawn, or --params-in's (read by rank 0); either way rank 0's go to
 // every rank, so the ranks start from the same bits.
 void StepLoop::init_parameters() {
+  if (options_.params_in.empty()) {
+    initialize_parameters(core_, model_.params, job_.seed());
+  } else {
+    read_parameters();
+  }
+  if (options_.corrupt_after_epoch == 0) flip_first_parameter_bit(core_, model_.params, rank_);
+  if (!many_) return;
+  for (const ParamDecl& p : model_.params) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+}
+
+// --params-in, read by rank 0 (an agreed step); the other ranks hold
+// zeros until the broadcast.
+void StepLoop::read_parameters() {
   step("reading --params-in", [&] {
-    if (options_.params_in.empty()) {
-      initialize_parameters(core_, model_.params, job_.seed());
-      return;
-    }
     if (!writer()) return;
     load_state_dict(core_, model_.params, model_.aliases, model_.buffers, options_.params_in,
                     !options_.params_non_strict, options_.params_scope);
     // Non-strict or scoped: the keys not loaded start fresh.
     initialize_missing_parameters(core_, model_.params, job_.seed());
   });
-  if (!options_.params_in.empty() && !writer()) {
-    for (const ParamDecl& p : model_.params) core_.memory().put(p.name, Tensor(DType::kF32, p.shape));
-  }
-  if (options_.corrupt_after_epoch == 0) flip_first_parameter_bit(core_, model_.params, rank_);
-  if (!many_) return;
-  for (const ParamDecl& p : model_.params) comm_->broadcast<float>(core_.memory().at(p.name).values<float>(), 0);
+  if (writer()) return;
+  for (const ParamDecl& p : model_.params) core_.memory().put(p.name, Tensor(DType::kF32, p.shape));
 }
 
 bool StepLoop::resume() {
@@ -147,7 +153,8 @@ int64_t StepLoop::run_steps(int64_t e, int64_t done, double epoch_lr) {
     core_.run(program, {.step = ++step_, .lr = lr, .seed = job_.seed()});
     ++steps;
     if (slow_step_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slow_step_));
-    if (options_.on_step && ms_since(last_step_report_) >= 500) {
+    // Reports within an epoch, where an epoch has several steps.
+    if (per_epoch_ > 1 && options_.on_step && ms_since(last_step_report_) >= 500) {
       options_.on_step(e, step_);  // e epochs done
       last_step_report_ = std::chrono::steady_clock::now();
     }
@@ -269,15 +276,15 @@ TrainResult StepLoop::run() {
   TrainResult result;
   result.ranks = ranks_;
   // Output files may name folders that do not exist yet.
+  if (!options_.logits_out.empty() && !source_.writes_logits()) {
+    throw std::invalid_argument("--logits-out is for full-graph jobs; a batch job's outputs come from gnnrt infer");
+  }
   for (const auto* path : {&options_.metrics_path, &options_.logits_out, &options_.trace_path}) {
     if (!path->empty() && path->has_parent_path()) std::filesystem::create_directories(path->parent_path());
   }
   // Ranks started with different jobs (another --set on some) stop here,
   // before anything is read, with the fields and ranks named.
   if (many_) check_same_job(*comm_, job_);
-  if (!options_.logits_out.empty() && !source_.writes_logits()) {
-    throw std::invalid_argument("--logits-out is for full-graph jobs; a batch job's outputs come from gnnrt infer");
-  }
   model_ = source_.load(core_);
   per_epoch_ = source_.steps_per_epoch();
   epochs_ = job_.schedule().epochs();
@@ -295,11 +302,12 @@ TrainResult StepLoop::run() {
   for (int64_t e = start_epoch_; e < epochs_; ++e) {
     nlohmann::json extra;
     const EpochMetrics m = epoch(e, extra);
+    // Diverged ranks first: their loss may be the NaN.
+    check_parameters(m.epoch);
     if (!std::isfinite(m.loss)) {
       throw std::runtime_error(fmt::format(
           "the loss became {} at epoch {}; rerun with --debug to find the op that made it", m.loss, m.epoch));
     }
-    check_parameters(m.epoch);
     if (source_.keeps_best() && (m.val_acc > best_val_ || !source_.has_validation())) {
       best_val_ = m.val_acc;
       best_test_ = m.test_acc;
@@ -311,9 +319,11 @@ TrainResult StepLoop::run() {
     if (options_.progress && writer()) {
       spdlog::info("epoch {:>4}/{} {}", m.epoch, epochs_, source_.progress(m, core_.counters()));
     }
-    step("writing --metrics", [&] {
-      if (metrics_out.open()) metrics_out.write(m, core_.counters(), ranks_, extra);
-    });
+    if (!options_.metrics_path.empty()) {
+      step("writing --metrics", [&] {
+        if (metrics_out.open()) metrics_out.write(m, core_.counters(), ranks_, extra);
+      });
+    }
     if (options_.on_epoch) options_.on_epoch(m);
     const int every = job_.checkpoint().every();
     const int every_steps = job_.checkpoint().every_steps();

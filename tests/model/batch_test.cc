@@ -243,6 +243,15 @@ TEST_F(Batch, CompilesEqualBucketsUsedAndASecondRunCompilesNothing) {
   EXPECT_EQ(train(job, options_).counters.compiles, 0);
 }
 
+// A batch job's outputs come from gnnrt infer: --logits-out is refused
+// before anything is read or made.
+TEST_F(Batch, LogitsOutIsRefusedForABatchJob) {
+  options_.logits_out = dir_ / "out" / "logits.npy";
+  EXPECT_THAT([&] { train(molecules_job(), options_); },
+              testing::ThrowsMessage<std::invalid_argument>(HasSubstr("--logits-out is for full-graph jobs")));
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
 // The synthetic target depends on structure (rings, bonds between atoms of
 // equal type): GIN learns it; an MLP over the pooled atom features (the
 // type counts, all a structure-blind model sees) trained alike does not.
@@ -563,6 +572,9 @@ TEST(BatchModels, BadModelsAreRefusedNamingTheModule) {
   EXPECT_THAT(model_error(R"pb(module { name: "m" input: "c.x" linear { out: 2 } }
                                loss_term { input: "m" })pb"),
               HasSubstr("model.module 'm': input 'c.x' is provided by no node set, edge set or module"));
+  EXPECT_THAT(model_error(R"pb(module { name: "n" input: "a.x" layer_norm { mode: GRAPH } }
+                               loss_term { input: "n" })pb"),
+              HasSubstr("model.module 'n' (layer_norm): mode GRAPH normalises over a whole graph"));
   EXPECT_THAT(model_error(R"pb(module { name: "p" input: "q" relu {} }
                                module { name: "q" input: "p" relu {} }
                                loss_term { input: "p" })pb"),

@@ -131,6 +131,41 @@ std::vector<std::string> file_names(const fs::path& dir) {
   return names;
 }
 
+// A stop request ends the run after that epoch with its checkpoint and no
+// --params-out or --logits-out (those are the finished run's); the resumed
+// run then ends with the parameters of a run that was never stopped.
+TEST_F(Trainer, AStoppedRunCheckpointsAndLeavesTheOutputsToTheRunThatFinishes) {
+  proto::Job job = small_job();
+  apply_override(job, "checkpoint.dir=" + (dir_ / "once").string());
+  options_.params_out = dir_ / "once_params";
+  train(job, options_);
+
+  apply_override(job, "checkpoint.dir=" + (dir_ / "stopped").string());
+  options_.params_out = dir_ / "params";
+  options_.logits_out = dir_ / "logits.npy";
+  int polls = 0;
+  options_.stop_requested = [&] { return ++polls == 2; };  // asked during epoch 2
+  const TrainResult stopped = train(job, options_);
+  EXPECT_TRUE(stopped.stopped);
+  EXPECT_EQ(stopped.epochs.size(), 2u);
+  EXPECT_FALSE(fs::exists(options_.params_out));
+  EXPECT_FALSE(fs::exists(options_.logits_out));
+  EXPECT_EQ(file_names(dir_ / "stopped"), std::vector<std::string>{"ckpt-00000002.ckpt"});
+
+  options_.stop_requested = {};
+  const TrainResult rest = train(job, options_);
+  EXPECT_FALSE(rest.stopped);
+  EXPECT_EQ(rest.start_epoch, 2);
+  EXPECT_TRUE(fs::exists(options_.logits_out));
+  for (const char* key : {"conv1.lin.weight", "conv1.bias", "conv2.lin.weight", "conv2.bias"}) {
+    const Tensor once = read_npy(dir_ / "once_params" / (std::string(key) + ".npy"));
+    const Tensor resumed = read_npy(options_.params_out / (std::string(key) + ".npy"));
+    const auto a = once.values<float>();
+    const auto b = resumed.values<float>();
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << key;
+  }
+}
+
 // What the default logger writes while this lives.
 class CapturedLog {
  public:
