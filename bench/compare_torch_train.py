@@ -140,9 +140,10 @@ def worker(job):
     torch.set_num_threads(job["threads"])
     sys.path.insert(0, str(REPO / "tests" / "reference"))
     import gnn_reference as ref
+    import gnn_jobs as jobs
 
     spec = MODELS[job["model_key"]]
-    g = ref.load_dataset(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]])
+    g = jobs.load_dataset(Path(job["datasets_root"]) / DATASET_FOLDERS[job["dataset"]])
     # "off": p = 0 everywhere. build_model's dropout also sets the input
     # dropout (input_dropout=None follows it) and GAT's attention dropout.
     p = spec["dropout"] if job["dropout"] == "on" else 0.0
@@ -159,9 +160,9 @@ def worker(job):
             raise SystemExit("compare_torch_train: dropout off, but train mode differs from eval")
     opt = ref.make_optimizer("adam", model.parameters(), LR, WEIGHT_DECAY)
 
-    train_ms, reps_train = measure(lambda: ref.train_step(model, g, opt),
+    train_ms, reps_train = measure(lambda: jobs.train_step(model, g, opt),
                                    job["min_reps"], job["min_seconds"])
-    infer_ms, reps_infer = measure(lambda: ref.predict(model, g),
+    infer_ms, reps_infer = measure(lambda: jobs.predict(model, g),
                                    job["min_reps"], job["min_seconds"])
     return {"system": "torch", "model": spec["model"], "model_key": job["model_key"],
             "dataset": job["dataset"], "hidden": spec["hidden"], "heads": spec.get("heads", 1),

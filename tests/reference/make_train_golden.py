@@ -4,7 +4,7 @@ reference in gnn_reference.py (PyTorch 1.13, PyG 2.3 semantics).
 
 Each case is a gnnrt job (the model, optimizer and schedule of job.proto,
 as JSON with its field names) that the reference interprets itself
-(gnn_reference.JobModel): gnnrt's test builds the same job, loads the same
+(gnn_jobs.JobModel): gnnrt's test builds the same job, loads the same
 initial parameters and compares.
 
 Layout under --out (default tests/golden/train/):
@@ -61,6 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gnn_reference as ref  # noqa: E402
+import gnn_jobs as jobs  # noqa: E402
 
 NUM_NODES, NUM_FEATURES, NUM_CLASSES = 40, 12, 4
 UNDIRECTED_EDGES = 80  # 160 directed entries
@@ -193,7 +194,7 @@ def make_graph(seed: int = 0):
         m[ids] = True
         masks[name] = m
 
-    g = ref.Graph(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(edge_index),
+    g = jobs.Graph(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(edge_index),
                   **{k: torch.from_numpy(v) for k, v in masks.items()})
     check_graph(g, isolated, leaf)
     return g, {"isolated": isolated, "leaf": leaf}
@@ -212,14 +213,14 @@ def make_directed(g, seed=1):
     dst = np.concatenate([dst, loops, dst[dup]])
     order = rng.permutation(len(src))
     edge_index = torch.from_numpy(np.stack([src[order], dst[order]]).astype(np.int64))
-    return ref.Graph(g.x, g.y, edge_index, g.train_mask, g.val_mask, g.test_mask)
+    return jobs.Graph(g.x, g.y, edge_index, g.train_mask, g.val_mask, g.test_mask)
 
 
 def make_ties(g, seed=2):
     """graph with features in {-1, 0, 1}: tied maxima everywhere."""
     rng = np.random.default_rng(seed)
     x = torch.from_numpy(rng.integers(-1, 2, tuple(g.x.shape)).astype(np.float32))
-    return ref.Graph(x, g.y, g.edge_index, g.train_mask, g.val_mask, g.test_mask)
+    return jobs.Graph(x, g.y, g.edge_index, g.train_mask, g.val_mask, g.test_mask)
 
 
 def check_graph(g, isolated, leaf):
@@ -247,41 +248,41 @@ def write_case(root: Path, name: str, graphs):
                                               indent=1, sort_keys=True) + "\n")
     g64 = graphs[graph].to(torch.float64)
     if job.get("dataset", {}).get("normalize_features"):
-        g64 = ref.Graph(ref.normalize_features(g64.x), g64.y, g64.edge_index,
+        g64 = jobs.Graph(jobs.normalize_features(g64.x), g64.y, g64.edge_index,
                         g64.train_mask, g64.val_mask, g64.test_mask)
     torch.manual_seed(job["seed"])
-    model = ref.JobModel(job["model"], NUM_FEATURES, NUM_CLASSES)
+    model = jobs.JobModel(job["model"], NUM_FEATURES, NUM_CLASSES)
     model.context.seed = job["seed"]
-    ref.save_params(model, d / "params_init")
+    jobs.save_params(model, d / "params_init")
     model.double()
 
     model.train()
     model.context.step = 1
-    loss = ref.model_loss(model, g64)
+    loss = jobs.model_loss(model, g64)
     loss.backward()
-    grads = {k: p.grad for k, p in ref.named_params(model).items()}
-    ref.save_params(grads, d / "grads_init")
+    grads = {k: p.grad for k, p in jobs.named_params(model).items()}
+    jobs.save_params(grads, d / "grads_init")
     # Adam's first step moves each parameter by about lr * sign(g): a
     # gradient within float32 noise of 0 would make the golden fragile.
     opt_cfg = job["optimizer"]
     decay = opt_cfg.get("weight_decay", 5e-4) if opt_cfg["kind"] == "adam" else 0.0
     g_eff = torch.cat([(grads[k] + decay * p).flatten()
-                       for k, p in ref.named_params(model).items()]).abs()
+                       for k, p in jobs.named_params(model).items()]).abs()
     smallest = g_eff[g_eff > 0].min().item()
     model.zero_grad(set_to_none=True)
 
-    opt = ref.job_optimizer(opt_cfg, model.parameters())
-    lrs = ref.job_learning_rates(job, STEPS)
+    opt = jobs.job_optimizer(opt_cfg, model.parameters())
+    lrs = jobs.job_learning_rates(job, STEPS)
     losses = []
     for step in range(1, STEPS + 1):
         model.context.step = step
         opt.param_groups[0]["lr"] = lrs[step - 1]
-        losses.append(ref.train_step(model, g64, opt))
-    ref.save_params(model, d / "params_final")
-    ref.save_params(model.state_dict(), d / "state_dict")
+        losses.append(jobs.train_step(model, g64, opt))
+    jobs.save_params(model, d / "params_final")
+    jobs.save_params(model.state_dict(), d / "state_dict")
     np.save(d / "losses.npy", np.array(losses, dtype=np.float32))
     np.save(d / "lrs.npy", np.array(lrs, dtype=np.float64))
-    logits = ref.predict(model, g64)
+    logits = jobs.predict(model, g64)
     np.save(d / "logits.npy", logits.numpy().astype(np.float32))
     acc = (logits.argmax(1) == g64.y)[g64.test_mask].double().mean().item()
     return job, losses, smallest, acc
@@ -300,7 +301,7 @@ def main():
     graphs = {"graph": g, "graph_directed": make_directed(g), "graph_ties": make_ties(g)}
     for folder, graph in graphs.items():
         shutil.rmtree(args.out / folder, ignore_errors=True)
-        ref.save_dataset(graph, args.out / folder)
+        jobs.save_dataset(graph, args.out / folder)
     meta = dict(special, num_nodes=NUM_NODES, num_features=NUM_FEATURES,
                 num_classes=NUM_CLASSES, num_edges=int(g.edge_index.shape[1]), seed=0)
     (args.out / "graph_meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
