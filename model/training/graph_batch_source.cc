@@ -138,27 +138,25 @@ const runtime::CompiledProgram& GraphBatchSource::prepare(Core& core, int64_t ep
 nlohmann::json GraphBatchSource::summarize(std::span<const double> v, int64_t steps, const runtime::Counters&,
                                            EpochMetrics& m) const {
   const proto::Model& model = job_.model();
-  for (int i = 0; i < model.loss_term_size(); ++i) {
-    const auto slot = static_cast<size_t>(correct_slot(model, i));
-    if (model.loss_term(i).kind() == proto::LossTerm::CROSS_ENTROPY && v[slot + 1] > 0) {
-      m.train_acc = v[slot] / v[slot + 1];
-      break;
-    }
-  }
-  m.loss = steps > 0 ? v[0] / static_cast<double>(steps) : 0;
+  // The means of the epoch's batch losses.
+  const auto mean = [&](double sum) { return steps > 0 ? sum / static_cast<double>(steps) : 0.0; };
+  m.loss = mean(v[0]);
   nlohmann::json j{{"step", m.step},
                    {"buckets_used", used_.size()},
                    {"padding_rows_percent", padding_.rows_percent()},
                    {"padding_edges_percent", padding_.edges_percent()},
                    {"compile_ms", compile_ms_},
                    {"cache_load_ms", cache_load_ms_}};
+  bool first = true;  // the first cross-entropy term with real rows gives train_acc
   for (int i = 0; i < model.loss_term_size(); ++i) {
     const auto& t = model.loss_term(i);
-    j[fmt::format("loss_{}", t.input())] = steps > 0 ? v[1 + i] / static_cast<double>(steps) : 0;
+    j[fmt::format("loss_{}", t.input())] = mean(v[1 + i]);
     const auto slot = static_cast<size_t>(correct_slot(model, i));
-    if (t.kind() == proto::LossTerm::CROSS_ENTROPY && v[slot + 1] > 0) {
-      j[fmt::format("acc_{}", t.input())] = v[slot] / v[slot + 1];
-    }
+    if (t.kind() != proto::LossTerm::CROSS_ENTROPY || v[slot + 1] <= 0) continue;
+    const double acc = v[slot] / v[slot + 1];
+    j[fmt::format("acc_{}", t.input())] = acc;
+    if (first) m.train_acc = acc;
+    first = false;
   }
   return j;
 }
