@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "model/data/text_values.h"
+#include "model/data/spec_text.h"
 #include "ops/rng.h"
 
 namespace gnnrt::model {
@@ -24,12 +24,7 @@ namespace {
 // ---------------------------------------------------------------------------
 // Synthetic spec
 
-using Field = std::variant<int64_t SyntheticSpec::*, uint64_t SyntheticSpec::*, double SyntheticSpec::*>;
-struct SpecKey {
-  std::string_view name;
-  Field field;
-};
-constexpr std::array<SpecKey, 12> kSpecKeys = {{
+constexpr std::array<SpecKey<SyntheticSpec>, 12> kSpecKeys = {{
     {"nodes", &SyntheticSpec::nodes},
     {"classes", &SyntheticSpec::classes},
     {"avg_degree", &SyntheticSpec::avg_degree},
@@ -250,59 +245,13 @@ void split_nodes(const SyntheticSpec& s, const Planting& p, Dataset& d) {
 
 SyntheticSpec parse_synthetic_spec(std::string_view spec) {
   const std::string where = fmt::format("synthetic spec '{}'", spec);
-  constexpr std::string_view kPrefix = "synthetic";
-  if (!spec.starts_with(kPrefix) || (spec.size() > kPrefix.size() && spec[kPrefix.size()] != ':')) {
-    throw DatasetError(where, "expected synthetic or synthetic:key=value,...");
-  }
   SyntheticSpec s;
-  std::string_view rest = spec.substr(std::min(spec.size(), kPrefix.size() + 1));
-  std::vector<std::string_view> seen;
-  for (bool more = !rest.empty(); more;) {
-    const std::size_t comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
-    more = comma != std::string_view::npos;
-    if (more) rest.remove_prefix(comma + 1);
-    const std::size_t eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      throw DatasetError(where, fmt::format("'{}' is not key=value", item));
-    }
-    const std::string_view key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
-    const auto found = std::find_if(kSpecKeys.begin(), kSpecKeys.end(),
-                                    [&](const SpecKey& k) { return k.name == key; });
-    if (found == kSpecKeys.end()) {
-      std::vector<std::string_view> names;
-      for (const SpecKey& k : kSpecKeys) names.push_back(k.name);
-      throw DatasetError(where, fmt::format("unknown key '{}' (keys: {})", key, fmt::join(names, ", ")));
-    }
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-      throw DatasetError(where, fmt::format("key '{}' is given twice", key));
-    }
-    seen.push_back(key);
-    std::visit(
-        [&](auto member) {
-          using T = std::remove_reference_t<decltype(s.*member)>;
-          if (!parse_number(value, s.*member)) {
-            const std::string_view kind = std::is_floating_point_v<T> ? "a number"
-                                          : std::is_signed_v<T>       ? "an integer"
-                                                                      : "a non-negative integer";
-            throw DatasetError(where, fmt::format("{}='{}' is not {}", key, value, kind));
-          }
-        },
-        found->field);
-  }
+  parse_spec(spec, "synthetic", kSpecKeys, where, s);
   validate(s, where);
   return s;
 }
 
-std::string to_string(const SyntheticSpec& spec) {
-  std::string out = "synthetic";
-  char sep = ':';
-  for (const SpecKey& k : kSpecKeys) {
-    std::visit([&](auto member) { out += fmt::format("{}{}={}", sep, k.name, spec.*member); }, k.field);
-    sep = ',';
-  }
-  return out;
-}
+std::string to_string(const SyntheticSpec& spec) { return spec_string("synthetic", kSpecKeys, spec); }
 
 Dataset make_synthetic(const SyntheticSpec& spec) {
   validate(spec, fmt::format("synthetic spec '{}'", to_string(spec)));

@@ -44,25 +44,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "scripts"))
 import make_batch_golden as mbg  # noqa: E402
 import scene_encoder_job as jobs  # noqa: E402
+from philox import philox4x64  # noqa: E402
 import vectorworld_reference as vw  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
 # ---- Philox4x64-10 and Box-Muller (Random123; gnnrt's ops/rng.h) ----
-MASK = (1 << 64) - 1
-PHILOX_M = (0xD2E7470EE14C6C93, 0xCA5A826395121157)
-PHILOX_W = (0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B)
 NOISE_STREAM = 0x6E6F697365  # "noise"
-
-
-def philox4x64(counter, key):
-    c, k = list(counter), list(key)
-    for r in range(10):
-        if r > 0:
-            k = [(k[0] + PHILOX_W[0]) & MASK, (k[1] + PHILOX_W[1]) & MASK]
-        p0, p1 = PHILOX_M[0] * c[0], PHILOX_M[1] * c[2]
-        c = [(p1 >> 64) ^ c[1] ^ k[0], p1 & MASK, (p0 >> 64) ^ c[3] ^ k[1], p0 & MASK]
-    return c
 
 
 def normals(words):

@@ -1,0 +1,64 @@
+#include "model/data/node_shard.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace gnnrt::model {
+
+int64_t range_begin(int64_t n, int rank, int ranks) {
+  return static_cast<int64_t>((static_cast<__int128>(n) * rank) / ranks);
+}
+
+int owner_of(int64_t v, int64_t n, int ranks) {
+  // The largest r with range_begin(n, r) <= v: r = floor(((v + 1) R - 1) / n).
+  return static_cast<int>((static_cast<__int128>(v + 1) * ranks - 1) / n);
+}
+
+NodeShard node_shard(const Dataset& d, int rank, int ranks, bool undirected) {
+  if (d.x_sparse) throw DatasetError(d.name, "sampled training needs dense features (dataset.features: DENSE)");
+  NodeShard s;
+  s.name = d.name;
+  s.num_nodes = d.num_nodes;
+  s.num_features = d.num_features;
+  s.num_classes = d.num_classes;
+  s.begin = range_begin(d.num_nodes, rank, ranks);
+  s.end = range_begin(d.num_nodes, rank + 1, ranks);
+  const int64_t n = s.owned(), f = d.num_features;
+  for (int64_t i = 0; i < n * f; ++i) {
+    const float v = d.x[static_cast<size_t>(s.begin * f + i)];
+    if (!std::isfinite(v)) {
+      throw DatasetError(d.name, fmt::format("feature x[{}, {}] is {}: sampled training needs finite features",
+                                             s.begin + i / f, i % f, v));
+    }
+  }
+  s.x.assign(d.x.begin() + s.begin * f, d.x.begin() + s.end * f);
+  s.y.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) s.y[i] = static_cast<int32_t>(d.y[static_cast<size_t>(s.begin + i)]);
+  // In-edges of the owned nodes (and out-edges reversed when undirected).
+  std::vector<std::vector<int32_t>> in(static_cast<size_t>(n));
+  const auto add = [&](int64_t from, int64_t to) {
+    if (from != to && s.owns(to)) in[to - s.begin].push_back(static_cast<int32_t>(from));
+  };
+  for (int64_t e = 0; e < d.num_edges(); ++e) {
+    add(d.src[e], d.dst[e]);
+    if (undirected) add(d.dst[e], d.src[e]);
+  }
+  for (int64_t v = 0; v < n; ++v) {
+    auto& list = in[v];
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    s.indptr.push_back(s.indptr.back() + static_cast<int64_t>(list.size()));
+    s.indices.insert(s.indices.end(), list.begin(), list.end());
+  }
+  for (int64_t v = 0; v < d.num_nodes; ++v) {
+    if (d.train_mask[v]) s.train.push_back(static_cast<int32_t>(v));
+    if (d.val_mask[v]) s.val.push_back(static_cast<int32_t>(v));
+    if (d.test_mask[v]) s.test.push_back(static_cast<int32_t>(v));
+  }
+  return s;
+}
+
+}  // namespace gnnrt::model
