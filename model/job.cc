@@ -254,6 +254,28 @@ void apply_override(proto::Job& job, std::string_view assignment) {
   }
 }
 
+namespace {
+
+// The sampling section's own ranges; how its hops match the model is the
+// sampled source's check (model/training/sampled_source.h).
+void validate_sampling(const proto::Sampling& s) {
+  if (s.fanout_size() == 0) return;
+  for (int h = 0; h < s.fanout_size(); ++h) {
+    if (s.fanout(h) == 0 || s.fanout(h) < -1) {
+      throw JobError(fmt::format("job: sampling.fanout[{}] = {}: a fanout is >= 1, or -1 for every in-edge", h,
+                                 s.fanout(h)));
+    }
+  }
+  if (s.batch_size() < 1) {
+    throw JobError(fmt::format("job: sampling.batch_size = {}: a batch holds at least one seed", s.batch_size()));
+  }
+  if (!(s.growth() > 1)) throw JobError(fmt::format("job: sampling.growth = {} must be > 1", s.growth()));
+  if (s.prefetch() < 0) throw JobError(fmt::format("job: sampling.prefetch = {} must be >= 0", s.prefetch()));
+  if (s.threads() < 0) throw JobError(fmt::format("job: sampling.threads = {} must be >= 0", s.threads()));
+}
+
+}  // namespace
+
 void validate(const proto::Job& job) {
   // No hyper-parameter, rate, probability or size may be NaN or infinite.
   if (const std::string bad = first_non_finite(job, ""); !bad.empty()) {
@@ -326,6 +348,7 @@ void validate(const proto::Job& job) {
   }
   if (p.checksum_every() < 0) throw JobError("job: partition.checksum_every must be >= 0");
   if (p.parts() < 0) throw JobError(fmt::format("job: partition.parts = {} must be >= 0", p.parts()));
+  validate_sampling(job.sampling());
 }
 
 std::string to_text(const proto::Job& job) {

@@ -69,11 +69,14 @@ Port sage(ModuleContext& c) {
 
 // GCNConv: D^-1/2 (A + I) D^-1/2 X W^T + b over the self-loop graph (lin
 // first, as PyG writes it; the compiler moves the matmul to the narrower side).
+// On a sampled block, PyG's GCNConv on the block's edges as a graph over
+// its sources: a loop on every source; degrees counted there, so a source
+// that is no destination has degree 1 (its weights come with the batch).
 Port gcn(ModuleContext& c) {
   const auto& m = c.module.gcn();
   const EdgeInputs in = edge_inputs(c, m.edges());
   const auto& info = c.schema.edge_sets[in.edges];
-  if (info.source != info.destination) {
+  if (info.source != info.destination && !info.block) {
     c.fail(fmt::format("GCN needs an edge set that joins a node set to itself; '{}' is bipartite", info.name));
   }
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
@@ -86,6 +89,8 @@ Port gcn(ModuleContext& c) {
 
 // GATConv; bipartite: lin_src on the sources, lin_dst on the destinations,
 // no self loops (PyG's add_self_loops=False, required for (x_src, x_dst)).
+// On a sampled block, the homogeneous layer on the block's edges: one
+// lin, a loop on every destination.
 Port gat(ModuleContext& c) {
   const auto& m = c.module.gat();
   const EdgeInputs in = edge_inputs(c, m.edges());
@@ -94,7 +99,7 @@ Port gat(ModuleContext& c) {
   if (!(m.attention_dropout() >= 0 && m.attention_dropout() < 1)) {
     c.fail(fmt::format("attention_dropout = {} is not in [0, 1)", m.attention_dropout()));
   }
-  const bool bipartite = info.source != info.destination;
+  const bool bipartite = info.source != info.destination && !info.block;
   const int64_t hc = heads * channels;
   const int32_t g = bipartite ? c.graph(in.edges) : c.self_loop_graph(in.edges);
   const ValueId h_src =
@@ -106,7 +111,9 @@ Port gat(ModuleContext& c) {
   if (!bipartite) c.alias("lin_dst.weight", "lin_src.weight");
   const ValueId att_src = c.param("att_src", {1, heads, channels}, Init::kGlorot, heads, channels);
   const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
-  const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), c.b.head_dot(h_dst, att_dst, heads));
+  ValueId a_dst = c.b.head_dot(h_dst, att_dst, heads);
+  if (info.block) a_dst = c.narrow(in.edges, a_dst);  // the destinations' rows of the sources' scores
+  const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), a_dst);
   ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
   if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g, c.edge_ids(g));
   ValueId out = c.b.aggregate(ops::Reduce::kSum, g, h_src, alpha);

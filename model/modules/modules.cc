@@ -21,13 +21,18 @@ EdgeInputs edge_inputs(ModuleContext& c, const std::string& edges_name, size_t e
     c.fail(fmt::format("edge set '{}' joins node set '{}' to itself: give one input, not two", info.name,
                        c.schema.node_sets[info.source].name));
   }
-  if (bipartite && nodes != 2) {
+  if (bipartite && !info.block && nodes != 2) {
     c.fail(fmt::format("edge set '{}' joins '{}' to '{}': give two inputs (source rows, destination rows)",
                        info.name, c.schema.node_sets[info.source].name,
                        c.schema.node_sets[info.destination].name));
   }
   EdgeInputs r{e, c.inputs[0], nodes == 2 ? c.inputs[1] : c.inputs[0]};
   c.expect_domain(r.src, Domain::kNodes, info.source, "its first input (the sources)");
+  if (info.block && nodes == 1) {
+    // A block's destinations are its sources' first rows.
+    if (r.src.sparse()) c.fail(fmt::format("block '{}' takes dense features", info.name));
+    r.dst = c.nodes(info.destination, r.src.width, c.narrow(e, r.src.value));
+  }
   c.expect_domain(r.dst, Domain::kNodes, info.destination, "its second input (the destinations)");
   return r;
 }
@@ -110,6 +115,8 @@ std::string pool_graph_name(const std::string& set) { return set + ".pool"; }
 std::string broadcast_graph_name(const std::string& set) { return set + ".broadcast"; }
 std::string reversed_graph_name(const std::string& edges) { return edges + ".reversed"; }
 std::string self_loop_graph_name(const std::string& edges) { return edges + ".self_loops"; }
+std::string prefix_graph_name(const std::string& edges) { return edges + ".prefix"; }
+std::string gcn_norm_name(const std::string& graph) { return graph + ".gcn_norm"; }
 std::string real_rows_name(const std::string& set) { return set + ".real"; }
 std::string global_id_name(const std::string& set) { return set + ".global_id"; }
 
@@ -202,8 +209,21 @@ ValueId ModuleContext::project(const Port& x, ValueId weight) {
 
 ValueId ModuleContext::gcn_norm(int32_t g) {
   auto [it, fresh] = declared_.gcn_norms.try_emplace(g, runtime::kNoValue);
-  if (fresh) it->second = b.gcn_norm(g);
+  if (fresh) {
+    const runtime::GraphInfo& info = b.program().graphs.at(static_cast<size_t>(g));
+    it->second = info.num_src == info.num_dst
+                     ? b.gcn_norm(g)
+                     : b.input_once(gcn_norm_name(info.name), DType::kF32, {info.num_edges});
+  }
   return it->second;
+}
+
+ValueId ModuleContext::narrow(int e, ValueId v) {
+  const auto& info = schema.edge_sets[e];
+  int32_t id;
+  const int64_t rows = shape.node_rows[info.destination];
+  find_or_declare_graph(b, prefix_graph_name(info.name), shape.node_rows[info.source], rows, rows, id);
+  return b.gather(id, v);
 }
 
 int32_t ModuleContext::graph(int e) {
@@ -224,12 +244,12 @@ int32_t ModuleContext::reversed_graph(int e) {
 
 int32_t ModuleContext::self_loop_graph(int e) {
   const auto& info = schema.edge_sets[e];
-  const int64_t rows = shape.node_rows[info.source];
+  const int64_t rows = shape.node_rows[info.destination];
   int32_t id;
-  // Padded, its capacity: every edge slot and one loop a row (the slots of
-  // dropped loops and padding are sink loops).
+  // Padded, its capacity: every edge slot and one loop a destination row
+  // (the slots of dropped loops and padding are sink loops).
   const int64_t edges = shape.padded ? shape.edge_rows[e] + rows : shape.self_loop_edges.at(static_cast<size_t>(e));
-  find_or_declare_graph(b, self_loop_graph_name(info.name), rows, rows, edges, id);
+  find_or_declare_graph(b, self_loop_graph_name(info.name), shape.node_rows[info.source], rows, edges, id);
   return id;
 }
 

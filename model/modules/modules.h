@@ -31,6 +31,11 @@ struct Schema {
     std::string name;
     int source = 0, destination = 0;
     int64_t width = 0;  // 0: no edge features
+    // A sampled block (docs/sampling.md): the destinations are the first
+    // rows of the source set, the same nodes. Kinds given one input take
+    // the destinations' rows from it (ModuleContext::narrow); GCN and GAT
+    // add one self loop per destination.
+    bool block = false;
   };
   std::vector<NodeSetInfo> node_sets;
   std::vector<EdgeSetInfo> edge_sets;
@@ -67,6 +72,12 @@ std::string pool_graph_name(const std::string& set);   // "<set>.pool": rows -> 
 std::string broadcast_graph_name(const std::string& set);  // "<set>.broadcast": graphs -> rows
 std::string reversed_graph_name(const std::string& edges);  // "<edges>.reversed"
 std::string self_loop_graph_name(const std::string& edges);  // "<edges>.self_loops"
+// A block's destination rows as a graph from the source rows: edge i runs
+// from source row i to destination row i (gathering through it narrows).
+std::string prefix_graph_name(const std::string& edges);  // "<edges>.prefix"
+// A block's GCN edge weights over its self-loop graph, bound with the
+// batch (f32 [edges]): "<graph>.gcn_norm".
+std::string gcn_norm_name(const std::string& graph);
 std::string real_rows_name(const std::string& set);  // "<set>.real": i64 1 on real rows, 0 on padding
 // "<set>.global_id" (node sets and "graph"): i64, each row's index in the
 // dataset, padding numbered after them; an edge set's and a self-loop
@@ -145,11 +156,17 @@ class ModuleContext {
   runtime::ValueId project(const Port& x, runtime::ValueId weight);
   // GCN's D^-1/2 (A + I) D^-1/2 edge weights of a self-loop graph, built
   // once per program (the same graph gives the same weights).
+  // A block's self-loop graph (its sources outnumber its destinations)
+  // reads the weights bound as gcn_norm_name instead.
   runtime::ValueId gcn_norm(int32_t graph);
+  // The first rows of v (rows of block `edge_set`'s sources): its
+  // destinations' rows.
+  runtime::ValueId narrow(int edge_set, runtime::ValueId v);
   int32_t graph(int edge_set);             // the edge set's adjacency
   int32_t reversed_graph(int edge_set);    // its edges reversed, same ids
   // A homogeneous edge set without its self loops, plus one loop per row
-  // (GCNConv's and GATConv's graph): "<edges>.self_loops".
+  // (GCNConv's and GATConv's graph): "<edges>.self_loops". A block's: its
+  // edges and one loop per destination row.
   int32_t self_loop_graph(int edge_set);
   int32_t pool_graph(int node_set);
   int32_t broadcast_graph(int node_set);

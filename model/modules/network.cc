@@ -15,14 +15,8 @@ using runtime::Builder;
 using gnnrt::DType;
 using runtime::ValueId;
 
-// How many layers of each named kind came before: conv1, conv2, lin1, norm1, ...
-struct LayerNames {
-  int convs = 0, linears = 0, norms = 0;
-};
+}  // namespace
 
-// Layer i of the chain as the module kind that defines it, named as its
-// parameters are (convK, linK, normK; reluI, eluI, dropoutI by position),
-// over the chain's one edge set kGraph.
 proto::Module as_module(const proto::Layer& l, int64_t out, int i, LayerNames& names) {
   using L = proto::Layer;
   proto::Module m;
@@ -90,6 +84,8 @@ proto::Module as_module(const proto::Layer& l, int64_t out, int i, LayerNames& n
   m.set_name(fmt::format("conv{}", ++names.convs));
   return m;
 }
+
+namespace {
 
 class NetworkBuilder {
  public:

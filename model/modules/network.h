@@ -108,6 +108,16 @@ struct Network {
   runtime::ValueId loss = runtime::kNoValue;
 };
 
+// How many layers of each named kind came before: conv1, conv2, lin1, norm1, ...
+struct LayerNames {
+  int convs = 0, linears = 0, norms = 0;
+};
+
+// Layer i of the chain as the module kind that defines it, named as its
+// parameters are (convK, linK, normK; reluI, eluI, dropoutI by position),
+// convolutions over the chain's one edge set kGraph (inputs not set).
+proto::Module as_module(const proto::Layer& l, int64_t out, int i, LayerNames& names);
+
 Network build_train_step(const proto::Model& model, const NetworkShape& shape);
 Network build_inference(const proto::Model& model, const NetworkShape& shape);
 

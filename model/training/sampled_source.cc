@@ -1,0 +1,383 @@
+#include "model/training/sampled_source.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "model/data/products.h"
+#include "model/modules/module_graph.h"
+#include "model/sampling/neighbor_sampler.h"
+#include "model/sampling/seed_batches.h"
+#include "model/training/distributed.h"
+#include "model/training/sampled_batches.h"
+#include "model/training/setup.h"
+
+namespace gnnrt::model {
+namespace {
+
+using runtime::Core;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
+  const std::string& path = job.dataset().path();
+  if (is_products_spec(path)) return make_products_shard(parse_products_spec(path), rank, ranks);
+  Dataset d = load_dataset(path);
+  if (job.dataset().normalize_features()) normalize_features(d);
+  make_features_dense(d);
+  return node_shard(d, rank, ranks, job.sampling().undirected());
+}
+
+// Samples a rank's share of global batches in order, from the shard it
+// owns (one rank: the whole graph), with the features and labels.
+class BatchMaker {
+ public:
+  BatchMaker(const proto::Job& job, const NodeShard& shard, int rank, int ranks)
+      : job_(job), shard_(shard), rank_(rank), ranks_(ranks),
+        seeds_(shard.train, job.sampling().batch_size(), job.sampling().shuffle(), job.sampling().drop_last(),
+               job.seed()),
+        sampler_({{job.sampling().fanout().begin(), job.sampling().fanout().end()}, job.sampling().replace(),
+                  job.sampling().disjoint()},
+                 shard.num_nodes),
+        source_(shard, std::max(1, job.sampling().threads())) {}
+
+  int64_t batches_per_epoch() const { return seeds_.batches_per_epoch(); }
+
+  SampledBatch make(int64_t epoch, int64_t index) {
+    const auto start = Clock::now();
+    SampledBatch out;
+    out.epoch = epoch;
+    out.index = index;
+    const auto global = seeds_.batch(epoch, index);
+    out.global_seeds = static_cast<int64_t>(global.size());
+    const auto mine = SeedBatches::share(global, rank_, ranks_);
+    out.blocks = sampler_.sample(mine, {job_.seed(), epoch, index}, source_);
+    const SampledBlocks& b = out.blocks;
+    const int64_t f = shard_.num_features;
+    out.x.resize(static_cast<size_t>(b.frontier.back() * f));
+    for (int64_t r = 0; r < b.frontier.back(); ++r) {
+      const auto row = shard_.features(b.nodes[r]);
+      std::copy(row.begin(), row.end(), out.x.begin() + r * f);
+    }
+    out.y.resize(static_cast<size_t>(b.frontier[0]));
+    for (int64_t r = 0; r < b.frontier[0]; ++r) out.y[r] = shard_.y[b.nodes[r] - shard_.begin];
+    out.sample_ms = ms_since(start);
+    return out;
+  }
+
+ private:
+  const proto::Job& job_;
+  const NodeShard& shard_;
+  const int rank_, ranks_;
+  SeedBatches seeds_;
+  NeighborSampler sampler_;
+  ShardNeighbors source_;
+};
+
+// The batches of a run, made on a background thread up to `depth` ahead of
+// the step that takes them; a request out of order restarts it there.
+// depth 0: made when asked. The queue's memory: depth + 1 batches.
+class Prefetcher {
+ public:
+  Prefetcher(BatchMaker& maker, int depth, int64_t epochs) : maker_(maker), depth_(depth), epochs_(epochs) {}
+  ~Prefetcher() { stop(); }
+
+  // Batch (epoch, index); `wait_ms` gets the time spent waiting for it.
+  SampledBatch take(int64_t epoch, int64_t index, double& wait_ms) {
+    const auto start = Clock::now();
+    if (depth_ == 0) {
+      SampledBatch b = maker_.make(epoch, index);
+      wait_ms += ms_since(start);
+      return b;
+    }
+    std::unique_lock lock(mutex_);
+    if (!worker_.joinable() || next_ != std::pair{epoch, index}) {
+      lock.unlock();
+      restart(epoch, index);
+      lock.lock();
+    }
+    ready_.wait(lock, [&] { return !queue_.empty() || error_; });
+    if (queue_.empty() && error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    SampledBatch b = std::move(queue_.front());
+    queue_.pop_front();
+    next_ = following(epoch, index);
+    space_.notify_one();
+    wait_ms += ms_since(start);
+    return b;
+  }
+
+ private:
+  std::pair<int64_t, int64_t> following(int64_t epoch, int64_t index) const {
+    return index + 1 < maker_.batches_per_epoch() ? std::pair{epoch, index + 1} : std::pair{epoch + 1, int64_t{0}};
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    space_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void restart(int64_t epoch, int64_t index) {
+    stop();
+    queue_.clear();
+    stopping_ = false;
+    error_ = nullptr;
+    next_ = {epoch, index};
+    worker_ = std::thread([this, epoch, index] { produce(epoch, index); });
+  }
+
+  void produce(int64_t epoch, int64_t index) {
+    try {
+      for (auto at = std::pair{epoch, index}; at.first < epochs_; at = following(at.first, at.second)) {
+        SampledBatch b = maker_.make(at.first, at.second);
+        std::unique_lock lock(mutex_);
+        space_.wait(lock, [&] { return stopping_ || static_cast<int>(queue_.size()) < depth_; });
+        if (stopping_) return;
+        queue_.push_back(std::move(b));
+        ready_.notify_one();
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+      ready_.notify_one();
+    }
+  }
+
+  BatchMaker& maker_;
+  const int depth_;
+  const int64_t epochs_;
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable ready_, space_;
+  std::deque<SampledBatch> queue_;
+  std::pair<int64_t, int64_t> next_{-1, -1};
+  bool stopping_ = false;
+  std::exception_ptr error_;
+};
+
+class SampledSource final : public BatchSource {
+ public:
+  SampledSource(const proto::Job& job, const TrainOptions& options)
+      : job_(job), comm_(options.communicator), replicated_(comm_ && comm_->size() > 1),
+        rank_(comm_ ? comm_->rank() : 0), ranks_(comm_ ? comm_->size() : 1) {}
+
+  ModelParameters load(Core& core) override;
+  std::vector<std::string> resume_sections() const override { return {"model", "optimizer", "dataset", "sampling"}; }
+  int64_t steps_per_epoch() const override { return maker_->batches_per_epoch(); }
+  int64_t metric_slots() const override { return module_metric_slots(model_); }
+  const runtime::CompiledProgram& prepare(Core& core, int64_t epoch, int64_t index) override;
+  nlohmann::json summarize(std::span<const double> sums, int64_t steps, const runtime::Counters& counters,
+                           EpochMetrics& m) const override;
+  std::string progress(const EpochMetrics& m, const runtime::Counters& counters) const override {
+    return fmt::format("loss {:.5f} acc {:.4f} | {} steps, {:.1f} ms, sampler wait {:.1f} ms, {} compiles, "
+                       "padding {:.1f}% rows, {:.1f}% edges",
+                       m.loss, m.train_acc, m.step, m.ms, epoch_wait_ms_, counters.compiles,
+                       padding_.rows_percent(), padding_.edges_percent());
+  }
+  std::set<std::string> persistent(const Core& core) const override;
+  void finish(TrainResult& result, const Core& core) const override;
+
+ private:
+  const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
+
+  const proto::Job& job_;
+  std::shared_ptr<collectives::Communicator> comm_;
+  const bool replicated_;
+  const int rank_, ranks_;
+  NodeShard shard_;
+  proto::Model model_;
+  Schema schema_;
+  bool gcn_ = false;
+  std::unique_ptr<BatchMaker> maker_;
+  std::unique_ptr<Prefetcher> prefetch_;
+  std::vector<ParamDecl> params_;
+  std::map<std::vector<int64_t>, std::shared_ptr<const runtime::CompiledProgram>> programs_;
+  PaddingStats padding_;
+  double compile_ms_ = 0, cache_load_ms_ = 0, sampler_wait_ms_ = 0, sample_ms_ = 0;
+  // The waits and sampling time at the last summary: the epoch's are the differences.
+  mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
+};
+
+// The smallest bucket of an L-hop model: a program to check the model on
+// and declare its parameters with.
+BucketShape smallest_bucket(int hops) {
+  BucketShape s;
+  for (int h = 0; h <= hops; ++h) s.node_rows.push_back(2 * (h + 1));
+  s.edge_rows.assign(static_cast<size_t>(hops), 1);
+  s.graph_rows = 1;
+  return s;
+}
+
+ModelParameters SampledSource::load(Core&) {
+  ModelParameters model;
+  agreed_step(comm_, "loading the graph", [&] {
+    if (ranks_ > 1) {
+      throw std::invalid_argument(fmt::format(
+          "sampled training runs on one rank in this version ({} ranks were started)", ranks_));
+    }
+    const auto& fanouts = job_.sampling().fanout();
+    check_fanouts(std::vector<int>(fanouts.begin(), fanouts.end()), "sampling.fanout");
+    if (!(job_.sampling().growth() > 1)) {
+      throw std::invalid_argument(fmt::format("sampling.growth = {}: the ladder's ratio is > 1",
+                                              job_.sampling().growth()));
+    }
+    if (job_.sampling().prefetch() < 0) {
+      throw std::invalid_argument(fmt::format("sampling.prefetch = {} is below 0", job_.sampling().prefetch()));
+    }
+    shard_ = load_node_shard(job_, rank_, ranks_);
+    const int hops = fanouts.size();
+    model_ = sampled_model(job_.model(), hops, shard_.num_classes);
+    schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes);
+    for (const auto& m : model_.module()) gcn_ = gcn_ || m.has_gcn();
+    maker_ = std::make_unique<BatchMaker>(job_, shard_, rank_, ranks_);
+    Network first = build_module_train_step(model_, schema_, smallest_bucket(hops), replicated_);
+    model = {first.params, std::move(first.aliases), std::move(first.buffers)};
+    params_ = std::move(first.params);
+  });
+  prefetch_ = std::make_unique<Prefetcher>(*maker_, job_.sampling().prefetch(), job_.schedule().epochs());
+  if (rank_ == 0) {
+    spdlog::info("sampled graph '{}': {} nodes, {} in-edges here, {} features, {} classes; {} training seeds, "
+                 "batches of {} ({} per epoch), fanouts [{}]{}{}, {} parameters",
+                 shard_.name, shard_.num_nodes, shard_.indices.size(), shard_.num_features, shard_.num_classes,
+                 shard_.train.size(), job_.sampling().batch_size(), maker_->batches_per_epoch(),
+                 fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
+                 job_.sampling().disjoint() ? ", disjoint trees" : "", params_.size());
+  }
+  return model;
+}
+
+const runtime::CompiledProgram& SampledSource::program(Core& core, const BucketShape& shape) {
+  std::vector<int64_t> key = shape.node_rows;
+  key.insert(key.end(), shape.edge_rows.begin(), shape.edge_rows.end());
+  auto& p = programs_[key];
+  if (!p) {
+    const auto start = Clock::now();
+    const int64_t compiles = core.counters().compiles;
+    Network net = build_module_train_step(model_, schema_, shape, replicated_);
+    runtime::CompileOptions o;
+    o.train = runtime::TrainStep{net.loss, net.param_ids, optimizer_config(job_.optimizer())};
+    o.bucket_bytes = static_cast<int64_t>(job_.partition().bucket_mb() * (1 << 20));
+    p = core.compile(std::move(net.program), o);
+    (core.counters().compiles > compiles ? compile_ms_ : cache_load_ms_) += ms_since(start);
+  }
+  return *p;
+}
+
+const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch, int64_t index) {
+  const runtime::CompiledProgram* p = nullptr;
+  agreed_step(comm_, "preparing the sampled batch", [&] {
+    const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
+    sample_ms_ += batch.sample_ms;
+    const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth());
+    p = &program(core, shape);
+    bind_sampled(core, batch, shape, shard_.num_nodes, shard_.num_features, gcn_, &padding_);
+  });
+  return *p;
+}
+
+nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps, const runtime::Counters&,
+                                        EpochMetrics& m) const {
+  const auto mean = [&](double sum) { return steps > 0 ? sum / static_cast<double>(steps) : 0.0; };
+  m.loss = mean(v[0]);
+  const auto slot = static_cast<size_t>(correct_slot(model_, 0));
+  if (v[slot + 1] > 0) m.train_acc = v[slot] / v[slot + 1];
+  epoch_wait_ms_ = sampler_wait_ms_ - wait_before_;
+  const double sampled = sample_ms_ - sample_before_;
+  wait_before_ = sampler_wait_ms_;
+  sample_before_ = sample_ms_;
+  return {{"step", m.step},
+          {"buckets_used", programs_.size()},
+          {"padding_rows_percent", padding_.rows_percent()},
+          {"padding_edges_percent", padding_.edges_percent()},
+          {"sampler_wait_ms", epoch_wait_ms_},
+          {"sample_ms", sampled},
+          {"compile_ms", compile_ms_},
+          {"cache_load_ms", cache_load_ms_}};
+}
+
+std::set<std::string> SampledSource::persistent(const Core&) const {
+  std::set<std::string> names;
+  if (programs_.empty()) return names;
+  for (const auto& [key, p] : programs_) {
+    for (const auto& v : p->program.values) {
+      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
+    }
+  }
+  for (const ParamDecl& p : params_) names.insert(p.name);
+  return names;
+}
+
+void SampledSource::finish(TrainResult& result, const Core&) const {
+  result.buckets_used = static_cast<int64_t>(programs_.size());
+  result.buckets = result.buckets_used;
+  result.padding_rows_percent = padding_.rows_percent();
+  result.padding_edges_percent = padding_.edges_percent();
+  result.compile_ms = compile_ms_;
+  result.cache_load_ms = cache_load_ms_;
+  spdlog::info("{} steps; {} compiles ({:.1f} ms) for {} buckets; padding {:.1f}% of rows, {:.1f}% of edges; "
+               "sampling {:.1f} ms, of which the steps waited {:.1f} ms",
+               result.steps, result.counters.compiles, compile_ms_, programs_.size(), padding_.rows_percent(),
+               padding_.edges_percent(), sample_ms_, sampler_wait_ms_);
+}
+
+}  // namespace
+
+bool is_sampled_job(const proto::Job& job) { return job.sampling().fanout_size() > 0; }
+
+proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes) {
+  if (model.module_size() > 0) return model;
+  int total = 0;
+  for (const proto::Layer& l : model.layer()) {
+    const auto t = l.type();
+    total += t == proto::Layer::GCN || t == proto::Layer::SAGE || t == proto::Layer::GAT || t == proto::Layer::GIN;
+  }
+  if (total != hops) {
+    throw std::invalid_argument(fmt::format(
+        "model.layer has {} convolutions, sampling.fanout lists {} hops: one hop per convolution", total, hops));
+  }
+  proto::Model out;
+  LayerNames names;
+  std::string input = features_name(hop_set_name(hops));
+  int convs = 0;
+  for (int i = 0; i < model.layer_size(); ++i) {
+    const proto::Layer& l = model.layer(i);
+    proto::Module m = as_module(l, l.out() > 0 ? l.out() : classes, i, names);
+    const std::string block = block_set_name(hops - 1 - convs);
+    switch (m.kind_case()) {
+      case proto::Module::kGcn: m.mutable_gcn()->set_edges(block); ++convs; break;
+      case proto::Module::kSage: m.mutable_sage()->set_edges(block); ++convs; break;
+      case proto::Module::kGat: m.mutable_gat()->set_edges(block); ++convs; break;
+      case proto::Module::kGin: m.mutable_gin()->set_edges(block); ++convs; break;
+      default: break;
+    }
+    m.add_input(input);
+    input = m.name();
+    *out.add_module() = std::move(m);
+  }
+  auto& t = *out.add_loss_term();
+  t.set_kind(proto::LossTerm::CROSS_ENTROPY);
+  t.set_input(input);
+  t.set_target(target_name(hop_set_name(0)));
+  return out;
+}
+
+std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const TrainOptions& options) {
+  return std::make_unique<SampledSource>(job, options);
+}
+
+}  // namespace gnnrt::model

@@ -1,0 +1,32 @@
+// Sampled mini-batches of one large graph as a BatchSource
+// (model/training/batch_source.h; docs/sampling.md). Each epoch cuts the
+// training seeds into global batches (model/sampling/seed_batches.h); each
+// rank samples its share's blocks (model/sampling/neighbor_sampler.h) on a
+// background thread ahead of the step, gathers their features, pads them
+// into a shape bucket (model/training/sampled_batches.h) and binds them;
+// the bucket's train-step program (compiled on first use) takes the step.
+// The model: the layer chain, each convolution on its block (the first on
+// the outermost), or a module graph over the sampled schema's names.
+#pragma once
+
+#include <memory>
+
+#include "model/job.pb.h"
+#include "model/training/batch_source.h"
+#include "model/training/options.h"
+
+namespace gnnrt::model {
+
+// Whether a job trains on sampled blocks (it lists sampling.fanout).
+bool is_sampled_job(const proto::Job& job);
+
+// The model a sampled job trains, as a module graph over
+// sampled_schema(hops, ...): the layer chain's layers as modules, its
+// convolutions on blocks hops - 1 .. 0, and a cross-entropy term on the
+// seeds; a module graph as given. Throws std::invalid_argument when the
+// convolutions do not match the hops.
+proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes);
+
+std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const TrainOptions& options);
+
+}  // namespace gnnrt::model
