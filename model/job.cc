@@ -175,6 +175,26 @@ std::vector<std::string> enum_names_lower(const pb::EnumDescriptor* e) {
   return names;
 }
 
+// A repeated scalar field's elements from "a,b,c" (or "[a, b, c]"; empty:
+// none), each by the text-format rules of its type.
+void set_list(pb::Message* message, const pb::FieldDescriptor* field, std::string_view assignment,
+              std::string_view value) {
+  if (value.size() >= 2 && value.front() == '[' && value.back() == ']') value = value.substr(1, value.size() - 2);
+  message->GetReflection()->ClearField(message, field);
+  if (value.find_first_not_of(' ') == std::string_view::npos) return;
+  for (std::string_view item : split(value, ',')) {
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    TextFormatErrors errors(assignment);
+    pb::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFieldValueFromString(std::string(item), field, message)) {
+      throw JobError(fmt::format("--set '{}': '{}' is not a valid {} for {}", assignment, item, field->type_name(),
+                                 field->full_name()));
+    }
+  }
+}
+
 void apply_override(proto::Job& job, std::string_view assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
@@ -206,7 +226,10 @@ void apply_override(proto::Job& job, std::string_view assignment) {
     }
     const pb::Reflection* r = message->GetReflection();
     const bool last = i + 1 == parts.size();
-    if (field->is_repeated() != (index >= 0)) {
+    // A repeated number or word as a whole list: --set sampling.fanout=15,10,5.
+    const bool list = last && field->is_repeated() && index < 0 &&
+                      field->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (!list && field->is_repeated() != (index >= 0)) {
       throw JobError(fmt::format("--set '{}': '{}' {} an index", assignment, name,
                                  field->is_repeated() ? "needs" : "takes no"));
     }
@@ -229,6 +252,10 @@ void apply_override(proto::Job& job, std::string_view assignment) {
     if (index >= 0) {
       throw JobError(fmt::format("--set '{}': set an element's fields, e.g. {}[{}].out=16",
                                  assignment, name, index));
+    }
+    if (list) {
+      set_list(message, field, assignment, value);
+      return;
     }
     // Parse the value with the text-format rules of the field's type; strings
     // may be given without quotes.
