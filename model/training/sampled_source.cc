@@ -20,6 +20,7 @@
 #include "model/training/distributed.h"
 #include "model/training/sampled_batches.h"
 #include "model/training/setup.h"
+#include "runtime/npy.h"
 
 namespace gnnrt::model {
 namespace {
@@ -184,16 +185,29 @@ class SampledSource final : public BatchSource {
   nlohmann::json summarize(std::span<const double> sums, int64_t steps, const runtime::Counters& counters,
                            EpochMetrics& m) const override;
   std::string progress(const EpochMetrics& m, const runtime::Counters& counters) const override {
-    return fmt::format("loss {:.5f} acc {:.4f} | {} steps, {:.1f} ms, sampler wait {:.1f} ms, {} compiles, "
-                       "padding {:.1f}% rows, {:.1f}% edges",
-                       m.loss, m.train_acc, m.step, m.ms, epoch_wait_ms_, counters.compiles,
+    return fmt::format("loss {:.5f} train {:.4f} val {:.4f} test {:.4f} | {} steps, {:.1f} ms, sampler wait "
+                       "{:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
+                       m.loss, m.train_acc, m.val_acc, m.test_acc, m.step, m.ms, epoch_wait_ms_, counters.compiles,
                        padding_.rows_percent(), padding_.edges_percent());
   }
   std::set<std::string> persistent(const Core& core) const override;
   void finish(TrainResult& result, const Core& core) const override;
 
+  // Layer-wise full-neighbourhood inference: every node's output of each
+  // layer from all its in-neighbours, a layer at a time over the whole
+  // graph (here, one rank: the whole graph's program), then the validation
+  // and test accuracies.
+  void evaluate(Core& core, const runtime::RunContext& context) override;
+  bool keeps_best() const override { return true; }
+  bool has_validation() const override { return !shard_.val.empty(); }
+  bool writes_logits() const override { return true; }
+  void write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) override;
+
  private:
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
+  // The whole graph bound under the sampled schema's names (every hop all
+  // nodes, every block all edges), and the logits of every node.
+  Tensor infer_all(Core& core, const runtime::RunContext& context);
 
   const proto::Job& job_;
   std::shared_ptr<collectives::Communicator> comm_;
@@ -211,6 +225,9 @@ class SampledSource final : public BatchSource {
   double compile_ms_ = 0, cache_load_ms_ = 0, sampler_wait_ms_ = 0, sample_ms_ = 0;
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
+  std::shared_ptr<const runtime::CompiledProgram> infer_;
+  std::shared_ptr<const Core::Adjacency> all_edges_, all_loops_, identity_;
+  double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
 };
 
 // The smallest bucket of an L-hop model: a program to check the model on
@@ -296,11 +313,17 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   m.loss = mean(v[0]);
   const auto slot = static_cast<size_t>(correct_slot(model_, 0));
   if (v[slot + 1] > 0) m.train_acc = v[slot] / v[slot + 1];
+  m.val_acc = val_acc_;
+  m.test_acc = test_acc_;
+  m.infer_ms = infer_ms_;
   epoch_wait_ms_ = sampler_wait_ms_ - wait_before_;
   const double sampled = sample_ms_ - sample_before_;
   wait_before_ = sampler_wait_ms_;
   sample_before_ = sample_ms_;
   return {{"step", m.step},
+          {"train_acc", m.train_acc},
+          {"val_acc", m.val_acc},
+          {"test_acc", m.test_acc},
           {"buckets_used", programs_.size()},
           {"padding_rows_percent", padding_.rows_percent()},
           {"padding_edges_percent", padding_.edges_percent()},
@@ -333,6 +356,84 @@ void SampledSource::finish(TrainResult& result, const Core&) const {
                "sampling {:.1f} ms, of which the steps waited {:.1f} ms",
                result.steps, result.counters.compiles, compile_ms_, programs_.size(), padding_.rows_percent(),
                padding_.edges_percent(), sample_ms_, sampler_wait_ms_);
+}
+
+Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) {
+  const int hops = job_.sampling().fanout_size();
+  const int64_t n = shard_.num_nodes, e = static_cast<int64_t>(shard_.indices.size());
+  if (!all_edges_) {
+    std::vector<int32_t> src(shard_.indices.begin(), shard_.indices.end()), dst(static_cast<size_t>(e));
+    for (int64_t v = 0; v < n; ++v) {
+      std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
+    }
+    all_edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+    for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
+      src.push_back(static_cast<int32_t>(v));
+      dst.push_back(static_cast<int32_t>(v));
+    }
+    all_loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
+    identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
+  }
+  BucketShape all;
+  all.node_rows.assign(static_cast<size_t>(hops) + 1, n);
+  all.edge_rows.assign(static_cast<size_t>(hops), e);
+  all.self_loop_edges.assign(static_cast<size_t>(hops), e + n);
+  all.graph_rows = 1;
+  all.padded = false;
+  const std::string out = model_.loss_term(0).input();
+  if (!infer_) {
+    Schema schema = schema_;
+    schema.node_sets[0].target = false;  // no eval loss: the step's metrics stay the training's
+    Network net = build_module_inference(model_, schema, all, false, {out});
+    infer_ = core.compile(std::move(net.program), {});
+  }
+  auto& mem = core.memory();
+  for (int h = 0; h < hops; ++h) {
+    mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
+    core.bind_graph(block_set_name(h), all_edges_);
+    core.bind_graph(self_loop_graph_name(block_set_name(h)), all_loops_);
+    core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
+  }
+  mem.put(features_name(hop_set_name(hops)), Tensor::from<float>(shard_.x, {n, shard_.num_features}));
+  core.run(*infer_, context);
+  return core.read(*infer_, out);
+}
+
+void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
+  const auto start = Clock::now();
+  const Tensor logits = infer_all(core, context);
+  const auto v = logits.values<float>();
+  const int64_t c = logits.shape()[1];
+  const auto accuracy = [&](const std::vector<int32_t>& nodes) {
+    if (nodes.empty()) return 0.0;
+    int64_t correct = 0;
+    for (const int32_t node : nodes) {
+      const float* row = v.data() + static_cast<int64_t>(node) * c;
+      correct += std::max_element(row, row + c) - row == shard_.y[node - shard_.begin];
+    }
+    return static_cast<double>(correct) / static_cast<double>(nodes.size());
+  };
+  val_acc_ = accuracy(shard_.val);
+  test_acc_ = accuracy(shard_.test);
+  infer_ms_ = ms_since(start);
+}
+
+// Log-probabilities, as the full-graph jobs write them.
+void SampledSource::write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) {
+  Tensor logits = infer_all(core, context);
+  auto v = logits.values<float>();
+  const int64_t c = logits.shape()[1];
+  for (int64_t r = 0; r < logits.shape()[0]; ++r) {
+    float* row = v.data() + r * c;
+    const double top = *std::max_element(row, row + c);
+    double sum = 0;
+    for (int64_t k = 0; k < c; ++k) sum += std::exp(static_cast<double>(row[k]) - top);
+    const double log_sum = top + std::log(sum);
+    for (int64_t k = 0; k < c; ++k) row[k] = static_cast<float>(row[k] - log_sum);
+  }
+  write_npy(path, logits);
 }
 
 }  // namespace

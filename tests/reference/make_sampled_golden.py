@@ -11,7 +11,8 @@ trains 2 epochs of batches of 6 seeds (6, 6, 4: the last one partial).
 Layout under --out (default tests/golden/sampled/):
   <case>/config.json       {"job": <gnnrt job as JSON, dataset.path left to the test>, "steps": n}
   <case>/params_init/      the state_dict gnnrt loads (--params-in), float32
-  <case>/params_final/     the state_dict after the steps, float32
+  <case>/params_epoch1/    the state_dict after epoch 1's steps, float32
+  <case>/params_final/     the state_dict after the steps (epoch 2), float32
   <case>/losses.npy        float64 [steps]: each step's loss before its update
   <case>/seeds.json        each step's seeds (to read a failure by)
 
@@ -139,7 +140,7 @@ def run_case(name, out):
     init = {k: (torch.rand(s, generator=gen, dtype=torch.float32) * 0.6 - 0.3) for k, s in shapes(name, f, c).items()}
     p = {k: v.double().clone().requires_grad_(True) for k, v in init.items()}
     opt = torch.optim.Adam(list(p.values()), lr=LR, weight_decay=wd)
-    losses, steps = [], []
+    losses, steps, after = [], [], []
     for epoch in range(EPOCHS):
         order = seed_order(train, epoch, SEED)
         for b in range(0, len(order), BATCH):
@@ -157,10 +158,11 @@ def run_case(name, out):
             opt.step()
             losses.append(loss.item())
             steps.append(seeds)
+        after.append({k: v.detach().float().clone() for k, v in p.items()})
     d = out / name
     if d.exists():
         shutil.rmtree(d)
-    for folder, values in (("params_init", init), ("params_final", {k: v.detach().float() for k, v in p.items()})):
+    for folder, values in (("params_init", init), ("params_epoch1", after[0]), ("params_final", after[-1])):
         (d / folder).mkdir(parents=True)
         for k, v in values.items():
             np.save(d / folder / f"{k}.npy", v.numpy().astype(np.float32))
