@@ -189,8 +189,9 @@ int end_with_error(const std::exception& e) {
 // `gnnrt train`'s flags (docs/cli.md).
 CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
   auto* cmd = app.add_subcommand(
-      "train", "Train the job's model full-batch: on one simulated NeuronCore, or under mpirun on "
-               "one per rank over a partition of the graph");
+      "train", "Train the job's model: full-batch on one simulated NeuronCore or under mpirun on one per "
+               "rank over a partition of the graph; on mini-batches of graphs (batch datasets); or on sampled "
+               "mini-batches of one large graph (a job with sampling.fanout, docs/sampling.md)");
   cmd->add_option("job", c.job,
                   "Job file (Protobuf text, docs/job-format.md); default: a 2-layer GCN on the "
                   "synthetic dataset")
