@@ -15,6 +15,7 @@
 #include "collectives/communicator.h"
 #include "model/data/products.h"
 #include "model/modules/module_graph.h"
+#include "model/sampling/distributed_neighbors.h"
 #include "model/sampling/neighbor_sampler.h"
 #include "model/sampling/seed_batches.h"
 #include "model/training/distributed.h"
@@ -41,20 +42,28 @@ NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
   return node_shard(d, rank, ranks, job.sampling().undirected());
 }
 
-// Samples a rank's share of global batches in order, from the shard it
-// owns (one rank: the whole graph), with the features and labels.
+// Samples a rank's share of global batches in order, with the features
+// and labels: from the shard itself on one rank (the whole graph), from
+// the nodes' owners on many (collective: every rank makes every batch).
 class BatchMaker {
  public:
-  BatchMaker(const proto::Job& job, const NodeShard& shard, int rank, int ranks)
-      : job_(job), shard_(shard), rank_(rank), ranks_(ranks),
+  BatchMaker(const proto::Job& job, const NodeShard& shard, collectives::Communicator* comm)
+      : job_(job), shard_(shard), rank_(comm ? comm->rank() : 0), ranks_(comm ? comm->size() : 1),
         seeds_(shard.train, job.sampling().batch_size(), job.sampling().shuffle(), job.sampling().drop_last(),
                job.seed()),
         sampler_({{job.sampling().fanout().begin(), job.sampling().fanout().end()}, job.sampling().replace(),
                   job.sampling().disjoint()},
-                 shard.num_nodes),
-        source_(shard, std::max(1, job.sampling().threads())) {}
+                 shard.num_nodes) {
+    const int threads = std::max(1, job.sampling().threads());
+    if (comm && ranks_ > 1) {
+      remote_ = std::make_unique<DistributedNeighbors>(shard, *comm, threads);
+    } else {
+      local_ = std::make_unique<ShardNeighbors>(shard, threads);
+    }
+  }
 
   int64_t batches_per_epoch() const { return seeds_.batches_per_epoch(); }
+  int64_t bytes_sent() const { return remote_ ? remote_->bytes_sent() : 0; }
 
   SampledBatch make(int64_t epoch, int64_t index) {
     const auto start = Clock::now();
@@ -64,16 +73,23 @@ class BatchMaker {
     const auto global = seeds_.batch(epoch, index);
     out.global_seeds = static_cast<int64_t>(global.size());
     const auto mine = SeedBatches::share(global, rank_, ranks_);
-    out.blocks = sampler_.sample(mine, {job_.seed(), epoch, index}, source_);
+    NeighborSource& source = remote_ ? static_cast<NeighborSource&>(*remote_) : *local_;
+    out.blocks = sampler_.sample(mine, {job_.seed(), epoch, index}, source);
     const SampledBlocks& b = out.blocks;
-    const int64_t f = shard_.num_features;
-    out.x.resize(static_cast<size_t>(b.frontier.back() * f));
-    for (int64_t r = 0; r < b.frontier.back(); ++r) {
-      const auto row = shard_.features(b.nodes[r]);
-      std::copy(row.begin(), row.end(), out.x.begin() + r * f);
+    const auto nodes = std::span<const int32_t>(b.nodes).first(static_cast<size_t>(b.frontier.back()));
+    const auto seeds = nodes.first(static_cast<size_t>(b.frontier[0]));
+    if (remote_) {
+      remote_->fetch(nodes, seeds, out.x, out.y);
+    } else {
+      const int64_t f = shard_.num_features;
+      out.x.resize(nodes.size() * static_cast<size_t>(f));
+      for (size_t r = 0; r < nodes.size(); ++r) {
+        const auto row = shard_.features(nodes[r]);
+        std::copy(row.begin(), row.end(), out.x.begin() + static_cast<int64_t>(r) * f);
+      }
+      out.y.resize(seeds.size());
+      for (size_t r = 0; r < seeds.size(); ++r) out.y[r] = shard_.y[static_cast<size_t>(seeds[r] - shard_.begin)];
     }
-    out.y.resize(static_cast<size_t>(b.frontier[0]));
-    for (int64_t r = 0; r < b.frontier[0]; ++r) out.y[r] = shard_.y[b.nodes[r] - shard_.begin];
     out.sample_ms = ms_since(start);
     return out;
   }
@@ -84,7 +100,8 @@ class BatchMaker {
   const int rank_, ranks_;
   SeedBatches seeds_;
   NeighborSampler sampler_;
-  ShardNeighbors source_;
+  std::unique_ptr<ShardNeighbors> local_;
+  std::unique_ptr<DistributedNeighbors> remote_;
 };
 
 // The batches of a run, made on a background thread up to `depth` ahead of
@@ -199,8 +216,8 @@ class SampledSource final : public BatchSource {
   // and test accuracies.
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
-  bool has_validation() const override { return !shard_.val.empty(); }
-  bool writes_logits() const override { return true; }
+  bool has_validation() const override { return !replicated_ && !shard_.val.empty(); }
+  bool writes_logits() const override { return !replicated_; }
   void write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) override;
 
  private:
@@ -243,10 +260,6 @@ BucketShape smallest_bucket(int hops) {
 ModelParameters SampledSource::load(Core&) {
   ModelParameters model;
   agreed_step(comm_, "loading the graph", [&] {
-    if (ranks_ > 1) {
-      throw std::invalid_argument(fmt::format(
-          "sampled training runs on one rank in this version ({} ranks were started)", ranks_));
-    }
     const auto& fanouts = job_.sampling().fanout();
     check_fanouts(std::vector<int>(fanouts.begin(), fanouts.end()), "sampling.fanout");
     if (!(job_.sampling().growth() > 1)) {
@@ -261,17 +274,24 @@ ModelParameters SampledSource::load(Core&) {
     model_ = sampled_model(job_.model(), hops, shard_.num_classes);
     schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes);
     for (const auto& m : model_.module()) gcn_ = gcn_ || m.has_gcn();
-    maker_ = std::make_unique<BatchMaker>(job_, shard_, rank_, ranks_);
+    maker_ = std::make_unique<BatchMaker>(job_, shard_, comm_.get());
     Network first = build_module_train_step(model_, schema_, smallest_bucket(hops), replicated_);
     model = {first.params, std::move(first.aliases), std::move(first.buffers)};
     params_ = std::move(first.params);
   });
-  prefetch_ = std::make_unique<Prefetcher>(*maker_, job_.sampling().prefetch(), job_.schedule().epochs());
+  if (replicated_) check_same(*comm_, shard_.num_nodes, "graphs (the same dataset.path gave other node counts)");
+  // On many ranks the sampler's exchanges are collectives, made on the
+  // thread that runs the steps (MPI is initialised for one thread's calls).
+  prefetch_ = std::make_unique<Prefetcher>(*maker_, replicated_ ? 0 : job_.sampling().prefetch(),
+                                           job_.schedule().epochs());
   if (rank_ == 0) {
     spdlog::info("sampled graph '{}': {} nodes, {} in-edges here, {} features, {} classes; {} training seeds, "
-                 "batches of {} ({} per epoch), fanouts [{}]{}{}, {} parameters",
+                 "batches of {} ({} per epoch{}), fanouts [{}]{}{}, {} parameters",
                  shard_.name, shard_.num_nodes, shard_.indices.size(), shard_.num_features, shard_.num_classes,
                  shard_.train.size(), job_.sampling().batch_size(), maker_->batches_per_epoch(),
+                 replicated_ ? fmt::format(", each split over {} ranks; sampled in the step, evaluated on one rank "
+                                           "only in this version", ranks_)
+                             : std::string(),
                  fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
                  job_.sampling().disjoint() ? ", disjoint trees" : "", params_.size());
   }
@@ -297,9 +317,11 @@ const runtime::CompiledProgram& SampledSource::program(Core& core, const BucketS
 
 const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch, int64_t index) {
   const runtime::CompiledProgram* p = nullptr;
+  // Sampling first: on many ranks it exchanges with the others, so it is
+  // no part of the agreed (local) step.
+  const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
+  sample_ms_ += batch.sample_ms;
   agreed_step(comm_, "preparing the sampled batch", [&] {
-    const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
-    sample_ms_ += batch.sample_ms;
     const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth());
     p = &program(core, shape);
     bind_sampled(core, batch, shape, shard_.num_nodes, shard_.num_features, gcn_, &padding_);
@@ -328,6 +350,7 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
           {"padding_rows_percent", padding_.rows_percent()},
           {"padding_edges_percent", padding_.edges_percent()},
           {"sampler_wait_ms", epoch_wait_ms_},
+          {"sampler_bytes_sent", maker_->bytes_sent()},
           {"sample_ms", sampled},
           {"compile_ms", compile_ms_},
           {"cache_load_ms", cache_load_ms_}};
@@ -402,6 +425,7 @@ Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) 
 }
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
+  if (replicated_) return;  // layer-wise inference over shards: not yet (docs/sampling.md)
   const auto start = Clock::now();
   const Tensor logits = infer_all(core, context);
   const auto v = logits.values<float>();

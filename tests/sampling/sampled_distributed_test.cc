@@ -1,0 +1,112 @@
+// Sampled training over node shards on N ranks (run under mpirun -np N):
+// the parameters after 12 steps equal the one-rank run's, every rank takes
+// every step when a batch's seeds do not split evenly, and no rank holds
+// another's edges.
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "collectives/communicator.h"
+#include "model/data/products.h"
+#include "model/job.h"
+#include "model/training/trainer.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<collectives::Communicator> world() {
+  static auto comm = [] {
+    spdlog::set_level(spdlog::level::warn);
+    collectives::CommunicatorOptions options = collectives::CommunicatorOptions::from_environment();
+    options.timeout_seconds = 60;
+    return std::make_shared<collectives::Communicator>(collectives::Communicator::world(options));
+  }();
+  return comm;
+}
+
+// 3,000 nodes, 243 training seeds (no validation nodes: the last epoch's
+// parameters are written on every rank count); batches of 100: 100, 100, 43,
+// the last one split unevenly over 2 or 3 ranks.
+constexpr const char* kGraph =
+    "products:nodes=3000,edges=30000,features=8,classes=5,train_fraction=0.08,val_fraction=0";
+
+proto::Job job() {
+  proto::Job j = parse_job(R"pb(
+    model {
+      layer { type: SAGE out: 16 }
+      layer { type: RELU }
+      layer { type: SAGE }
+    }
+    optimizer { kind: ADAM lr: 0.01 }
+    schedule { epochs: 4 }
+    sampling { fanout: [4, 3] batch_size: 100 }
+    seed: 5
+  )pb", "test job");
+  j.mutable_dataset()->set_path(kGraph);
+  return j;
+}
+
+fs::path dir_for(const std::string& what) {
+  return fs::path(::testing::TempDir()) /
+         ("gnnrt_sampled_np" + std::to_string(world()->size()) + "_" + what + "_rank" +
+          std::to_string(world()->rank()));
+}
+
+TEST(SampledDistributed, ManyRanksTrainToTheOneRankParameters) {
+  const proto::Job j = job();
+  // Every rank runs the one-rank job alone first (no communicator).
+  TrainOptions alone;
+  alone.progress = false;
+  alone.no_cache = true;
+  alone.threads = 1;
+  alone.params_out = dir_for("alone");
+  fs::remove_all(alone.params_out);
+  const TrainResult one = train(j, alone);
+
+  TrainOptions many = alone;
+  many.communicator = world();
+  many.params_out = dir_for("many");
+  fs::remove_all(many.params_out);
+  const TrainResult r = train(j, many);
+  EXPECT_EQ(r.steps, 12);
+  EXPECT_EQ(r.steps, one.steps);
+  // Every rank took every step (a rank without seeds in the last batch too).
+  std::vector<int64_t> steps(static_cast<size_t>(world()->size()));
+  world()->allgather<int64_t>(std::vector<int64_t>{r.steps}, steps);
+  for (const int64_t s : steps) EXPECT_EQ(s, 12);
+  if (world()->rank() != 0) return;
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
+    const auto a = read_npy(entry.path()).to_vector<double>();
+    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
+}
+
+TEST(SampledDistributed, EachRankHoldsOnlyItsNodesInEdges) {
+  const ProductsSpec spec = parse_products_spec(kGraph);
+  const NodeShard mine = make_products_shard(spec, world()->rank(), world()->size());
+  std::vector<int64_t> counts(static_cast<size_t>(world()->size()));
+  world()->allgather<int64_t>(std::vector<int64_t>{static_cast<int64_t>(mine.indices.size())}, counts);
+  const NodeShard whole = make_products_shard(spec, 0, 1);
+  int64_t total = 0;
+  for (const int64_t c : counts) total += c;
+  EXPECT_EQ(total, static_cast<int64_t>(whole.indices.size()));
+  if (world()->size() > 1) {
+    EXPECT_LT(mine.indices.size(), whole.indices.size());
+  }
+  EXPECT_EQ(mine.x.size(), static_cast<size_t>(mine.owned() * spec.features));
+}
+
+}  // namespace
+}  // namespace gnnrt::model
