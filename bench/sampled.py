@@ -21,7 +21,8 @@ Reports:
               time without the sampler's wait, per step), epoch time, time
               waiting for the sampler (% of the step; target < 10%), padding
               (target <= 25% of rows), compiles against buckets used, the best
-              validation epoch's test accuracy.
+              validation epoch's test accuracy (steps' time: the epoch's
+              --metrics ms less infer_ms and sampler_wait_ms).
   torch       the same model in torch 1.13 (float32, 1 thread) on the blocks
               of one batch of the same graph (sample_bench --dump): forward,
               cross-entropy on the seeds, backward, Adam; aggregation by
@@ -88,8 +89,9 @@ def train():
     recs = [json.loads(l) for l in metrics.read_text().splitlines()]
     later = recs[1:] or recs  # the first epoch compiles
     steps = [r["step"] - (recs[i - 1]["step"] if i else 0) for i, r in enumerate(recs)][len(recs) - len(later):]
-    step_ms = [(r["train_ms"] - r["sampler_wait_ms"]) / s for r, s in zip(later, steps)]
-    wait_pct = [100 * r["sampler_wait_ms"] / r["train_ms"] for r in later]
+    # The steps' time: the epoch's, less the evaluation and the waits for the sampler.
+    step_ms = [(r["ms"] - r["infer_ms"] - r["sampler_wait_ms"]) / s for r, s in zip(later, steps)]
+    wait_pct = [100 * r["sampler_wait_ms"] / (r["ms"] - r["infer_ms"]) for r in later]
     best = max(recs, key=lambda r: r["val_acc"])
     return {"graph": args.train_graph, "epochs": len(recs), "wall_s": wall,
             "step_ms": statistics.median(step_ms), "epoch_ms": statistics.median(r["ms"] for r in later),

@@ -8,6 +8,13 @@ namespace gnnrt::model {
 DistributedNeighbors::DistributedNeighbors(const NodeShard& shard, collectives::Communicator& comm, int threads)
     : shard_(shard), comm_(comm), local_(shard, threads) {}
 
+// Counts bytes_sent_: the elements of `counts` bound for other ranks.
+void DistributedNeighbors::sent(const std::vector<size_t>& counts, size_t element_bytes) {
+  for (size_t q = 0; q < counts.size(); ++q) {
+    if (static_cast<int>(q) != comm_.rank()) bytes_sent_ += static_cast<int64_t>(counts[q] * element_bytes);
+  }
+}
+
 DistributedNeighbors::Route DistributedNeighbors::route(std::span<const int32_t> nodes) const {
   const int ranks = comm_.size();
   Route r;
@@ -37,7 +44,8 @@ std::vector<int32_t> DistributedNeighbors::ask(const Route& r, std::vector<size_
   asked.assign(recv.begin(), recv.end());
   std::vector<int32_t> ids(std::accumulate(asked.begin(), asked.end(), size_t{0}));
   comm_.alltoallv<int32_t>(r.ids, r.counts, ids, asked);
-  bytes_sent_ += static_cast<int64_t>(ranks * sizeof(int64_t) + r.ids.size() * sizeof(int32_t));
+  sent(ones, sizeof(int64_t));
+  sent(r.counts, sizeof(int32_t));
   return ids;
 }
 
@@ -63,7 +71,8 @@ void DistributedNeighbors::draw(std::span<const int32_t> nodes, int hop, int fan
   }
   std::vector<int32_t> sources(std::accumulate(sources_in.begin(), sources_in.end(), size_t{0}));
   comm_.alltoallv<int32_t>(drawn_.neighbors, sources_out, sources, sources_in);
-  bytes_sent_ += static_cast<int64_t>((counts.size() + drawn_.neighbors.size()) * sizeof(int32_t));
+  sent(asked, sizeof(int32_t));
+  sent(sources_out, sizeof(int32_t));
   // Back in the order asked: node order[k] drew got[k] sources.
   std::vector<int64_t> start(nodes.size() + 1, 0), from(nodes.size());
   for (size_t k = 0; k < nodes.size(); ++k) start[static_cast<size_t>(r.order[k]) + 1] = got[k];
@@ -96,7 +105,7 @@ void DistributedNeighbors::fetch(std::span<const int32_t> nodes, std::span<const
       in_counts[q] = r.counts[q] * static_cast<size_t>(f);
     }
     comm_.alltoallv<float>(rows, out_counts, got, in_counts);
-    bytes_sent_ += static_cast<int64_t>(rows.size() * sizeof(float));
+    sent(out_counts, sizeof(float));
     x.resize(got.size());
     for (size_t k = 0; k < nodes.size(); ++k) {
       std::copy_n(got.begin() + static_cast<int64_t>(k) * f, f, x.begin() + r.order[k] * f);
@@ -108,7 +117,7 @@ void DistributedNeighbors::fetch(std::span<const int32_t> nodes, std::span<const
   std::vector<int32_t> labels(mine.size()), got(labelled.size());
   for (size_t i = 0; i < mine.size(); ++i) labels[i] = shard_.y[static_cast<size_t>(mine[i] - shard_.begin)];
   comm_.alltoallv<int32_t>(labels, asked, got, r.counts);
-  bytes_sent_ += static_cast<int64_t>(labels.size() * sizeof(int32_t));
+  sent(asked, sizeof(int32_t));
   y.resize(labelled.size());
   for (size_t k = 0; k < labelled.size(); ++k) y[static_cast<size_t>(r.order[k])] = got[k];
 }

@@ -29,7 +29,7 @@ class DistributedNeighbors final : public NeighborSource {
   void fetch(std::span<const int32_t> nodes, std::span<const int32_t> labelled, std::vector<float>& x,
              std::vector<int32_t>& y);
 
-  int64_t bytes_sent() const { return bytes_sent_; }  // this rank's, so far
+  int64_t bytes_sent() const { return bytes_sent_; }  // this rank's to the others, so far
 
  private:
   // nodes grouped by owner: `order` (the positions, owner by owner), the
@@ -43,6 +43,7 @@ class DistributedNeighbors final : public NeighborSource {
   // Sends the route's ids; returns the ids this rank owns that were asked
   // for, and how many each rank asked.
   std::vector<int32_t> ask(const Route& r, std::vector<size_t>& asked);
+  void sent(const std::vector<size_t>& counts, size_t element_bytes);
 
   const NodeShard& shard_;
   collectives::Communicator& comm_;

@@ -242,6 +242,7 @@ class SampledSource final : public BatchSource {
   double compile_ms_ = 0, cache_load_ms_ = 0, sampler_wait_ms_ = 0, sample_ms_ = 0;
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
+  mutable int64_t bytes_before_ = 0;
   std::shared_ptr<const runtime::CompiledProgram> infer_;
   std::shared_ptr<const Core::Adjacency> all_edges_, all_loops_, identity_;
   double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
@@ -342,15 +343,18 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   const double sampled = sample_ms_ - sample_before_;
   wait_before_ = sampler_wait_ms_;
   sample_before_ = sample_ms_;
+  const int64_t bytes = maker_->bytes_sent() - bytes_before_;
+  bytes_before_ = maker_->bytes_sent();
   return {{"step", m.step},
           {"train_acc", m.train_acc},
           {"val_acc", m.val_acc},
           {"test_acc", m.test_acc},
+          {"infer_ms", m.infer_ms},  // the evaluation's
           {"buckets_used", programs_.size()},
           {"padding_rows_percent", padding_.rows_percent()},
           {"padding_edges_percent", padding_.edges_percent()},
           {"sampler_wait_ms", epoch_wait_ms_},
-          {"sampler_bytes_sent", maker_->bytes_sent()},
+          {"sampler_bytes_sent", bytes},  // this rank's, to the others, in the epoch
           {"sample_ms", sampled},
           {"compile_ms", compile_ms_},
           {"cache_load_ms", cache_load_ms_}};
