@@ -10,6 +10,7 @@
 #include "launch/control_client.h"
 #include "model/job.h"
 #include "model/training/graph_batch_source.h"
+#include "model/training/sampled_source.h"
 #include "ops/dense.h"
 #include "runtime/program_cache.h"
 
@@ -106,7 +107,9 @@ int run_train(TrainCommand& c) {
                                                : fmt::format("{} layers", job.model().layer_size()),
                  job.schedule().epochs(),
                  model::lower_name(job.optimizer().kind()), job.optimizer().lr(), ranks,
-                 model::is_batch_job(job) ? (ranks > 1 ? std::string(", data-parallel") : std::string())
+                 model::is_sampled_job(job) ? (ranks > 1 ? std::string(", sampled, data-parallel")
+                                                         : std::string(", sampled"))
+                 : model::is_batch_job(job) ? (ranks > 1 ? std::string(", data-parallel") : std::string())
                  : ranks > 1 || !job.partition().shards().empty()
                      ? fmt::format(", partition {} ({} halo)",
                                    job.partition().shards().empty() ? model::name(job.partition().method())
