@@ -60,6 +60,12 @@ INSTANTIATE_TEST_SUITE_P(Batch, Golden,
 class FiniteDifferences : public Batch, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(FiniteDifferences, TheModelsGradientsMatchCentralDifferencesOfItsLoss) {
+#ifdef GNNRT_UNDER_SANITIZERS
+  // The two largest models' probes took 90 s and 36 s of the sanitizer
+  // suite; their module kinds run there in the smaller cases and in the
+  // scene encoder's torch comparisons, and these cases in the Release suite.
+  if (GetParam() == "scene_encoder" || GetParam() == "scene_layers") GTEST_SKIP() << "Release suite only";
+#endif
   const fs::path c = kGolden / GetParam();
   proto::Job job = golden_job(GetParam());
   for (const char* o : {"optimizer.kind=sgd", "optimizer.lr=1", "optimizer.momentum=0", "optimizer.weight_decay=0",
