@@ -53,15 +53,7 @@ nlohmann::json run_sampler(const gm::NodeShard& g, const std::vector<int>& fanou
     const auto start = Clock::now();
     const auto b = seeds.batch(i / per_epoch, i % per_epoch);
     const gm::SampledBlocks s = sampler.sample(b, {0, i / per_epoch, i % per_epoch}, source);
-    if (gather) {
-      const int64_t f = g.num_features, n = s.frontier.back();
-      x.resize(static_cast<size_t>(n * f));
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-      for (int64_t r = 0; r < n; ++r) {
-        const auto row = g.features(s.nodes[r]);
-        std::copy(row.begin(), row.end(), x.begin() + r * f);
-      }
-    }
+    if (gather) gm::gather_features(g, std::span<const int32_t>(s.nodes).first(static_cast<size_t>(s.frontier.back())), x);
     if (i == 0) continue;  // warm-up
     elapsed += seconds_since(start);
     edges += s.num_edges();

@@ -244,8 +244,8 @@ CLI::App* add_train_command(CLI::App& app, gnnrt::launch::TrainCommand& c) {
 // `gnnrt infer`'s flags (docs/cli.md).
 CLI::App* add_infer_command(CLI::App& app, gnnrt::launch::InferCommand& c) {
   auto* cmd = app.add_subcommand(
-      "infer", "Run a trained module-graph model over every graph of its batch dataset and write its outputs "
-               "as .npy, in dataset order");
+      "infer", "Run a trained module-graph model over every graph of its batch dataset, or a sampled job's model "
+               "over every node of its graph (layer-wise), and write its outputs as .npy, in dataset order");
   cmd->add_option("job", c.job, "Job file with a module-graph model (docs/job-format.md)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -161,7 +161,8 @@ int run_infer(InferCommand& c) {
   c.options.out = c.out;
   c.options.cache_dir = c.cache_dir;
   use_threads(c.options.threads);
-  const model::InferResult r = model::infer_batches(job, c.options);
+  const model::InferResult r =
+      model::is_sampled_job(job) ? model::infer_sampled(job, c.options) : model::infer_batches(job, c.options);
   const auto& comm = c.options.communicator;
   if (comm && comm->rank() != 0) return 0;  // rank 0 wrote the outputs and reports
   for (const auto& [name, shape] : r.shapes) {

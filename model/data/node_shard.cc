@@ -17,6 +17,21 @@ int owner_of(int64_t v, int64_t n, int ranks) {
   return static_cast<int>((static_cast<__int128>(v + 1) * ranks - 1) / n);
 }
 
+void gather_features(const NodeShard& shard, std::span<const int32_t> nodes, std::vector<float>& x) {
+  const int64_t f = shard.num_features, n = static_cast<int64_t>(nodes.size());
+  x.resize(static_cast<size_t>(n * f));
+  // Rows at random places: prefetch a few ahead, every cache line of the row.
+  constexpr int64_t kAhead = 8;
+  for (int64_t r = 0; r < n; ++r) {
+    if (r + kAhead < n) {
+      const char* row = reinterpret_cast<const char*>(shard.features(nodes[r + kAhead]).data());
+      for (int64_t b = 0; b < f * 4; b += 64) __builtin_prefetch(row + b);
+    }
+    const auto row = shard.features(nodes[r]);
+    std::copy(row.begin(), row.end(), x.begin() + r * f);
+  }
+}
+
 NodeShard node_shard(const Dataset& d, int rank, int ranks, bool undirected) {
   if (d.x_sparse) throw DatasetError(d.name, "sampled training needs dense features (dataset.features: DENSE)");
   NodeShard s;

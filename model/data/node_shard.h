@@ -41,6 +41,9 @@ struct NodeShard {
   }
 };
 
+// x [nodes.size(), F]: the features of `nodes` (all owned), in order.
+void gather_features(const NodeShard& shard, std::span<const int32_t> nodes, std::vector<float>& x);
+
 // Rank r's range of a graph of n nodes on `ranks` ranks: [n r / R, n (r+1) / R).
 int64_t range_begin(int64_t n, int rank, int ranks);
 // The rank whose range holds node v.

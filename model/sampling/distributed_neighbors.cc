@@ -94,11 +94,8 @@ void DistributedNeighbors::fetch(std::span<const int32_t> nodes, std::span<const
     const Route r = route(nodes);
     std::vector<size_t> asked;
     const std::vector<int32_t> mine = ask(r, asked);
-    std::vector<float> rows(mine.size() * static_cast<size_t>(f)), got(nodes.size() * static_cast<size_t>(f));
-    for (size_t i = 0; i < mine.size(); ++i) {
-      const auto row = shard_.features(mine[i]);
-      std::copy(row.begin(), row.end(), rows.begin() + static_cast<int64_t>(i) * f);
-    }
+    std::vector<float> rows, got(nodes.size() * static_cast<size_t>(f));
+    gather_features(shard_, mine, rows);
     std::vector<size_t> out_counts(ranks), in_counts(ranks);
     for (size_t q = 0; q < ranks; ++q) {
       out_counts[q] = asked[q] * static_cast<size_t>(f);

@@ -21,6 +21,7 @@
 #include "model/training/distributed.h"
 #include "model/training/sampled_batches.h"
 #include "model/training/setup.h"
+#include "model/training/state_dict.h"
 #include "runtime/npy.h"
 
 namespace gnnrt::model {
@@ -81,12 +82,7 @@ class BatchMaker {
     if (remote_) {
       remote_->fetch(nodes, seeds, out.x, out.y);
     } else {
-      const int64_t f = shard_.num_features;
-      out.x.resize(nodes.size() * static_cast<size_t>(f));
-      for (size_t r = 0; r < nodes.size(); ++r) {
-        const auto row = shard_.features(nodes[r]);
-        std::copy(row.begin(), row.end(), out.x.begin() + static_cast<int64_t>(r) * f);
-      }
+      gather_features(shard_, nodes, out.x);
       out.y.resize(seeds.size());
       for (size_t r = 0; r < seeds.size(); ++r) out.y[r] = shard_.y[static_cast<size_t>(seeds[r] - shard_.begin)];
     }
@@ -188,6 +184,70 @@ class Prefetcher {
   std::exception_ptr error_;
 };
 
+// Layer-wise full-neighbourhood inference on one rank: the model's
+// program with every hop holding all nodes and every block all in-edges
+// (docs/sampling.md, "Evaluation"), bound before each run (the steps bind
+// their batches under the same names).
+class LayerWise {
+ public:
+  LayerWise(const NodeShard& shard, const proto::Model& model, const Schema& schema, int hops,
+            std::vector<std::string> outputs)
+      : shard_(shard), model_(model), schema_(schema), hops_(hops), outputs_(std::move(outputs)) {
+    const int64_t n = shard.num_nodes, e = static_cast<int64_t>(shard.indices.size());
+    shape_.node_rows.assign(static_cast<size_t>(hops) + 1, n);
+    shape_.edge_rows.assign(static_cast<size_t>(hops), e);
+    shape_.self_loop_edges.assign(static_cast<size_t>(hops), e + n);
+    shape_.graph_rows = 1;
+    shape_.padded = false;
+    schema_.node_sets[0].target = false;  // no eval loss: the step's metrics stay the training's
+  }
+
+  // The program (its parameters), built on first use.
+  Network build() const { return build_module_inference(model_, schema_, shape_, false, outputs_); }
+
+  std::vector<Tensor> run(Core& core, const runtime::RunContext& context) {
+    const int64_t n = shard_.num_nodes;
+    if (!edges_) {
+      std::vector<int32_t> src(shard_.indices.begin(), shard_.indices.end()), dst(src.size());
+      for (int64_t v = 0; v < n; ++v) {
+        std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
+      }
+      edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+      for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
+        src.push_back(static_cast<int32_t>(v));
+        dst.push_back(static_cast<int32_t>(v));
+      }
+      loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
+      identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
+      program_ = core.compile(build().program, {});
+    }
+    auto& mem = core.memory();
+    for (int h = 0; h < hops_; ++h) {
+      mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
+      core.bind_graph(block_set_name(h), edges_);
+      core.bind_graph(self_loop_graph_name(block_set_name(h)), loops_);
+      core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
+    }
+    mem.put(features_name(hop_set_name(hops_)), Tensor::from<float>(shard_.x, {n, shard_.num_features}));
+    core.run(*program_, context);
+    std::vector<Tensor> out;
+    for (const std::string& name : outputs_) out.push_back(core.read(*program_, name));
+    return out;
+  }
+
+ private:
+  const NodeShard& shard_;
+  const proto::Model& model_;
+  Schema schema_;
+  const int hops_;
+  const std::vector<std::string> outputs_;
+  BucketShape shape_;
+  std::shared_ptr<const runtime::CompiledProgram> program_;
+  std::shared_ptr<const Core::Adjacency> edges_, loops_, identity_;
+};
+
 class SampledSource final : public BatchSource {
  public:
   SampledSource(const proto::Job& job, const TrainOptions& options)
@@ -222,8 +282,7 @@ class SampledSource final : public BatchSource {
 
  private:
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
-  // The whole graph bound under the sampled schema's names (every hop all
-  // nodes, every block all edges), and the logits of every node.
+  // Every node's logits (the model's last module) by layer-wise inference.
   Tensor infer_all(Core& core, const runtime::RunContext& context);
 
   const proto::Job& job_;
@@ -243,8 +302,7 @@ class SampledSource final : public BatchSource {
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
   mutable int64_t bytes_before_ = 0;
-  std::shared_ptr<const runtime::CompiledProgram> infer_;
-  std::shared_ptr<const Core::Adjacency> all_edges_, all_loops_, identity_;
+  std::unique_ptr<LayerWise> layer_wise_;
   double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
 };
 
@@ -386,46 +444,11 @@ void SampledSource::finish(TrainResult& result, const Core&) const {
 }
 
 Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) {
-  const int hops = job_.sampling().fanout_size();
-  const int64_t n = shard_.num_nodes, e = static_cast<int64_t>(shard_.indices.size());
-  if (!all_edges_) {
-    std::vector<int32_t> src(shard_.indices.begin(), shard_.indices.end()), dst(static_cast<size_t>(e));
-    for (int64_t v = 0; v < n; ++v) {
-      std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
-    }
-    all_edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
-    for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
-      src.push_back(static_cast<int32_t>(v));
-      dst.push_back(static_cast<int32_t>(v));
-    }
-    all_loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
-    identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
+  if (!layer_wise_) {
+    layer_wise_ = std::make_unique<LayerWise>(shard_, model_, schema_, job_.sampling().fanout_size(),
+                                              std::vector<std::string>{model_.loss_term(0).input()});
   }
-  BucketShape all;
-  all.node_rows.assign(static_cast<size_t>(hops) + 1, n);
-  all.edge_rows.assign(static_cast<size_t>(hops), e);
-  all.self_loop_edges.assign(static_cast<size_t>(hops), e + n);
-  all.graph_rows = 1;
-  all.padded = false;
-  const std::string out = model_.loss_term(0).input();
-  if (!infer_) {
-    Schema schema = schema_;
-    schema.node_sets[0].target = false;  // no eval loss: the step's metrics stay the training's
-    Network net = build_module_inference(model_, schema, all, false, {out});
-    infer_ = core.compile(std::move(net.program), {});
-  }
-  auto& mem = core.memory();
-  for (int h = 0; h < hops; ++h) {
-    mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
-    core.bind_graph(block_set_name(h), all_edges_);
-    core.bind_graph(self_loop_graph_name(block_set_name(h)), all_loops_);
-    core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
-  }
-  mem.put(features_name(hop_set_name(hops)), Tensor::from<float>(shard_.x, {n, shard_.num_features}));
-  core.run(*infer_, context);
-  return core.read(*infer_, out);
+  return std::move(layer_wise_->run(core, context).front());
 }
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
@@ -507,6 +530,46 @@ proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes)
 
 std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const TrainOptions& options) {
   return std::make_unique<SampledSource>(job, options);
+}
+
+InferResult infer_sampled(const proto::Job& job, const InferOptions& options) {
+  validate(job);
+  if (options.communicator && options.communicator->size() > 1) {
+    throw std::invalid_argument("gnnrt infer on a sampled job runs on one rank in this version");
+  }
+  if (options.params_in.empty()) throw std::invalid_argument("gnnrt infer needs --params-in (the trained parameters)");
+  if (options.out.empty()) throw std::invalid_argument("gnnrt infer needs --out (a folder for the outputs)");
+  const NodeShard shard = load_node_shard(job, 0, 1);
+  const int hops = job.sampling().fanout_size();
+  const proto::Model model = sampled_model(job.model(), hops, shard.num_classes);
+  const Schema schema = sampled_schema(hops, shard.num_features, shard.num_classes);
+  std::vector<std::string> outputs = options.outputs;
+  if (outputs.empty()) outputs.push_back(model.loss_term(0).input());
+  for (const std::string& name : outputs) {
+    if (std::none_of(model.module().begin(), model.module().end(),
+                     [&](const proto::Module& m) { return m.name() == name; })) {
+      throw std::invalid_argument(fmt::format("output '{}' is no module of the model", name));
+    }
+  }
+  runtime::Core core(device_profile(job, options), core_options(job, options));
+  LayerWise layer_wise(shard, model, schema, hops, outputs);
+  const Network probe = layer_wise.build();
+  load_state_dict(core, probe.params, probe.aliases, probe.buffers, options.params_in, !options.params_non_strict,
+                  options.params_scope);
+  initialize_missing_parameters(core, probe.params, job.seed());
+  const auto start = Clock::now();
+  const std::vector<Tensor> values = layer_wise.run(core, {.step = 0, .lr = 0, .seed = job.seed()});
+  InferResult result;
+  result.graphs = 1;
+  result.batches = 1;
+  result.latency_median_ms = result.latency_p90_ms = ms_since(start);
+  std::filesystem::create_directories(options.out);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    write_npy(options.out / (outputs[i] + ".npy"), values[i]);
+    result.shapes[outputs[i]] = values[i].shape();
+  }
+  result.counters = core.counters();
+  return result;
 }
 
 }  // namespace gnnrt::model

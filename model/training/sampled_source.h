@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "model/job.pb.h"
+#include "model/training/batch_infer.h"
 #include "model/training/batch_source.h"
 #include "model/training/options.h"
 
@@ -28,5 +29,11 @@ bool is_sampled_job(const proto::Job& job);
 proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes);
 
 std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const TrainOptions& options);
+
+// `gnnrt infer` on a sampled job: layer-wise full-neighbourhood inference
+// over the whole graph with --params-in; writes each output module's rows
+// for every node, [nodes, width], as <module>.npy (the last module by
+// default: the logits). One rank.
+InferResult infer_sampled(const proto::Job& job, const InferOptions& options);
 
 }  // namespace gnnrt::model
