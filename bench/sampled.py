@@ -17,7 +17,9 @@ Reports:
               (2x PyG 2.3's sampler here); sampled edges/s within 2x of the
               independent-read rate.
   training    gnnrt train on --train-graph (default the example's 100,000-node
-              graph) for --epochs epochs at 1 thread: step time (the steps'
+              graph) for --epochs epochs at 1 thread, on one rank and on two
+              (mpirun -np 2; also the bytes the sampler sent a rank an epoch,
+              and each configuration's peak RSS a rank, target np 2 <= 0.6x np 1): step time (the steps'
               time without the sampler's wait, per step), epoch time, time
               waiting for the sampler (% of the step; target < 10%), padding
               (target <= 25% of rows), compiles against buckets used, the best
@@ -78,13 +80,26 @@ def sampler():
     return {"generate": res[0], "random_access": res[1], "runs": res[2:]}
 
 
-def train():
-    metrics = OUT / "metrics.jsonl"
+def rss_mb(path):
+    return int(Path(path).read_text().split()[-1]) / 1024
+
+
+def train(ranks=1):
+    folder = OUT / f"np{ranks}"
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = folder / "metrics.jsonl"
     metrics.unlink(missing_ok=True)
+    cmd = [str((BUILD / "launch" / "gnnrt").resolve()), "train", "examples/products_sage.pbtxt", "--set",
+           f"dataset.path={args.train_graph}", "--set", f"schedule.epochs={args.epochs}", "--threads", "1",
+           "--metrics", str(metrics), "--no-cache"]
+    if ranks == 1:
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", str(folder / "rss.0"), *cmd]
+    else:
+        cmd = ["mpirun", "--allow-run-as-root", "-np", str(ranks), "sh", "-c",
+               'exec /usr/bin/time -f %M -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"', str(folder), *cmd]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
     start = time.time()
-    subprocess.run([str(BUILD / "launch" / "gnnrt"), "train", "examples/products_sage.pbtxt", "--set",
-                    f"dataset.path={args.train_graph}", "--set", f"schedule.epochs={args.epochs}", "--threads", "1",
-                    "--metrics", str(metrics), "--no-cache"], check=True, env=env, capture_output=True)
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
     wall = time.time() - start
     recs = [json.loads(l) for l in metrics.read_text().splitlines()]
     later = recs[1:] or recs  # the first epoch compiles
@@ -93,12 +108,14 @@ def train():
     step_ms = [(r["ms"] - r["infer_ms"] - r["sampler_wait_ms"]) / s for r, s in zip(later, steps)]
     wait_pct = [100 * r["sampler_wait_ms"] / (r["ms"] - r["infer_ms"]) for r in later]
     best = max(recs, key=lambda r: r["val_acc"])
-    return {"graph": args.train_graph, "epochs": len(recs), "wall_s": wall,
+    return {"graph": args.train_graph, "ranks": ranks, "epochs": len(recs), "wall_s": wall,
             "step_ms": statistics.median(step_ms), "epoch_ms": statistics.median(r["ms"] for r in later),
             "sampler_wait_percent": statistics.median(wait_pct),
             "padding_rows_percent": recs[-1]["padding_rows_percent"],
             "padding_edges_percent": recs[-1]["padding_edges_percent"],
             "buckets_used": recs[-1]["buckets_used"], "compiles": recs[-1].get("compiles"),
+            "sampler_bytes_sent_per_epoch": statistics.median(r["sampler_bytes_sent"] for r in later),
+            "peak_rss_mb": max(rss_mb(folder / f"rss.{r}") for r in range(ranks)),
             "best_val_acc": best["val_acc"], "test_acc": best["test_acc"], "records": recs}
 
 
@@ -168,7 +185,8 @@ def torch_step():
 def main():
     result = {"date": time.strftime("%Y-%m-%d"), "cores": CORES, "fanouts": FANOUTS, "batch": BATCH}
     result["sampler"] = sampler()
-    result["training"] = train()
+    result["training"] = train(1)
+    result["training_np2"] = train(2)
     try:
         result["torch"] = torch_step()
         result["speedup_vs_torch"] = result["torch"]["step_ms"] / result["training"]["step_ms"]
@@ -192,6 +210,11 @@ def main():
           f"sampler wait {t['sampler_wait_percent']:.1f}% of the step, padding {t['padding_rows_percent']:.1f}% rows "
           f"{t['padding_edges_percent']:.1f}% edges, {t['buckets_used']} buckets used, best val {t['best_val_acc']:.4f} "
           f"test {t['test_acc']:.4f}")
+    t2 = result["training_np2"]
+    print(f"np 2 ({CORES} cores): step {t2['step_ms']:.1f} ms, epoch {t2['epoch_ms']:.0f} ms (np 1: {t['epoch_ms']:.0f}), "
+          f"sampling {t2['sampler_wait_percent']:.1f}% of the step (in the step on many ranks), "
+          f"{t2['sampler_bytes_sent_per_epoch'] / 2**20:.1f} MiB sent a rank an epoch; peak RSS a rank "
+          f"{t2['peak_rss_mb']:.0f} MB against {t['peak_rss_mb']:.0f} MB at np 1 ({t2['peak_rss_mb'] / t['peak_rss_mb']:.2f}x)")
     if result["torch"]:
         tr = result["torch"]
         print(f"torch step on one batch's blocks ({tr['nodes']} nodes, {tr['edges']} edges): index_add "

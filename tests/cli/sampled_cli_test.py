@@ -3,7 +3,8 @@
 `gnnrt launch`, checked by what it writes:
 
 1. examples/products_sage.pbtxt on a small products-like graph: metrics
-   records with the sampled fields, logits of every node, parameters.
+   records with the sampled fields, logits of every node, parameters; then
+   `gnnrt infer` with those parameters (any module's rows, every node).
 2. Bad input: each a clear error (exit 2) naming the field and value, and
    nothing written (no metrics file, no parameters folder): a fanout of 0
    and below -1, a batch size of 0, an empty training set, features with
@@ -62,6 +63,14 @@ logits = np.load(out / "logits.npy")
 check(logits.shape == (6000, 6), f"logits {logits.shape}")
 check(np.allclose(np.exp(logits).sum(1), 1, atol=1e-4), "logits are not log-probabilities")
 check(np.load(out / "params" / "conv1.lin_l.weight.npy").shape == (16, 16), "conv1.lin_l.weight's shape")
+# gnnrt infer with those parameters: the last module's rows for every node
+# (whose log-softmax is --logits-out) and a hidden layer's.
+run("infer", JOB, *SMALL, "--params-in", str(out / "params"), "--out", str(out / "infer"), "--output", "conv3",
+    "--output", "conv2", expect=0)
+conv3 = np.load(out / "infer" / "conv3.npy")
+check(conv3.shape == (6000, 6) and np.load(out / "infer" / "conv2.npy").shape == (6000, 16), "infer's shapes")
+log_softmax = conv3 - np.log(np.exp(conv3 - conv3.max(1, keepdims=True)).sum(1, keepdims=True)) - conv3.max(1, keepdims=True)
+check(np.allclose(log_softmax, logits, atol=1e-4), "infer's logits differ from --logits-out's")
 
 # 2. Bad input: exit 2, the field and value named, nothing written.
 nan = WORK / "nan_data"
