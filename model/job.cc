@@ -296,7 +296,9 @@ void validate_sampling(const proto::Sampling& s) {
   if (s.batch_size() < 1) {
     throw JobError(fmt::format("job: sampling.batch_size = {}: a batch holds at least one seed", s.batch_size()));
   }
-  if (!(s.growth() > 1)) throw JobError(fmt::format("job: sampling.growth = {} must be > 1", s.growth()));
+  if (!(s.growth() > 1 && s.growth() <= 16)) {
+    throw JobError(fmt::format("job: sampling.growth = {} must be > 1 and <= 16", s.growth()));
+  }
   if (s.prefetch() < 0) throw JobError(fmt::format("job: sampling.prefetch = {} must be >= 0", s.prefetch()));
   if (s.threads() < 0) throw JobError(fmt::format("job: sampling.threads = {} must be >= 0", s.threads()));
 }

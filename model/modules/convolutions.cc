@@ -79,6 +79,9 @@ Port gcn(ModuleContext& c) {
   if (info.source != info.destination && !info.block) {
     c.fail(fmt::format("GCN needs an edge set that joins a node set to itself; '{}' is bipartite", info.name));
   }
+  if (info.block && c.inputs.size() != 1) {
+    c.fail(fmt::format("GCN on block '{}' takes one input (its destinations are its sources' first rows)", info.name));
+  }
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
   const int32_t g = c.self_loop_graph(in.edges);
   ValueId h = c.project(in.src, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
@@ -100,6 +103,9 @@ Port gat(ModuleContext& c) {
     c.fail(fmt::format("attention_dropout = {} is not in [0, 1)", m.attention_dropout()));
   }
   const bool bipartite = info.source != info.destination && !info.block;
+  if (info.block && c.inputs.size() != 1) {
+    c.fail(fmt::format("GAT on block '{}' takes one input (its destinations are its sources' first rows)", info.name));
+  }
   const int64_t hc = heads * channels;
   const int32_t g = bipartite ? c.graph(in.edges) : c.self_loop_graph(in.edges);
   const ValueId h_src =

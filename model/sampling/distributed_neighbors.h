@@ -17,6 +17,55 @@
 
 namespace gnnrt::model {
 
+// A list of nodes routed to their owners (owner_of's contiguous ranges).
+// Constructing it sends the ids (collective); then rows of any width come
+// back from the owners in the list's order, as often as asked (collective
+// each: layer-wise inference asks for its halo's rows once a layer).
+class OwnerExchange {
+ public:
+  OwnerExchange(std::span<const int32_t> nodes, int64_t num_nodes, collectives::Communicator& comm);
+
+  // The ids the ranks asked of this one (all owned), rank by rank, and how
+  // many each rank asked.
+  const std::vector<int32_t>& asked() const { return asked_ids_; }
+  const std::vector<size_t>& asked_counts() const { return asked_; }
+  // How many of the list went to each rank, and the list position of the
+  // k-th node sent (rank by rank).
+  const std::vector<size_t>& counts() const { return counts_; }
+  const std::vector<int64_t>& order() const { return order_; }
+
+  // The owners answer `answers` [asked().size(), width] (row i for
+  // asked()[i]); returns [list, width] in the list's order.
+  template <typename T>
+  std::vector<T> rows(std::span<const T> answers, int64_t width) {
+    const size_t ranks = counts_.size(), w = static_cast<size_t>(width);
+    std::vector<size_t> out(ranks), in(ranks);
+    for (size_t q = 0; q < ranks; ++q) {
+      out[q] = asked_[q] * w;
+      in[q] = counts_[q] * w;
+    }
+    std::vector<T> got(order_.size() * w), result(order_.size() * w);
+    comm_.alltoallv<T>(answers, out, got, in);
+    sent(out, sizeof(T));
+    for (size_t k = 0; k < order_.size(); ++k) {
+      std::copy(got.begin() + static_cast<int64_t>(k * w), got.begin() + static_cast<int64_t>((k + 1) * w),
+                result.begin() + order_[k] * width);
+    }
+    return result;
+  }
+
+  // Bytes this rank sent to the others through this exchange.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  void sent(const std::vector<size_t>& counts, size_t element_bytes);
+
+ private:
+  collectives::Communicator& comm_;
+  std::vector<size_t> counts_, asked_;
+  std::vector<int64_t> order_;
+  std::vector<int32_t> asked_ids_;
+  int64_t bytes_sent_ = 0;
+};
+
 class DistributedNeighbors final : public NeighborSource {
  public:
   DistributedNeighbors(const NodeShard& shard, collectives::Communicator& comm, int threads = 1);
@@ -32,19 +81,6 @@ class DistributedNeighbors final : public NeighborSource {
   int64_t bytes_sent() const { return bytes_sent_; }  // this rank's to the others, so far
 
  private:
-  // nodes grouped by owner: `order` (the positions, owner by owner), the
-  // ids in that order, and how many go to each rank.
-  struct Route {
-    std::vector<int64_t> order;
-    std::vector<int32_t> ids;
-    std::vector<size_t> counts;
-  };
-  Route route(std::span<const int32_t> nodes) const;
-  // Sends the route's ids; returns the ids this rank owns that were asked
-  // for, and how many each rank asked.
-  std::vector<int32_t> ask(const Route& r, std::vector<size_t>& asked);
-  void sent(const std::vector<size_t>& counts, size_t element_bytes);
-
   const NodeShard& shard_;
   collectives::Communicator& comm_;
   ShardNeighbors local_;

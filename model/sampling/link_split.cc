@@ -111,12 +111,15 @@ LinkSplit split_links(int64_t num_nodes, std::span<const int64_t> src, std::span
   for (int64_t i = 0; i < e; ++i) {
     put(i < num_train ? s.train : i < num_train + num_val ? s.val : s.test, keys[i]);
   }
-  // The first num_disjoint training edges supervise only.
+  // The first num_disjoint training edges supervise only (out of the
+  // training graph); validation passes messages over every training edge,
+  // the test over every training and validation edge (PyG's).
   EdgeList passing;
   for (int64_t i = 0; i < num_train; ++i) put(i < num_disjoint ? s.train_supervision : passing, keys[i]);
   if (num_disjoint == 0) s.train_supervision = s.train;
   append(s.train_graph, passing, o.undirected);
-  s.test_graph = s.train_graph;
+  append(s.val_graph, s.train, o.undirected);
+  s.test_graph = s.val_graph;
   append(s.test_graph, s.val, o.undirected);
   const auto need = [&](int64_t positives) {
     return static_cast<int64_t>(std::ceil(o.negative_ratio * static_cast<double>(positives)));
@@ -158,6 +161,7 @@ double link_auc(std::span<const float> positive, std::span<const float> negative
 }
 
 double link_hits(std::span<const float> positive, std::span<const float> negative, int64_t k) {
+  if (k < 1) throw std::invalid_argument(fmt::format("Hits@K needs K >= 1, not {}", k));
   if (positive.empty()) return 0;
   if (static_cast<int64_t>(negative.size()) < k) return 1;
   std::vector<float> neg(negative.begin(), negative.end());

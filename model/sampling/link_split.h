@@ -4,12 +4,13 @@
 //     together); directed graphs split edges as given;
 //   - the edges in an order drawn from the seed; the last val + test of
 //     them held out: val, then test; the rest train;
-//   - message passing: training and validation see the training edges,
-//     the test sees training and validation edges (both directions when
-//     undirected); held-out edges are never in a graph they are scored on;
+//   - message passing: training sees the training edges, validation every
+//     training edge, the test every training and validation edge (both
+//     directions when undirected); held-out edges are never in a graph
+//     they are scored on;
 //   - disjoint_train_ratio: that share of the training edges supervises
-//     only (removed from the message-passing graph, PyG's
-//     disjoint_train_ratio);
+//     only (out of the training graph; validation and test still pass
+//     messages over them, PyG's disjoint_train_ratio);
 //   - evaluation negatives drawn at split time, `ratio` per positive:
 //     uniform pairs (u, v), u != v, that are no edge of the graph in either
 //     direction (undirected) or as given; training negatives fresh each
@@ -44,7 +45,7 @@ struct LinkSplit {
   EdgeList train, val, test;          // positives (one direction when undirected)
   EdgeList train_supervision;         // the training positives the loss sees
   EdgeList val_negatives, test_negatives;
-  EdgeList train_graph, test_graph;   // message passing (both directions when undirected)
+  EdgeList train_graph, val_graph, test_graph;  // message passing (both directions when undirected)
 };
 
 // Splits the edges src -> dst of a graph of `num_nodes` nodes. Self loops
@@ -61,7 +62,7 @@ EdgeList training_negatives(const LinkSplit& split, int64_t count, uint64_t seed
 // (the Mann-Whitney statistic, sklearn's roc_auc_score).
 double link_auc(std::span<const float> positive, std::span<const float> negative);
 // Hits@K (OGB's): the share of positives scoring above the K-th highest
-// negative (every positive when there are fewer than K negatives).
+// negative (every positive when there are fewer than K negatives); K >= 1.
 double link_hits(std::span<const float> positive, std::span<const float> negative, int64_t k);
 // MRR against the shared negatives: each positive's rank among them,
 // 1 + (#negatives above + #negatives tied / 2) (OGB's optimistic and

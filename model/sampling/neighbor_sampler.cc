@@ -145,6 +145,20 @@ SampledBlocks NeighborSampler::sample(std::span<const int32_t> seeds, const Samp
     out.seed_rows.push_back(row_of(seeds[i], static_cast<int32_t>(i)));
   }
   out.frontier.push_back(static_cast<int64_t>(out.nodes.size()));
+  // A draw that throws (an exchange that timed out, say) leaves the row map
+  // clean for the next batch.
+  try {
+    hops(out, key, source, row_of);
+  } catch (...) {
+    reset(out);
+    throw;
+  }
+  reset(out);
+  return out;
+}
+
+template <typename RowOf>
+void NeighborSampler::hops(SampledBlocks& out, const SampleKey& key, NeighborSource& source, RowOf& row_of) {
   for (size_t h = 0; h < options_.fanouts.size(); ++h) {
     const int64_t n = out.frontier[h];
     source.draw(std::span<const int32_t>(out.nodes).first(static_cast<size_t>(n)), static_cast<int>(h),
@@ -164,8 +178,6 @@ SampledBlocks NeighborSampler::sample(std::span<const int32_t> seeds, const Samp
     }
     out.frontier.push_back(static_cast<int64_t>(out.nodes.size()));
   }
-  reset(out);
-  return out;
 }
 
 void NeighborSampler::reset(const SampledBlocks& out) {

@@ -99,6 +99,9 @@ class NeighborSampler {
 
  private:
   void reset(const SampledBlocks& out);  // row_ back to -1
+  // sample()'s hops: each frontier's draws into a block.
+  template <typename RowOf>
+  void hops(SampledBlocks& out, const SampleKey& key, NeighborSource& source, RowOf& row_of);
 
   SamplerOptions options_;
   int64_t num_nodes_;

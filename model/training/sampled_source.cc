@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -36,7 +40,10 @@ double ms_since(Clock::time_point t) {
 
 NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
   const std::string& path = job.dataset().path();
-  if (is_products_spec(path)) return make_products_shard(parse_products_spec(path), rank, ranks);
+  // A folder of that name is a dataset; otherwise "products[:...]" is the generator.
+  if (is_products_spec(path) && !std::filesystem::is_directory(path)) {
+    return make_products_shard(parse_products_spec(path), rank, ranks);
+  }
   Dataset d = load_dataset(path);
   if (job.dataset().normalize_features()) normalize_features(d);
   make_features_dense(d);
@@ -123,7 +130,11 @@ class Prefetcher {
       lock.lock();
     }
     ready_.wait(lock, [&] { return !queue_.empty() || error_; });
-    if (queue_.empty() && error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    if (queue_.empty() && error_) {
+      // The worker has ended: the next take starts a new one.
+      next_ = {-1, -1};
+      std::rethrow_exception(std::exchange(error_, nullptr));
+    }
     SampledBatch b = std::move(queue_.front());
     queue_.pop_front();
     next_ = following(epoch, index);
@@ -248,6 +259,166 @@ class LayerWise {
   std::shared_ptr<const Core::Adjacency> edges_, loops_, identity_;
 };
 
+// Layer-wise full-neighbourhood inference over node shards (many ranks):
+// each rank computes its own nodes' rows of each layer from all their
+// in-neighbours, whose rows of the layer before come from their owners
+// (the halo: one exchange a layer). A chain of modules splits into layers:
+// each convolution with the modules after it up to the next (the modules
+// before the first go with it); other module graphs are not evaluated on
+// many ranks. Collective: every rank runs it alike.
+class ShardedLayerWise {
+ public:
+  // Whether the model splits into layers.
+  static bool splits(const proto::Model& model, int hops) {
+    std::string input = features_name(hop_set_name(hops));
+    for (const proto::Module& m : model.module()) {
+      if (m.input_size() != 1 || m.input(0) != input) return false;
+      input = m.name();
+    }
+    return true;
+  }
+
+  ShardedLayerWise(const NodeShard& shard, const proto::Model& model, int hops, collectives::Communicator& comm)
+      : shard_(shard), hops_(hops) {
+    // The segments: convolution k and what follows it.
+    int segment = -1;
+    for (const proto::Module& m : model.module()) {
+      const bool conv = m.has_gcn() || m.has_sage() || m.has_gat() || m.has_gin();
+      if (conv || segment < 0) {
+        if (conv && segment >= 0 && !segments_[static_cast<size_t>(segment)].has_conv) {
+          // The modules before the first convolution stay with it.
+        } else {
+          segments_.emplace_back();
+          ++segment;
+        }
+      }
+      Segment& g = segments_[static_cast<size_t>(segment)];
+      proto::Module copy = m;
+      if (g.model.module_size() == 0) {
+        copy.clear_input();
+        copy.add_input(features_name(hop_set_name(1)));
+      }
+      if (conv) {
+        g.has_conv = true;
+        gcn_ = gcn_ || m.has_gcn();
+        const std::string block = block_set_name(0);
+        if (copy.has_gcn()) copy.mutable_gcn()->set_edges(block);
+        if (copy.has_sage()) copy.mutable_sage()->set_edges(block);
+        if (copy.has_gat()) copy.mutable_gat()->set_edges(block);
+        if (copy.has_gin()) copy.mutable_gin()->set_edges(block);
+      }
+      *g.model.add_module() = std::move(copy);
+      g.out = m.name();
+    }
+    // This rank's nodes first, then the halo (in-neighbours owned elsewhere).
+    const int64_t owned = shard.owned();
+    for (const int32_t u : shard.indices) {
+      if (!shard.owns(u)) halo_.push_back(u);
+    }
+    std::sort(halo_.begin(), halo_.end());
+    halo_.erase(std::unique(halo_.begin(), halo_.end()), halo_.end());
+    exchange_ = std::make_unique<OwnerExchange>(halo_, shard.num_nodes, comm);
+    const auto rows = owned + static_cast<int64_t>(halo_.size());
+    std::vector<int32_t> src(shard.indices.size()), dst(shard.indices.size());
+    for (int64_t v = 0; v < owned; ++v) {
+      for (int64_t k = shard.indptr[v]; k < shard.indptr[v + 1]; ++k) {
+        const int32_t u = shard.indices[static_cast<size_t>(k)];
+        src[k] = shard.owns(u) ? static_cast<int32_t>(u - shard.begin)
+                               : static_cast<int32_t>(owned + (std::lower_bound(halo_.begin(), halo_.end(), u) -
+                                                               halo_.begin()));
+        dst[k] = static_cast<int32_t>(v);
+      }
+    }
+    const auto e = static_cast<int64_t>(src.size());
+    edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
+    // GCN's weights with the graph's degrees (in-edges and the loop); the
+    // halo's degrees from their owners.
+    std::vector<int32_t> degree(static_cast<size_t>(owned));
+    for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
+    std::vector<int32_t> asked(exchange_->asked().size());
+    for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[exchange_->asked()[i] - shard.begin];
+    const std::vector<int32_t> halo_degree = exchange_->rows<int32_t>(asked, 1);
+    const auto degree_of = [&](int32_t r) {
+      return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
+    };
+    for (int64_t v = 0; v < owned; ++v) {
+      src.push_back(static_cast<int32_t>(v));
+      dst.push_back(static_cast<int32_t>(v));
+    }
+    loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
+    norm_.resize(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
+    }
+    std::vector<int32_t> ids(static_cast<size_t>(owned));
+    std::iota(ids.begin(), ids.end(), 0);
+    prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
+    shape_.node_rows = {owned, rows};
+    shape_.edge_rows = {e};
+    shape_.self_loop_edges = {e + owned};
+    shape_.graph_rows = 1;
+    shape_.padded = false;
+  }
+
+  // The model's last rows of this rank's nodes, [owned, width].
+  Tensor run(Core& core, const runtime::RunContext& context) {
+    const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
+    std::vector<float> x = shard_.x;  // [owned, F]: layer 0's input of this rank's nodes
+    int64_t width = shard_.num_features;
+    Tensor out;
+    for (Segment& g : segments_) {
+      if (!g.program) {
+        g.schema = sampled_schema(1, width, 1);
+        g.schema.node_sets[0].target = false;
+        g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
+      }
+      // The halo's rows of this input from their owners.
+      std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
+      for (size_t i = 0; i < exchange_->asked().size(); ++i) {
+        const int64_t r = exchange_->asked()[i] - shard_.begin;
+        std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
+      }
+      const std::vector<float> halo = exchange_->rows<float>(answers, width);
+      Tensor in(DType::kF32, {rows, width});
+      auto iv = in.values<float>();
+      std::copy(x.begin(), x.end(), iv.begin());
+      std::copy(halo.begin(), halo.end(), iv.begin() + owned * width);
+      auto& mem = core.memory();
+      mem.put(features_name(hop_set_name(1)), std::move(in));
+      mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
+      const std::string block = block_set_name(0);
+      core.bind_graph(block, edges_);
+      core.bind_graph(self_loop_graph_name(block), loops_);
+      core.bind_graph(prefix_graph_name(block), prefix_);
+      if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
+      core.run(*g.program, context);
+      out = core.read(*g.program, g.out);
+      width = out.shape()[1];
+      const auto ov = out.values<float>();
+      x.assign(ov.begin(), ov.end());
+    }
+    return out;
+  }
+
+ private:
+  struct Segment {
+    proto::Model model;
+    Schema schema;
+    bool has_conv = false;
+    std::string out;
+    std::shared_ptr<const runtime::CompiledProgram> program;
+  };
+  const NodeShard& shard_;
+  const int hops_;
+  std::vector<Segment> segments_;
+  bool gcn_ = false;
+  std::vector<int32_t> halo_;
+  std::unique_ptr<OwnerExchange> exchange_;
+  std::shared_ptr<const Core::Adjacency> edges_, loops_, prefix_;
+  std::vector<float> norm_;
+  BucketShape shape_;
+};
+
 class SampledSource final : public BatchSource {
  public:
   SampledSource(const proto::Job& job, const TrainOptions& options)
@@ -276,11 +447,14 @@ class SampledSource final : public BatchSource {
   // and test accuracies.
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
-  bool has_validation() const override { return !replicated_ && !shard_.val.empty(); }
+  bool has_validation() const override {
+    return (replicated_ ? sharded_eval_ : whole_eval_) && !shard_.val.empty();
+  }
   bool writes_logits() const override { return !replicated_; }
   void write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) override;
 
  private:
+  void evaluate_sharded(Core& core, const runtime::RunContext& context);
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
   // Every node's logits (the model's last module) by layer-wise inference.
   Tensor infer_all(Core& core, const runtime::RunContext& context);
@@ -303,6 +477,9 @@ class SampledSource final : public BatchSource {
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
   mutable int64_t bytes_before_ = 0;
   std::unique_ptr<LayerWise> layer_wise_;
+  bool sharded_eval_ = false;  // many ranks: the model splits into layers
+  bool whole_eval_ = false;    // one rank: the whole graph fits one program
+  std::unique_ptr<ShardedLayerWise> sharded_;
   double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
 };
 
@@ -329,6 +506,11 @@ ModelParameters SampledSource::load(Core&) {
       throw std::invalid_argument(fmt::format("sampling.prefetch = {} is below 0", job_.sampling().prefetch()));
     }
     shard_ = load_node_shard(job_, rank_, ranks_);
+    // Dropout keys an edge by its destination's id times 2^32 (sampled_batches.cc).
+    if (shard_.num_nodes >= (int64_t{1} << 30)) {
+      throw std::invalid_argument(fmt::format("the graph has {} nodes; sampled training takes fewer than 2^30",
+                                              shard_.num_nodes));
+    }
     const int hops = fanouts.size();
     model_ = sampled_model(job_.model(), hops, shard_.num_classes);
     schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes);
@@ -339,6 +521,14 @@ ModelParameters SampledSource::load(Core&) {
     params_ = std::move(first.params);
   });
   if (replicated_) check_same(*comm_, shard_.num_nodes, "graphs (the same dataset.path gave other node counts)");
+  sharded_eval_ = replicated_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
+  // One rank evaluates with the whole graph's edges and loops in one 32-bit
+  // indexed graph; beyond, the evaluation is left to many ranks.
+  whole_eval_ = !replicated_ && static_cast<int64_t>(shard_.indices.size()) + shard_.num_nodes < (int64_t{1} << 31);
+  if (!replicated_ && !whole_eval_ && rank_ == 0) {
+    spdlog::warn("the graph's {} edges are too many to evaluate on one rank (2^31 with the loops): no validation; "
+                 "run on more ranks to evaluate", shard_.indices.size());
+  }
   // On many ranks the sampler's exchanges are collectives, made on the
   // thread that runs the steps (MPI is initialised for one thread's calls).
   prefetch_ = std::make_unique<Prefetcher>(*maker_, replicated_ ? 0 : job_.sampling().prefetch(),
@@ -348,8 +538,10 @@ ModelParameters SampledSource::load(Core&) {
                  "batches of {} ({} per epoch{}), fanouts [{}]{}{}, {} parameters",
                  shard_.name, shard_.num_nodes, shard_.indices.size(), shard_.num_features, shard_.num_classes,
                  shard_.train.size(), job_.sampling().batch_size(), maker_->batches_per_epoch(),
-                 replicated_ ? fmt::format(", each split over {} ranks; sampled in the step, evaluated on one rank "
-                                           "only in this version", ranks_)
+                 replicated_ ? fmt::format(", each split over {} ranks; sampled in the step{}", ranks_,
+                                           ShardedLayerWise::splits(model_, job_.sampling().fanout_size())
+                                               ? std::string()
+                                               : "; a module graph that is no chain is not evaluated on many ranks")
                              : std::string(),
                  fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
                  job_.sampling().disjoint() ? ", disjoint trees" : "", params_.size());
@@ -452,7 +644,10 @@ Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) 
 }
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
-  if (replicated_) return;  // layer-wise inference over shards: not yet (docs/sampling.md)
+  if (replicated_ || !whole_eval_) {
+    if (sharded_eval_) evaluate_sharded(core, context);
+    return;
+  }
   const auto start = Clock::now();
   const Tensor logits = infer_all(core, context);
   const auto v = logits.values<float>();
@@ -471,8 +666,36 @@ void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
   infer_ms_ = ms_since(start);
 }
 
+// Each rank its own nodes' logits; the correct counts summed over the ranks.
+void SampledSource::evaluate_sharded(Core& core, const runtime::RunContext& context) {
+  const auto start = Clock::now();
+  if (!sharded_) sharded_ = std::make_unique<ShardedLayerWise>(shard_, model_, job_.sampling().fanout_size(), *comm_);
+  const Tensor logits = sharded_->run(core, context);
+  const auto v = logits.values<float>();
+  const int64_t c = logits.shape()[1];
+  std::vector<double> counts(4, 0.0);  // val correct, val nodes, test correct, test nodes
+  const auto count = [&](const std::vector<int32_t>& nodes, size_t at) {
+    for (const int32_t node : nodes) {
+      if (!shard_.owns(node)) continue;
+      const float* row = v.data() + (node - shard_.begin) * c;
+      counts[at] += std::max_element(row, row + c) - row == shard_.y[node - shard_.begin];
+      counts[at + 1] += 1;
+    }
+  };
+  count(shard_.val, 0);
+  count(shard_.test, 2);
+  comm_->allreduce<double>(counts);
+  val_acc_ = counts[1] > 0 ? counts[0] / counts[1] : 0;
+  test_acc_ = counts[3] > 0 ? counts[2] / counts[3] : 0;
+  infer_ms_ = ms_since(start);
+}
+
 // Log-probabilities, as the full-graph jobs write them.
 void SampledSource::write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) {
+  if (!whole_eval_) {
+    spdlog::warn("--logits-out: the graph is too large to infer on one rank; nothing written to {}", path.string());
+    return;
+  }
   Tensor logits = infer_all(core, context);
   auto v = logits.values<float>();
   const int64_t c = logits.shape()[1];

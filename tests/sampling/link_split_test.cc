@@ -59,6 +59,11 @@ TEST(LinkSplit, SplitsAreDisjointAndHeldOutEdgesStayOutOfTheirGraphs) {
     for (const Pair& p : val) EXPECT_FALSE(train_graph.count(p)) << "a val edge in the training graph";
     for (const Pair& p : test) EXPECT_FALSE(test_graph.count(p)) << "a test edge in the test graph";
     for (const Pair& p : val) EXPECT_TRUE(test_graph.count(p)) << "the test graph lacks a val edge";
+    const auto val_graph = pairs(s.val_graph, false);
+    for (const Pair& p : val) EXPECT_FALSE(val_graph.count(p)) << "a val edge in the validation graph";
+    for (const Pair& p : train) {
+      EXPECT_TRUE(val_graph.count(p) && test_graph.count(p)) << "a training edge missing from the val or test graph";
+    }
     // Disjoint supervision: those edges are not passed messages over.
     for (const Pair& p : pairs(s.train_supervision, true)) {
       EXPECT_EQ(train_graph.count(p) == 0, disjoint > 0) << "supervision edge and the training graph";

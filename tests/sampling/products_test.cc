@@ -21,6 +21,9 @@ TEST(Products, EveryRankCountGivesTheSameGraph) {
     for (int r = 0; r < ranks; ++r) {
       const NodeShard s = make_products_shard(spec(), r, ranks);
       EXPECT_EQ(s.train, whole.train);
+      EXPECT_EQ(s.val, whole.val);
+      EXPECT_EQ(s.test, whole.test);
+      EXPECT_TRUE(std::equal(s.y.begin(), s.y.end(), whole.y.begin() + s.begin)) << "labels, rank " << r;
       EXPECT_EQ(s.begin, range_begin(whole.num_nodes, r, ranks));
       for (int64_t v = s.begin; v < s.end; ++v) {
         const auto in = s.in_neighbors(v);

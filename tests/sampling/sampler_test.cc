@@ -164,6 +164,28 @@ TEST(Sampler, BadFanoutsAndSeedsAreRefusedByName) {
   EXPECT_EQ(b.nodes.front(), 3);
 }
 
+// A source whose second hop throws (an exchange that timed out): the
+// sampler's row map stays clean, so the next batch is the clean one's.
+TEST(Sampler, ADrawThatThrowsLeavesNoStateBehind) {
+  const NodeShard shard = make_products_shard(small_products(), 0, 1);
+  struct Failing : NeighborSource {
+    ShardNeighbors inner;
+    explicit Failing(const NodeShard& s) : inner(s) {}
+    void draw(std::span<const int32_t> nodes, int hop, int fanout, bool replace, const SampleKey& key,
+              Draws& out) override {
+      if (hop == 1) throw std::runtime_error("exchange timed out");
+      inner.draw(nodes, hop, fanout, replace, key, out);
+    }
+  } failing(shard);
+  ShardNeighbors source(shard);
+  const std::vector<int32_t> seeds(shard.train.begin(), shard.train.begin() + 20);
+  NeighborSampler clean({{5, 5}, false, false}, shard.num_nodes), used({{5, 5}, false, false}, shard.num_nodes);
+  EXPECT_THROW(used.sample(seeds, {1, 0, 0}, failing), std::runtime_error);
+  const SampledBlocks want = clean.sample(seeds, {1, 0, 0}, source), got = used.sample(seeds, {1, 0, 0}, source);
+  EXPECT_EQ(got.nodes, want.nodes);
+  EXPECT_EQ(got.blocks[1].src, want.blocks[1].src);
+}
+
 TEST(SeedBatches, CutsTheEpochAndRefusesBadSizes) {
   std::vector<int32_t> seeds(10);
   for (int i = 0; i < 10; ++i) seeds[i] = i * 2;
