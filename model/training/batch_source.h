@@ -34,6 +34,23 @@ struct ModelParameters {
   std::vector<Buffer> buffers;
 };
 
+// What BatchSource::persistent returns for a source whose programs are
+// compiled per shape (any map of them, by bucket): their parameters and
+// optimizer state, by name, and the declared parameters; empty while none
+// is compiled.
+template <typename Programs>
+std::set<std::string> persistent_names(const Programs& programs, const std::vector<ParamDecl>& params) {
+  std::set<std::string> names;
+  if (programs.empty()) return names;
+  for (const auto& [bucket, p] : programs) {
+    for (const auto& v : p->program.values) {
+      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
+    }
+  }
+  for (const ParamDecl& p : params) names.insert(p.name);
+  return names;
+}
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;

@@ -163,17 +163,7 @@ nlohmann::json GraphBatchSource::summarize(std::span<const double> v, int64_t st
 
 // Parameters and optimizer state: the persistent values of the programs
 // (every bucket's program has the same ones, by name).
-std::set<std::string> GraphBatchSource::persistent(const Core&) const {
-  std::set<std::string> names;
-  if (programs_.empty()) return names;
-  for (const auto& [bucket, p] : programs_) {
-    for (const auto& v : p->program.values) {
-      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
-    }
-  }
-  for (const ParamDecl& p : params_) names.insert(p.name);
-  return names;
-}
+std::set<std::string> GraphBatchSource::persistent(const Core&) const { return persistent_names(programs_, params_); }
 
 void GraphBatchSource::finish(TrainResult& result, const Core&) const {
   result.buckets_used = static_cast<int64_t>(used_.size());

@@ -610,17 +610,7 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
           {"cache_load_ms", cache_load_ms_}};
 }
 
-std::set<std::string> SampledSource::persistent(const Core&) const {
-  std::set<std::string> names;
-  if (programs_.empty()) return names;
-  for (const auto& [key, p] : programs_) {
-    for (const auto& v : p->program.values) {
-      if (v.role == runtime::Role::kParameter || v.role == runtime::Role::kState) names.insert(v.name);
-    }
-  }
-  for (const ParamDecl& p : params_) names.insert(p.name);
-  return names;
-}
+std::set<std::string> SampledSource::persistent(const Core&) const { return persistent_names(programs_, params_); }
 
 void SampledSource::finish(TrainResult& result, const Core&) const {
   result.buckets_used = static_cast<int64_t>(programs_.size());
