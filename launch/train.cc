@@ -131,9 +131,22 @@ int run_train(TrainCommand& c) {
   if (!lead) return 0;
   const auto& k = r.counters;
   const auto& plan = r.train_plan;
+  const auto best = [&] {
+    // Link jobs judge epochs by AUC.
+    const char* what = job.has_link() ? "AUC" : "accuracy";
+    if (r.best_epoch > 0) {
+      spdlog::info("best validation {} {:.4f} at epoch {}; test {} {:.4f}", what, r.best_val_acc, r.best_epoch, what,
+                   r.test_acc);
+    }
+  };
   // A batch job's programs are one per bucket; its trainer logged them.
-  if (model::is_batch_job(job)) return 0;
-  spdlog::info("program train_step: {} fused, {} attention softmaxes fused, {} losses fused with their "
+  if (model::is_batch_job(job)) {
+    best();
+    return 0;
+  }
+  // So are a sampled job's, whose source logged its buckets.
+  if (!model::is_sampled_job(job)) {
+    spdlog::info("program train_step: {} fused, {} attention softmaxes fused, {} losses fused with their "
                "log softmax, {} reordered, {} backward ops, "
                "{} gradient sums folded, {} sparse products paired; planned peak {:.1f} MiB ({:.1f} MiB resident + {:.1f} MiB graphs + {:.1f} MiB arena)",
                r.train_passes.fused, r.train_passes.attention, r.train_passes.cross_entropy,
@@ -143,14 +156,12 @@ int run_train(TrainCommand& c) {
                static_cast<double>(plan.persistent_bytes) / (1 << 20),
                static_cast<double>(plan.graph_bytes) / (1 << 20),
                static_cast<double>(plan.arena_bytes) / (1 << 20));
+  }
   spdlog::info("counters: {} compiles, {} cache hits, {} ops run, {:.1f} MB moved, {} host syncs, "
                "{} collectives ({} halo exchanges, {:.2f} MB sent by rank 0), simulated {:.3f} s",
                k.compiles, k.cache_hits, k.ops_run, k.bytes_moved / 1e6, k.host_syncs,
                k.collective_calls, k.halo_calls, k.collective_bytes / 1e6, k.simulated_seconds);
-  if (r.best_epoch > 0) {
-    spdlog::info("best validation accuracy {:.4f} at epoch {}; test accuracy {:.4f}", r.best_val_acc,
-                 r.best_epoch, r.test_acc);
-  }
+  best();
   return 0;
 }
 

@@ -303,6 +303,32 @@ void validate_sampling(const proto::Sampling& s) {
   if (s.threads() < 0) throw JobError(fmt::format("job: sampling.threads = {} must be >= 0", s.threads()));
 }
 
+void validate_link(const proto::Job& job) {
+  if (!job.has_link()) return;
+  const proto::Link& l = job.link();
+  const auto fraction = [](double v, const char* field) {
+    if (!(v >= 0 && v <= 1)) throw JobError(fmt::format("job: link.{} = {} is not in [0, 1]", field, v));
+  };
+  fraction(l.val_fraction(), "val_fraction");
+  fraction(l.test_fraction(), "test_fraction");
+  fraction(l.disjoint_train_ratio(), "disjoint_train_ratio");
+  if (l.val_fraction() + l.test_fraction() > 1) {
+    throw JobError(fmt::format("job: link.val_fraction + link.test_fraction = {} + {} is above 1", l.val_fraction(),
+                               l.test_fraction()));
+  }
+  if (!(l.negative_ratio() >= 0)) throw JobError(fmt::format("job: link.negative_ratio = {} is below 0", l.negative_ratio()));
+  if (!(l.eval_negative_ratio() >= 0)) {
+    throw JobError(fmt::format("job: link.eval_negative_ratio = {} is below 0", l.eval_negative_ratio()));
+  }
+  if (l.hits_k() < 1) throw JobError(fmt::format("job: link.hits_k = {} must be >= 1", l.hits_k()));
+  for (int i = 0; i < l.decoder_hidden_size(); ++i) {
+    if (l.decoder_hidden(i) < 1) {
+      throw JobError(fmt::format("job: link.decoder_hidden[{}] = {} must be >= 1", i, l.decoder_hidden(i)));
+    }
+  }
+  if (job.has_batching()) throw JobError("job: link prediction trains on one graph; remove the batching section");
+}
+
 }  // namespace
 
 void validate(const proto::Job& job) {
@@ -378,6 +404,7 @@ void validate(const proto::Job& job) {
   if (p.checksum_every() < 0) throw JobError("job: partition.checksum_every must be >= 0");
   if (p.parts() < 0) throw JobError(fmt::format("job: partition.parts = {} must be >= 0", p.parts()));
   validate_sampling(job.sampling());
+  validate_link(job);
 }
 
 std::string to_text(const proto::Job& job) {

@@ -335,15 +335,23 @@ void divide_rows(std::span<const T> x, std::span<const int64_t> degree, int64_t 
 
 namespace {
 
+// 1 / (1 + e^-z) without overflow for either sign (computed in double).
+template <typename T>
+T sigmoid(T z) {
+  const double x = static_cast<double>(z);
+  return static_cast<T>(x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)));
+}
+
 // The name a form's errors carry.
 std::string_view loss_name(LossForm form, bool backward) {
   switch (form) {
     case LossForm::kSquared: return backward ? "mse_loss_backward" : "mse_loss";
     case LossForm::kAbsolute: return backward ? "l1_loss_backward" : "l1_loss";
     case LossForm::kLinear: return backward ? "mean_loss_backward" : "mean_loss";
+    case LossForm::kLogistic: return backward ? "bce_with_logits_backward" : "bce_with_logits";
   }
   throw OpError("mse_loss", "loss form " + std::to_string(static_cast<int>(form)) +
-                                " is none of squared, absolute, linear");
+                                " is none of squared, absolute, linear, logistic");
 }
 
 }  // namespace
@@ -359,9 +367,13 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
   for (int64_t n = 0; n < rows; ++n) {
     if (!mask[static_cast<size_t>(n)]) continue;
     for (int64_t c = 0; c < cols; ++c) {
-      const double d = static_cast<double>(pred[static_cast<size_t>(n * cols + c)]) -
-                       static_cast<double>(target[static_cast<size_t>(n * cols + c)]);
-      r.sum += form == LossForm::kSquared ? d * d : form == LossForm::kAbsolute ? std::abs(d) : d;
+      const double p = static_cast<double>(pred[static_cast<size_t>(n * cols + c)]);
+      const double t = static_cast<double>(target[static_cast<size_t>(n * cols + c)]);
+      const double d = p - t;
+      r.sum += form == LossForm::kSquared    ? d * d
+               : form == LossForm::kAbsolute ? std::abs(d)
+               : form == LossForm::kLinear   ? d
+                                             : std::max(p, 0.0) - p * t + std::log1p(std::exp(-std::abs(p)));
     }
     r.count += cols;
   }
@@ -387,7 +399,8 @@ void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
       grad_pred[i] = !used                         ? T(0)
                      : form == LossForm::kSquared  ? T(2) * scale * d
                      : form == LossForm::kAbsolute ? scale * sign
-                                                   : scale;
+                     : form == LossForm::kLinear   ? scale
+                                                   : scale * (sigmoid(pred[i]) - target[i]);
     }
   }
 }

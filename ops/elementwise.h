@@ -76,10 +76,13 @@ struct SquaredSum {
   int64_t count = 0;
 };
 // The family's forms, by the numbers of runtime/op_attrs.proto's LossForm:
-// the sum of (pred - target)^2 (MSE), of |pred - target| (L1), or of
+// the sum of (pred - target)^2 (MSE), of |pred - target| (L1), of
 // pred - target itself (kLinear: the mean of a value, such as a KL term
-// computed element by element, against a zero target).
-enum class LossForm : int { kSquared = 0, kAbsolute = 1, kLinear = 2 };
+// computed element by element, against a zero target), or of
+// max(z, 0) - z y + log(1 + e^-|z|) for logits z = pred and targets y in
+// [0, 1] (kLogistic: torch's binary_cross_entropy_with_logits, in its
+// overflow-free form).
+enum class LossForm : int { kSquared = 0, kAbsolute = 1, kLinear = 2, kLogistic = 3 };
 template <typename T>
 SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
                             std::span<const uint8_t> mask, int64_t rows, int64_t cols,
@@ -87,7 +90,7 @@ SquaredSum mse_loss_forward(std::span<const T> pred, std::span<const T> target,
 // grad_pred = scale * 2 (pred - target) on masked rows, 0 elsewhere
 // (scale: the upstream gradient over the count); kAbsolute: scale *
 // sign(pred - target), 0 where they are equal (torch's L1 gradient);
-// kLinear: scale.
+// kLinear: scale; kLogistic: scale * (sigmoid(pred) - target).
 template <typename T>
 void mse_loss_backward(std::span<const T> pred, std::span<const T> target,
                        std::span<const uint8_t> mask, int64_t rows, int64_t cols, T scale,

@@ -151,6 +151,10 @@ class Builder {
   // The mean of pred - target over the elements of the rows with mask = 1:
   // the mse_loss op in its linear form (a KL term's mean, target zero).
   ValueId mean_loss(ValueId pred, ValueId target, ValueId mask);
+  // torch's binary_cross_entropy_with_logits(logits, target) averaged over
+  // the elements of the rows with mask = 1: the mse_loss op in its
+  // logistic form. The target takes no gradient.
+  ValueId bce_with_logits(ValueId logits, ValueId target, ValueId mask);
   // Per-head dot product: x [N, H*C] . att [H*C] -> [N, H].
   ValueId head_dot(ValueId x, ValueId att, int64_t heads);
   // Mean over heads: x [N, H*C] -> [N, C].

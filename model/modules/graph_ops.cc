@@ -1,4 +1,4 @@
-// Module kinds: between node sets, graphs and edges (pool, broadcast, gather).
+// Module kinds: between node sets, graphs and edges (pool, broadcast, gather, edge_dot).
 #include <fmt/format.h>
 
 #include "model/modules/kinds.h"
@@ -33,12 +33,23 @@ Port gather(ModuleContext& c) {
   return Port{Domain::kEdges, e, x.width, rows, ""};
 }
 
+// <x_src[src(e)], x_dst[dst(e)]> per edge: [E, 1].
+Port edge_dot(ModuleContext& c) {
+  const EdgeInputs in = edge_inputs(c, c.module.edge_dot().edges());
+  if (in.src.width != in.dst.width) {
+    c.fail(fmt::format("cannot take dot products of {} and {}", c.describe(in.src), c.describe(in.dst)));
+  }
+  if (in.src.sparse() || in.dst.sparse()) c.fail("takes dense rows");
+  return Port{Domain::kEdges, in.edges, 1, c.b.sddmm_dot(c.graph(in.edges), in.src.value, in.dst.value, 1), ""};
+}
+
 }  // namespace
 
 void define_graph_ops(ModuleRows& rows) {
   rows[proto::Module::kPoolFieldNumber] = {"pool", pool};
   rows[proto::Module::kBroadcastFieldNumber] = {"broadcast", broadcast};
   rows[proto::Module::kGatherFieldNumber] = {"gather", gather};
+  rows[proto::Module::kEdgeDotFieldNumber] = {"edge_dot", edge_dot};
 }
 
 }  // namespace gnnrt::model::kinds

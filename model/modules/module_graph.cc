@@ -82,11 +82,13 @@ class ModuleGraphBuilder {
     bool targets = model_.loss_term_size() > 0;
     for (const auto& t : model_.loss_term()) {
       if (t.kind() == proto::LossTerm::KL) continue;  // no target
-      const int set = schema_.node_set(t.target().substr(0, t.target().rfind('.')));
+      const std::string rows = t.target().substr(0, t.target().rfind('.'));
+      const int set = schema_.node_set(rows), edges = schema_.edge_set(rows);
       targets = targets && (t.target() == target_name(kGraphSet) ? schema_.graph_target
-                            : set >= 0 && schema_.node_sets[set].target);
+                            : set >= 0 ? schema_.node_sets[set].target
+                                       : edges >= 0 && schema_.edge_sets[edges].target);
       // Labels beyond the model's logits (another dataset): no eval loss.
-      if (targets && t.kind() == proto::LossTerm::CROSS_ENTROPY) {
+      if (targets && t.kind() == proto::LossTerm::CROSS_ENTROPY && (set >= 0 || t.target() == target_name(kGraphSet))) {
         const int64_t classes = t.target() == target_name(kGraphSet) ? schema_.graph_num_classes
                                                                      : schema_.node_sets[set].num_classes;
         const auto found = ports_.find(t.input());
@@ -165,10 +167,7 @@ class ModuleGraphBuilder {
       for (size_t s = 0; s < schema_.node_sets.size(); ++s) {
         if (t.target() == target_name(schema_.node_sets[s].name)) set = static_cast<int>(s);
       }
-      if (set < 0) {
-        throw std::invalid_argument(fmt::format("{}: target '{}' is neither graph.y nor <node set>.y", where,
-                                                t.target()));
-      }
+      if (set < 0) return edge_target_term(where, t, in);
       const auto& n = schema_.node_sets[set];
       has = n.target;
       classes = n.classes;
@@ -197,13 +196,49 @@ class ModuleGraphBuilder {
       b_.count_correct(metrics, log_prob, labels, mask, static_cast<uint64_t>(correct_slot(model_, i)));
       return b_.nll_loss(log_prob, labels, mask);
     }
-    if (classes) throw std::invalid_argument(fmt::format("{}: mse and l1 need float targets", where));
+    if (classes) throw std::invalid_argument(fmt::format("{}: mse, l1 and bce_with_logits need float targets", where));
     if (in.width != width) {
       throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, target '{}' has {}", where,
                                               t.input(), in.width, t.target(), width));
     }
     const ValueId target = b_.input_once(t.target(), DType::kF32, {rows, width});
-    return t.kind() == proto::LossTerm::L1 ? b_.l1_loss(in.value, target, mask) : b_.mse_loss(in.value, target, mask);
+    return float_loss(t.kind(), in.value, target, mask);
+  }
+
+  // A term against an edge set's float targets ("<edge set>.y"): MSE, L1
+  // or BCE with logits over its real edges.
+  ValueId edge_target_term(const std::string& where, const proto::LossTerm& t, const Port& in) {
+    const int e = schema_.edge_set(t.target().substr(0, t.target().rfind('.')));
+    if (e < 0 || t.target() != target_name(schema_.edge_sets[e].name)) {
+      throw std::invalid_argument(fmt::format("{}: target '{}' is neither graph.y, <node set>.y nor <edge set>.y",
+                                              where, t.target()));
+    }
+    const auto& info = schema_.edge_sets[e];
+    if (!info.target) throw std::invalid_argument(fmt::format("{}: the dataset has no target '{}'", where, t.target()));
+    if (in.domain != Domain::kEdges || in.set != e) {
+      throw std::invalid_argument(fmt::format("{}: target '{}' has the rows of edge set '{}', input '{}' does not",
+                                              where, t.target(), info.name, t.input()));
+    }
+    if (t.kind() == proto::LossTerm::CROSS_ENTROPY) {
+      throw std::invalid_argument(fmt::format("{}: an edge set's targets are floats: bce_with_logits, mse or l1",
+                                              where));
+    }
+    if (in.width != info.target_width) {
+      throw std::invalid_argument(fmt::format("{}: input '{}' has width {}, target '{}' has {}", where, t.input(),
+                                              in.width, t.target(), info.target_width));
+    }
+    const int64_t rows = shape_.edge_rows[e];
+    const ValueId mask = b_.input_once(mask_name(info.name), DType::kBool, {rows});
+    const ValueId target = b_.input_once(t.target(), DType::kF32, {rows, info.target_width});
+    return float_loss(t.kind(), in.value, target, mask);
+  }
+
+  ValueId float_loss(proto::LossTerm::Kind kind, ValueId in, ValueId target, ValueId mask) {
+    switch (kind) {
+      case proto::LossTerm::L1: return b_.l1_loss(in, target, mask);
+      case proto::LossTerm::BCE_WITH_LOGITS: return b_.bce_with_logits(in, target, mask);
+      default: return b_.mse_loss(in, target, mask);
+    }
   }
 
   // KL(N(mu, e^lv) || N(0, 1)) per row, summed over columns, averaged over

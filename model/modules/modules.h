@@ -36,6 +36,10 @@ struct Schema {
     // the destinations' rows from it (ModuleContext::narrow); GCN and GAT
     // add one self loop per destination.
     bool block = false;
+    // Float targets per edge ("<edge set>.y", [edges, target_width]) and
+    // a mask of the real ones ("<edge set>.mask"): link prediction's pairs.
+    bool target = false;
+    int64_t target_width = 0;
   };
   std::vector<NodeSetInfo> node_sets;
   std::vector<EdgeSetInfo> edge_sets;

@@ -69,14 +69,14 @@ LinkSplit split_links(int64_t num_nodes, std::span<const int64_t> src, std::span
   const auto fraction = [](double v, const char* field) {
     if (!(v >= 0 && v <= 1)) throw std::invalid_argument(fmt::format("{} = {} is not in [0, 1]", field, v));
   };
-  fraction(o.val, "link.val");
-  fraction(o.test, "link.test");
+  fraction(o.val, "link.val_fraction");
+  fraction(o.test, "link.test_fraction");
   fraction(o.disjoint_train_ratio, "link.disjoint_train_ratio");
   if (o.val + o.test > 1) {
-    throw std::invalid_argument(fmt::format("link.val + link.test = {} + {} is above 1", o.val, o.test));
+    throw std::invalid_argument(fmt::format("link.val_fraction + link.test_fraction = {} + {} is above 1", o.val, o.test));
   }
   if (!(o.negative_ratio >= 0)) {
-    throw std::invalid_argument(fmt::format("link.negative_ratio = {} is below 0", o.negative_ratio));
+    throw std::invalid_argument(fmt::format("link.eval_negative_ratio = {} is below 0", o.negative_ratio));
   }
   if (num_nodes >= (int64_t{1} << 31)) throw std::invalid_argument("link prediction: node ids must fit 31 bits");
   // Each edge once: (min, max) when undirected; no loops, no repeats.
@@ -126,7 +126,7 @@ LinkSplit split_links(int64_t num_nodes, std::span<const int64_t> src, std::span
   };
   const int64_t negatives = need(num_val) + need(num_test);
   if (negatives > non_edges(num_nodes, e, o.undirected)) {
-    throw std::invalid_argument(fmt::format("link.negative_ratio = {} asks for {} evaluation negatives; the graph "
+    throw std::invalid_argument(fmt::format("link.eval_negative_ratio = {} asks for {} evaluation negatives; the graph "
                                             "has only {} non-edges", o.negative_ratio, negatives,
                                             non_edges(num_nodes, e, o.undirected)));
   }

@@ -29,7 +29,7 @@ namespace gnnrt::model {
 struct LinkSplitOptions {
   double val = 0.1, test = 0.2;
   double disjoint_train_ratio = 0;
-  double negative_ratio = 1;  // evaluation negatives per positive
+  double negative_ratio = 1;  // evaluation negatives per positive (link.eval_negative_ratio)
   bool undirected = true;
   uint64_t seed = 0;
 };

@@ -23,18 +23,40 @@ std::shared_ptr<const Core::Adjacency> adjacency(const std::vector<int32_t>& src
   return std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, ns, nd));
 }
 
+// The pairs edge set padded to E pairs (padding: hop 0's sink to itself),
+// their labels and mask, and the global pair count.
+void bind_pairs(Core& core, const SampledBatch& batch, const std::vector<int32_t>& row, int64_t E, int64_t seed_rows) {
+  const int64_t n = batch.pairs.size();
+  if (n > E) throw std::logic_error("sampled pairs bound to a smaller bucket");
+  const auto sink = static_cast<int32_t>(seed_rows - 1);
+  std::vector<int32_t> src(static_cast<size_t>(E), sink), dst(static_cast<size_t>(E), sink);
+  Tensor y(DType::kF32, {E, 1}), mask(DType::kBool, {E});
+  for (int64_t i = 0; i < n; ++i) {
+    src[i] = row[batch.pairs.src[i]];
+    dst[i] = row[batch.pairs.dst[i]];
+    y.values<float>()[i] = batch.pair_labels[i];
+    mask.values<uint8_t>()[i] = 1;
+  }
+  core.bind_graph(kPairsSet, adjacency(src, dst, seed_rows, seed_rows));
+  core.bind_graph(reversed_graph_name(kPairsSet), adjacency(dst, src, seed_rows, seed_rows));
+  auto& mem = core.memory();
+  mem.put(target_name(kPairsSet), std::move(y));
+  mem.put(mask_name(kPairsSet), std::move(mask));
+  mem.put(runtime::count_name(mask_name(kPairsSet)), Tensor::from<int64_t>(std::vector<int64_t>{batch.global_pairs}, {1}));
+}
+
 }  // namespace
 
 std::string hop_set_name(int h) { return fmt::format("hop{}", h); }
 std::string block_set_name(int h) { return fmt::format("block{}", h); }
 
-Schema sampled_schema(int hops, int64_t features, int64_t classes) {
+Schema sampled_schema(int hops, int64_t features, int64_t classes, bool link) {
   Schema s;
   for (int h = 0; h <= hops; ++h) {
     auto& n = s.node_sets.emplace_back();
     n.name = hop_set_name(h);
     n.width = h == hops ? features : 0;
-    if (h == 0) {
+    if (h == 0 && !link) {
       n.target = n.classes = true;
       n.num_classes = classes;
     }
@@ -46,6 +68,12 @@ Schema sampled_schema(int hops, int64_t features, int64_t classes) {
     e.destination = h;
     e.block = true;
   }
+  if (link) {
+    auto& e = s.edge_sets.emplace_back();
+    e.name = kPairsSet;
+    e.target = true;
+    e.target_width = 1;
+  }
   return s;
 }
 
@@ -55,7 +83,7 @@ int64_t ladder_rung(int64_t need, double growth) {
   return v;
 }
 
-BucketShape sampled_bucket(const SampledBlocks& b, double growth) {
+BucketShape sampled_bucket(const SampledBlocks& b, double growth, int64_t pairs) {
   BucketShape shape;
   int64_t rows = 0, prev = 0;
   for (const int64_t f : b.frontier) {
@@ -66,6 +94,7 @@ BucketShape sampled_bucket(const SampledBlocks& b, double growth) {
   for (const Block& k : b.blocks) {
     shape.edge_rows.push_back(ladder_rung(std::max<int64_t>(1, static_cast<int64_t>(k.src.size())), growth));
   }
+  if (pairs >= 0) shape.edge_rows.push_back(ladder_rung(std::max<int64_t>(1, pairs), growth));
   shape.graph_rows = 1;
   return shape;
 }
@@ -75,7 +104,8 @@ void bind_sampled(Core& core, const SampledBatch& batch, const BucketShape& shap
   const SampledBlocks& b = batch.blocks;
   const int hops = static_cast<int>(b.blocks.size());
   const auto& P = shape.node_rows;
-  if (static_cast<int>(P.size()) != hops + 1 || static_cast<int>(shape.edge_rows.size()) != hops) {
+  const bool link = static_cast<int>(shape.edge_rows.size()) == hops + 1;
+  if (static_cast<int>(P.size()) != hops + 1 || (!link && static_cast<int>(shape.edge_rows.size()) != hops)) {
     throw std::logic_error("a sampled batch bound to another model's bucket");
   }
   // Each sampled row's padded row: segment h's nodes start at P[h - 1].
@@ -109,15 +139,19 @@ void bind_sampled(Core& core, const SampledBatch& batch, const BucketShape& shap
     std::copy_n(batch.x.begin() + r * features, features, xv.begin() + static_cast<int64_t>(row[r]) * features);
   }
   mem.put(features_name(hop_set_name(hops)), std::move(x));
-  Tensor y(DType::kI64, {P[0]}), mask(DType::kBool, {P[0]});
-  for (int64_t r = 0; r < b.frontier[0]; ++r) {
-    y.values<int64_t>()[row[r]] = batch.y[r];
-    mask.values<uint8_t>()[row[r]] = 1;
+  if (link) {
+    bind_pairs(core, batch, row, shape.edge_rows[hops], P[0]);
+  } else {
+    Tensor y(DType::kI64, {P[0]}), mask(DType::kBool, {P[0]});
+    for (int64_t r = 0; r < b.frontier[0]; ++r) {
+      y.values<int64_t>()[row[r]] = batch.y[r];
+      mask.values<uint8_t>()[row[r]] = 1;
+    }
+    mem.put(target_name(hop_set_name(0)), std::move(y));
+    mem.put(mask_name(hop_set_name(0)), std::move(mask));
+    mem.put(runtime::count_name(mask_name(hop_set_name(0))),
+            Tensor::from<int64_t>(std::vector<int64_t>{batch.global_seeds}, {1}));
   }
-  mem.put(target_name(hop_set_name(0)), std::move(y));
-  mem.put(mask_name(hop_set_name(0)), std::move(mask));
-  mem.put(runtime::count_name(mask_name(hop_set_name(0))),
-          Tensor::from<int64_t>(std::vector<int64_t>{batch.global_seeds}, {1}));
   if (stats) {
     stats->real_rows += n;
     stats->padded_rows += rows_all;

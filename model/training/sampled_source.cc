@@ -23,6 +23,8 @@
 #include "model/sampling/neighbor_sampler.h"
 #include "model/sampling/seed_batches.h"
 #include "model/training/distributed.h"
+#include "model/training/layer_wise.h"
+#include "model/training/link_task.h"
 #include "model/training/sampled_batches.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
@@ -51,14 +53,14 @@ NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
 }
 
 // Samples a rank's share of global batches in order, with the features
-// and labels: from the shard itself on one rank (the whole graph), from
-// the nodes' owners on many (collective: every rank makes every batch).
+// and labels (or, for link prediction, the pairs): from the shard itself on
+// one rank (the whole graph), from the nodes' owners on many (collective:
+// every rank makes every batch).
 class BatchMaker {
  public:
-  BatchMaker(const proto::Job& job, const NodeShard& shard, collectives::Communicator* comm)
+  BatchMaker(const proto::Job& job, const NodeShard& shard, collectives::Communicator* comm,
+             const LinkSplit* links = nullptr)
       : job_(job), shard_(shard), rank_(comm ? comm->rank() : 0), ranks_(comm ? comm->size() : 1),
-        seeds_(shard.train, job.sampling().batch_size(), job.sampling().shuffle(), job.sampling().drop_last(),
-               job.seed()),
         sampler_({{job.sampling().fanout().begin(), job.sampling().fanout().end()}, job.sampling().replace(),
                   job.sampling().disjoint()},
                  shard.num_nodes) {
@@ -68,9 +70,15 @@ class BatchMaker {
     } else {
       local_ = std::make_unique<ShardNeighbors>(shard, threads);
     }
+    if (links) {
+      links_ = std::make_unique<LinkBatches>(*links, job);
+    } else {
+      seeds_.emplace(shard.train, job.sampling().batch_size(), job.sampling().shuffle(), job.sampling().drop_last(),
+                     job.seed());
+    }
   }
 
-  int64_t batches_per_epoch() const { return seeds_.batches_per_epoch(); }
+  int64_t batches_per_epoch() const { return links_ ? links_->batches_per_epoch() : seeds_->batches_per_epoch(); }
   int64_t bytes_sent() const { return remote_ ? remote_->bytes_sent() : 0; }
 
   SampledBatch make(int64_t epoch, int64_t index) {
@@ -78,16 +86,30 @@ class BatchMaker {
     SampledBatch out;
     out.epoch = epoch;
     out.index = index;
-    const auto global = seeds_.batch(epoch, index);
-    out.global_seeds = static_cast<int64_t>(global.size());
-    const auto mine = SeedBatches::share(global, rank_, ranks_);
+    std::span<const int32_t> mine;
+    std::vector<int32_t> endpoints;
+    if (links_) {
+      links_->make(epoch, index, rank_, ranks_, endpoints, out);
+      mine = endpoints;
+    } else {
+      const auto global = seeds_->batch(epoch, index);
+      out.global_seeds = static_cast<int64_t>(global.size());
+      mine = SeedBatches::share(global, rank_, ranks_);
+    }
     NeighborSource& source = remote_ ? static_cast<NeighborSource&>(*remote_) : *local_;
     out.blocks = sampler_.sample(mine, {job_.seed(), epoch, index}, source);
     const SampledBlocks& b = out.blocks;
     const auto nodes = std::span<const int32_t>(b.nodes).first(static_cast<size_t>(b.frontier.back()));
     const auto seeds = nodes.first(static_cast<size_t>(b.frontier[0]));
+    // The pairs' endpoints as the seeds' rows.
+    for (auto* ends : {&out.pairs.src, &out.pairs.dst}) {
+      for (int32_t& r : *ends) r = b.seed_rows[static_cast<size_t>(r)];
+    }
     if (remote_) {
       remote_->fetch(nodes, seeds, out.x, out.y);
+      if (links_) out.y.clear();
+    } else if (links_) {
+      gather_features(shard_, nodes, out.x);
     } else {
       gather_features(shard_, nodes, out.x);
       out.y.resize(seeds.size());
@@ -101,8 +123,9 @@ class BatchMaker {
   const proto::Job& job_;
   const NodeShard& shard_;
   const int rank_, ranks_;
-  SeedBatches seeds_;
   NeighborSampler sampler_;
+  std::optional<SeedBatches> seeds_;
+  std::unique_ptr<LinkBatches> links_;
   std::unique_ptr<ShardNeighbors> local_;
   std::unique_ptr<DistributedNeighbors> remote_;
 };
@@ -195,235 +218,11 @@ class Prefetcher {
   std::exception_ptr error_;
 };
 
-// Layer-wise full-neighbourhood inference on one rank: the model's
-// program with every hop holding all nodes and every block all in-edges
-// (docs/sampling.md, "Evaluation"), bound before each run (the steps bind
-// their batches under the same names).
-class LayerWise {
- public:
-  LayerWise(const NodeShard& shard, const proto::Model& model, const Schema& schema, int hops,
-            std::vector<std::string> outputs)
-      : shard_(shard), model_(model), schema_(schema), hops_(hops), outputs_(std::move(outputs)) {
-    const int64_t n = shard.num_nodes, e = static_cast<int64_t>(shard.indices.size());
-    shape_.node_rows.assign(static_cast<size_t>(hops) + 1, n);
-    shape_.edge_rows.assign(static_cast<size_t>(hops), e);
-    shape_.self_loop_edges.assign(static_cast<size_t>(hops), e + n);
-    shape_.graph_rows = 1;
-    shape_.padded = false;
-    schema_.node_sets[0].target = false;  // no eval loss: the step's metrics stay the training's
-  }
-
-  // The program (its parameters), built on first use.
-  Network build() const { return build_module_inference(model_, schema_, shape_, false, outputs_); }
-
-  std::vector<Tensor> run(Core& core, const runtime::RunContext& context) {
-    const int64_t n = shard_.num_nodes;
-    if (!edges_) {
-      std::vector<int32_t> src(shard_.indices.begin(), shard_.indices.end()), dst(src.size());
-      for (int64_t v = 0; v < n; ++v) {
-        std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
-      }
-      edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
-      for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
-        src.push_back(static_cast<int32_t>(v));
-        dst.push_back(static_cast<int32_t>(v));
-      }
-      loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
-      std::vector<int32_t> ids(static_cast<size_t>(n));
-      for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
-      identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
-      program_ = core.compile(build().program, {});
-    }
-    auto& mem = core.memory();
-    for (int h = 0; h < hops_; ++h) {
-      mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
-      core.bind_graph(block_set_name(h), edges_);
-      core.bind_graph(self_loop_graph_name(block_set_name(h)), loops_);
-      core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
-    }
-    mem.put(features_name(hop_set_name(hops_)), Tensor::from<float>(shard_.x, {n, shard_.num_features}));
-    core.run(*program_, context);
-    std::vector<Tensor> out;
-    for (const std::string& name : outputs_) out.push_back(core.read(*program_, name));
-    return out;
-  }
-
- private:
-  const NodeShard& shard_;
-  const proto::Model& model_;
-  Schema schema_;
-  const int hops_;
-  const std::vector<std::string> outputs_;
-  BucketShape shape_;
-  std::shared_ptr<const runtime::CompiledProgram> program_;
-  std::shared_ptr<const Core::Adjacency> edges_, loops_, identity_;
-};
-
-// Layer-wise full-neighbourhood inference over node shards (many ranks):
-// each rank computes its own nodes' rows of each layer from all their
-// in-neighbours, whose rows of the layer before come from their owners
-// (the halo: one exchange a layer). A chain of modules splits into layers:
-// each convolution with the modules after it up to the next (the modules
-// before the first go with it); other module graphs are not evaluated on
-// many ranks. Collective: every rank runs it alike.
-class ShardedLayerWise {
- public:
-  // Whether the model splits into layers.
-  static bool splits(const proto::Model& model, int hops) {
-    std::string input = features_name(hop_set_name(hops));
-    for (const proto::Module& m : model.module()) {
-      if (m.input_size() != 1 || m.input(0) != input) return false;
-      input = m.name();
-    }
-    return true;
-  }
-
-  ShardedLayerWise(const NodeShard& shard, const proto::Model& model, int hops, collectives::Communicator& comm)
-      : shard_(shard), hops_(hops) {
-    // The segments: convolution k and what follows it.
-    int segment = -1;
-    for (const proto::Module& m : model.module()) {
-      const bool conv = m.has_gcn() || m.has_sage() || m.has_gat() || m.has_gin();
-      if (conv || segment < 0) {
-        if (conv && segment >= 0 && !segments_[static_cast<size_t>(segment)].has_conv) {
-          // The modules before the first convolution stay with it.
-        } else {
-          segments_.emplace_back();
-          ++segment;
-        }
-      }
-      Segment& g = segments_[static_cast<size_t>(segment)];
-      proto::Module copy = m;
-      if (g.model.module_size() == 0) {
-        copy.clear_input();
-        copy.add_input(features_name(hop_set_name(1)));
-      }
-      if (conv) {
-        g.has_conv = true;
-        gcn_ = gcn_ || m.has_gcn();
-        const std::string block = block_set_name(0);
-        if (copy.has_gcn()) copy.mutable_gcn()->set_edges(block);
-        if (copy.has_sage()) copy.mutable_sage()->set_edges(block);
-        if (copy.has_gat()) copy.mutable_gat()->set_edges(block);
-        if (copy.has_gin()) copy.mutable_gin()->set_edges(block);
-      }
-      *g.model.add_module() = std::move(copy);
-      g.out = m.name();
-    }
-    // This rank's nodes first, then the halo (in-neighbours owned elsewhere).
-    const int64_t owned = shard.owned();
-    for (const int32_t u : shard.indices) {
-      if (!shard.owns(u)) halo_.push_back(u);
-    }
-    std::sort(halo_.begin(), halo_.end());
-    halo_.erase(std::unique(halo_.begin(), halo_.end()), halo_.end());
-    exchange_ = std::make_unique<OwnerExchange>(halo_, shard.num_nodes, comm);
-    const auto rows = owned + static_cast<int64_t>(halo_.size());
-    std::vector<int32_t> src(shard.indices.size()), dst(shard.indices.size());
-    for (int64_t v = 0; v < owned; ++v) {
-      for (int64_t k = shard.indptr[v]; k < shard.indptr[v + 1]; ++k) {
-        const int32_t u = shard.indices[static_cast<size_t>(k)];
-        src[k] = shard.owns(u) ? static_cast<int32_t>(u - shard.begin)
-                               : static_cast<int32_t>(owned + (std::lower_bound(halo_.begin(), halo_.end(), u) -
-                                                               halo_.begin()));
-        dst[k] = static_cast<int32_t>(v);
-      }
-    }
-    const auto e = static_cast<int64_t>(src.size());
-    edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
-    // GCN's weights with the graph's degrees (in-edges and the loop); the
-    // halo's degrees from their owners.
-    std::vector<int32_t> degree(static_cast<size_t>(owned));
-    for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
-    std::vector<int32_t> asked(exchange_->asked().size());
-    for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[exchange_->asked()[i] - shard.begin];
-    const std::vector<int32_t> halo_degree = exchange_->rows<int32_t>(asked, 1);
-    const auto degree_of = [&](int32_t r) {
-      return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
-    };
-    for (int64_t v = 0; v < owned; ++v) {
-      src.push_back(static_cast<int32_t>(v));
-      dst.push_back(static_cast<int32_t>(v));
-    }
-    loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
-    norm_.resize(src.size());
-    for (size_t i = 0; i < src.size(); ++i) {
-      norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
-    }
-    std::vector<int32_t> ids(static_cast<size_t>(owned));
-    std::iota(ids.begin(), ids.end(), 0);
-    prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
-    shape_.node_rows = {owned, rows};
-    shape_.edge_rows = {e};
-    shape_.self_loop_edges = {e + owned};
-    shape_.graph_rows = 1;
-    shape_.padded = false;
-  }
-
-  // The model's last rows of this rank's nodes, [owned, width].
-  Tensor run(Core& core, const runtime::RunContext& context) {
-    const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
-    std::vector<float> x = shard_.x;  // [owned, F]: layer 0's input of this rank's nodes
-    int64_t width = shard_.num_features;
-    Tensor out;
-    for (Segment& g : segments_) {
-      if (!g.program) {
-        g.schema = sampled_schema(1, width, 1);
-        g.schema.node_sets[0].target = false;
-        g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
-      }
-      // The halo's rows of this input from their owners.
-      std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
-      for (size_t i = 0; i < exchange_->asked().size(); ++i) {
-        const int64_t r = exchange_->asked()[i] - shard_.begin;
-        std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
-      }
-      const std::vector<float> halo = exchange_->rows<float>(answers, width);
-      Tensor in(DType::kF32, {rows, width});
-      auto iv = in.values<float>();
-      std::copy(x.begin(), x.end(), iv.begin());
-      std::copy(halo.begin(), halo.end(), iv.begin() + owned * width);
-      auto& mem = core.memory();
-      mem.put(features_name(hop_set_name(1)), std::move(in));
-      mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
-      const std::string block = block_set_name(0);
-      core.bind_graph(block, edges_);
-      core.bind_graph(self_loop_graph_name(block), loops_);
-      core.bind_graph(prefix_graph_name(block), prefix_);
-      if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
-      core.run(*g.program, context);
-      out = core.read(*g.program, g.out);
-      width = out.shape()[1];
-      const auto ov = out.values<float>();
-      x.assign(ov.begin(), ov.end());
-    }
-    return out;
-  }
-
- private:
-  struct Segment {
-    proto::Model model;
-    Schema schema;
-    bool has_conv = false;
-    std::string out;
-    std::shared_ptr<const runtime::CompiledProgram> program;
-  };
-  const NodeShard& shard_;
-  const int hops_;
-  std::vector<Segment> segments_;
-  bool gcn_ = false;
-  std::vector<int32_t> halo_;
-  std::unique_ptr<OwnerExchange> exchange_;
-  std::shared_ptr<const Core::Adjacency> edges_, loops_, prefix_;
-  std::vector<float> norm_;
-  BucketShape shape_;
-};
-
 class SampledSource final : public BatchSource {
  public:
   SampledSource(const proto::Job& job, const TrainOptions& options)
-      : job_(job), comm_(options.communicator), replicated_(comm_ && comm_->size() > 1),
-        rank_(comm_ ? comm_->rank() : 0), ranks_(comm_ ? comm_->size() : 1) {}
+      : job_(link_job(job)), comm_(options.communicator), replicated_(comm_ && comm_->size() > 1),
+        rank_(comm_ ? comm_->rank() : 0), ranks_(comm_ ? comm_->size() : 1), link_(is_link_job(job)) {}
 
   ModelParameters load(Core& core) override;
   std::vector<std::string> resume_sections() const override { return {"model", "optimizer", "dataset", "sampling"}; }
@@ -433,10 +232,14 @@ class SampledSource final : public BatchSource {
   nlohmann::json summarize(std::span<const double> sums, int64_t steps, const runtime::Counters& counters,
                            EpochMetrics& m) const override;
   std::string progress(const EpochMetrics& m, const runtime::Counters& counters) const override {
-    return fmt::format("loss {:.5f} train {:.4f} val {:.4f} test {:.4f} | {} steps, {:.1f} ms, sampler wait "
-                       "{:.1f} ms, {} compiles, padding {:.1f}% rows, {:.1f}% edges",
-                       m.loss, m.train_acc, m.val_acc, m.test_acc, m.step, m.ms, epoch_wait_ms_, counters.compiles,
-                       padding_.rows_percent(), padding_.edges_percent());
+    const std::string scores =
+        link_ ? fmt::format("val auc {:.4f} test auc {:.4f} hits@{} {:.4f} mrr {:.4f}", m.val_acc, m.test_acc,
+                            job_.link().hits_k(), test_links_.hits, test_links_.mrr)
+              : fmt::format("train {:.4f} val {:.4f} test {:.4f}", m.train_acc, m.val_acc, m.test_acc);
+    return fmt::format("loss {:.5f} {} | {} steps, {:.1f} ms, sampler wait {:.1f} ms, {} compiles, padding {:.1f}% "
+                       "rows, {:.1f}% edges",
+                       m.loss, scores, m.step, m.ms, epoch_wait_ms_, counters.compiles, padding_.rows_percent(),
+                       padding_.edges_percent());
   }
   std::set<std::string> persistent(const Core& core) const override;
   void finish(TrainResult& result, const Core& core) const override;
@@ -448,21 +251,29 @@ class SampledSource final : public BatchSource {
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
   bool has_validation() const override {
+    if (link_) return !replicated_ && links_->val_pairs.size() > 0;
     return (replicated_ ? sharded_eval_ : whole_eval_) && !shard_.val.empty();
   }
-  bool writes_logits() const override { return !replicated_; }
+  bool writes_logits() const override { return !replicated_ && !link_; }
   void write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) override;
 
  private:
   void evaluate_sharded(Core& core, const runtime::RunContext& context);
+  // Link prediction (one rank): the validation and test pairs' scores by
+  // layer-wise inference over their message-passing graphs.
+  void evaluate_links(Core& core, const runtime::RunContext& context);
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
   // Every node's logits (the model's last module) by layer-wise inference.
   Tensor infer_all(Core& core, const runtime::RunContext& context);
 
-  const proto::Job& job_;
+  const proto::Job job_;
   std::shared_ptr<collectives::Communicator> comm_;
   const bool replicated_;
   const int rank_, ranks_;
+  const bool link_;
+  std::unique_ptr<LinkGraphs> links_;
+  std::unique_ptr<LayerWise> val_links_eval_, test_links_eval_;
+  LinkScores val_links_, test_links_;
   NodeShard shard_;
   proto::Model model_;
   Schema schema_;
@@ -485,10 +296,10 @@ class SampledSource final : public BatchSource {
 
 // The smallest bucket of an L-hop model: a program to check the model on
 // and declare its parameters with.
-BucketShape smallest_bucket(int hops) {
+BucketShape smallest_bucket(int hops, bool link) {
   BucketShape s;
   for (int h = 0; h <= hops; ++h) s.node_rows.push_back(2 * (h + 1));
-  s.edge_rows.assign(static_cast<size_t>(hops), 1);
+  s.edge_rows.assign(static_cast<size_t>(hops) + (link ? 1 : 0), 1);
   s.graph_rows = 1;
   return s;
 }
@@ -505,23 +316,28 @@ ModelParameters SampledSource::load(Core&) {
     if (job_.sampling().prefetch() < 0) {
       throw std::invalid_argument(fmt::format("sampling.prefetch = {} is below 0", job_.sampling().prefetch()));
     }
-    shard_ = load_node_shard(job_, rank_, ranks_);
+    if (link_) {
+      links_ = std::make_unique<LinkGraphs>(load_link_graphs(job_, rank_, ranks_));
+      shard_ = std::move(links_->train);
+    } else {
+      shard_ = load_node_shard(job_, rank_, ranks_);
+    }
     // Dropout keys an edge by its destination's id times 2^32 (sampled_batches.cc).
     if (shard_.num_nodes >= (int64_t{1} << 30)) {
       throw std::invalid_argument(fmt::format("the graph has {} nodes; sampled training takes fewer than 2^30",
                                               shard_.num_nodes));
     }
     const int hops = fanouts.size();
-    model_ = sampled_model(job_.model(), hops, shard_.num_classes);
-    schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes);
+    model_ = link_ ? link_model(job_.model(), hops, job_.link()) : sampled_model(job_.model(), hops, shard_.num_classes);
+    schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes, link_);
     for (const auto& m : model_.module()) gcn_ = gcn_ || m.has_gcn();
-    maker_ = std::make_unique<BatchMaker>(job_, shard_, comm_.get());
-    Network first = build_module_train_step(model_, schema_, smallest_bucket(hops), replicated_);
+    maker_ = std::make_unique<BatchMaker>(job_, shard_, comm_.get(), link_ ? &links_->split : nullptr);
+    Network first = build_module_train_step(model_, schema_, smallest_bucket(hops, link_), replicated_);
     model = {first.params, std::move(first.aliases), std::move(first.buffers)};
     params_ = std::move(first.params);
   });
   if (replicated_) check_same(*comm_, shard_.num_nodes, "graphs (the same dataset.path gave other node counts)");
-  sharded_eval_ = replicated_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
+  sharded_eval_ = replicated_ && !link_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
   // One rank evaluates with the whole graph's edges and loops in one 32-bit
   // indexed graph; beyond, the evaluation is left to many ranks.
   whole_eval_ = !replicated_ && static_cast<int64_t>(shard_.indices.size()) + shard_.num_nodes < (int64_t{1} << 31);
@@ -534,10 +350,13 @@ ModelParameters SampledSource::load(Core&) {
   prefetch_ = std::make_unique<Prefetcher>(*maker_, replicated_ ? 0 : job_.sampling().prefetch(),
                                            job_.schedule().epochs());
   if (rank_ == 0) {
-    spdlog::info("sampled graph '{}': {} nodes, {} in-edges here, {} features, {} classes; {} training seeds, "
-                 "batches of {} ({} per epoch{}), fanouts [{}]{}{}, {} parameters",
+    spdlog::info("sampled graph '{}': {} nodes, {} in-edges here, {} features, {} classes; {}, "
+                 "{} batches per epoch{}, fanouts [{}]{}{}, {} parameters",
                  shard_.name, shard_.num_nodes, shard_.indices.size(), shard_.num_features, shard_.num_classes,
-                 shard_.train.size(), job_.sampling().batch_size(), maker_->batches_per_epoch(),
+                 link_ ? std::string("link prediction")
+                       : fmt::format("{} training seeds in batches of {}", shard_.train.size(),
+                                     job_.sampling().batch_size()),
+                 maker_->batches_per_epoch(),
                  replicated_ ? fmt::format(", each split over {} ranks; sampled in the step{}", ranks_,
                                            ShardedLayerWise::splits(model_, job_.sampling().fanout_size())
                                                ? std::string()
@@ -545,6 +364,15 @@ ModelParameters SampledSource::load(Core&) {
                              : std::string(),
                  fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
                  job_.sampling().disjoint() ? ", disjoint trees" : "", params_.size());
+    if (link_) {
+      const LinkSplit& s = links_->split;
+      spdlog::info("link prediction: {} training edges ({} supervising, batches of {} with {} negatives per "
+                   "positive), {} validation and {} test edges with {} and {} negatives; {} decoder{}",
+                   s.train.size(), s.train_supervision.size(), std::min<int64_t>(job_.sampling().batch_size(),
+                   s.train_supervision.size()), job_.link().negative_ratio(), s.val.size(), s.test.size(),
+                   s.val_negatives.size(), s.test_negatives.size(), proto::Link::Decoder_Name(job_.link().decoder()),
+                   replicated_ ? "; evaluated on one rank only: none here" : "");
+    }
   }
   return model;
 }
@@ -573,7 +401,7 @@ const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch
   const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
   sample_ms_ += batch.sample_ms;
   agreed_step(comm_, "preparing the sampled batch", [&] {
-    const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth());
+    const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth(), link_ ? batch.pairs.size() : -1);
     p = &program(core, shape);
     bind_sampled(core, batch, shape, shard_.num_nodes, shard_.num_features, gcn_, &padding_);
   });
@@ -595,7 +423,7 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   sample_before_ = sample_ms_;
   const int64_t bytes = maker_->bytes_sent() - bytes_before_;
   bytes_before_ = maker_->bytes_sent();
-  return {{"step", m.step},
+  nlohmann::json j{{"step", m.step},
           {"train_acc", m.train_acc},
           {"val_acc", m.val_acc},
           {"test_acc", m.test_acc},
@@ -608,6 +436,17 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
           {"sample_ms", sampled},
           {"compile_ms", compile_ms_},
           {"cache_load_ms", cache_load_ms_}};
+  if (link_) {
+    // Link prediction: val_acc and test_acc are the AUCs (the best epoch is chosen by validation AUC).
+    const std::string hits = fmt::format("hits@{}", job_.link().hits_k());
+    j["val_auc"] = val_links_.auc;
+    j["test_auc"] = test_links_.auc;
+    j["val_" + hits] = val_links_.hits;
+    j["test_" + hits] = test_links_.hits;
+    j["val_mrr"] = val_links_.mrr;
+    j["test_mrr"] = test_links_.mrr;
+  }
+  return j;
 }
 
 std::set<std::string> SampledSource::persistent(const Core&) const { return persistent_names(programs_, params_); }
@@ -634,6 +473,10 @@ Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) 
 }
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
+  if (link_) {
+    if (!replicated_) evaluate_links(core, context);
+    return;
+  }
   if (replicated_ || !whole_eval_) {
     if (sharded_eval_) evaluate_sharded(core, context);
     return;
@@ -653,6 +496,24 @@ void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
   };
   val_acc_ = accuracy(shard_.val);
   test_acc_ = accuracy(shard_.test);
+  infer_ms_ = ms_since(start);
+}
+
+void SampledSource::evaluate_links(Core& core, const runtime::RunContext& context) {
+  const auto start = Clock::now();
+  const int hops = job_.sampling().fanout_size();
+  const std::string score = model_.loss_term(0).input();
+  const auto scores = [&](std::unique_ptr<LayerWise>& eval, const NodeShard& graph, const EdgeList& pairs,
+                          int64_t negatives) {
+    if (pairs.size() == 0) return LinkScores{};
+    if (!eval) eval = std::make_unique<LayerWise>(graph, model_, schema_, hops, std::vector<std::string>{score}, &pairs);
+    const Tensor s = eval->run(core, context).front();
+    return link_scores(s.values<float>(), negatives, job_.link().hits_k());
+  };
+  val_links_ = scores(val_links_eval_, links_->val, links_->val_pairs, links_->split.val_negatives.size());
+  test_links_ = scores(test_links_eval_, links_->test, links_->test_pairs, links_->split.test_negatives.size());
+  val_acc_ = val_links_.auc;
+  test_acc_ = test_links_.auc;
   infer_ms_ = ms_since(start);
 }
 
@@ -702,10 +563,19 @@ void SampledSource::write_logits(Core& core, const std::filesystem::path& path, 
 
 }  // namespace
 
-bool is_sampled_job(const proto::Job& job) { return job.sampling().fanout_size() > 0; }
+bool is_sampled_job(const proto::Job& job) { return job.sampling().fanout_size() > 0 || is_link_job(job); }
 
 proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes) {
   if (model.module_size() > 0) return model;
+  proto::Model out = chain_on_blocks(model, hops, classes);
+  auto& t = *out.add_loss_term();
+  t.set_kind(proto::LossTerm::CROSS_ENTROPY);
+  t.set_input(out.module(out.module_size() - 1).name());
+  t.set_target(target_name(hop_set_name(0)));
+  return out;
+}
+
+proto::Model chain_on_blocks(const proto::Model& model, int hops, int64_t classes) {
   int total = 0;
   for (const proto::Layer& l : model.layer()) {
     const auto t = l.type();
@@ -734,10 +604,6 @@ proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes)
     input = m.name();
     *out.add_module() = std::move(m);
   }
-  auto& t = *out.add_loss_term();
-  t.set_kind(proto::LossTerm::CROSS_ENTROPY);
-  t.set_input(input);
-  t.set_target(target_name(hop_set_name(0)));
   return out;
 }
 
@@ -745,19 +611,28 @@ std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const Tr
   return std::make_unique<SampledSource>(job, options);
 }
 
-InferResult infer_sampled(const proto::Job& job, const InferOptions& options) {
-  validate(job);
+InferResult infer_sampled(const proto::Job& given, const InferOptions& options) {
+  validate(given);
+  const proto::Job job = link_job(given);
+  const bool link = is_link_job(job);
   if (options.communicator && options.communicator->size() > 1) {
     throw std::invalid_argument("gnnrt infer on a sampled job runs on one rank in this version");
   }
   if (options.params_in.empty()) throw std::invalid_argument("gnnrt infer needs --params-in (the trained parameters)");
   if (options.out.empty()) throw std::invalid_argument("gnnrt infer needs --out (a folder for the outputs)");
-  const NodeShard shard = load_node_shard(job, 0, 1);
+  // A link job: the test's message-passing graph (training and validation
+  // edges), the test pairs on "pairs"; by default the embeddings.
+  std::unique_ptr<LinkGraphs> links = link ? std::make_unique<LinkGraphs>(load_link_graphs(job, 0, 1)) : nullptr;
+  const NodeShard shard = link ? std::move(links->test) : load_node_shard(job, 0, 1);
   const int hops = job.sampling().fanout_size();
-  const proto::Model model = sampled_model(job.model(), hops, shard.num_classes);
-  const Schema schema = sampled_schema(hops, shard.num_features, shard.num_classes);
+  const proto::Model model = link ? link_model(job.model(), hops, job.link())
+                                  : sampled_model(job.model(), hops, shard.num_classes);
+  const Schema schema = sampled_schema(hops, shard.num_features, shard.num_classes, link);
   std::vector<std::string> outputs = options.outputs;
-  if (outputs.empty()) outputs.push_back(model.loss_term(0).input());
+  if (outputs.empty()) {
+    outputs.push_back(link && job.model().module_size() == 0 ? chain_on_blocks(job.model(), hops, 0).module().rbegin()->name()
+                                                             : model.loss_term(0).input());
+  }
   for (const std::string& name : outputs) {
     if (std::none_of(model.module().begin(), model.module().end(),
                      [&](const proto::Module& m) { return m.name() == name; })) {
@@ -765,7 +640,7 @@ InferResult infer_sampled(const proto::Job& job, const InferOptions& options) {
     }
   }
   runtime::Core core(device_profile(job, options), core_options(job, options));
-  LayerWise layer_wise(shard, model, schema, hops, outputs);
+  LayerWise layer_wise(shard, model, schema, hops, outputs, link ? &links->test_pairs : nullptr);
   const Network probe = layer_wise.build();
   load_state_dict(core, probe.params, probe.aliases, probe.buffers, options.params_in, !options.params_non_strict,
                   options.params_scope);

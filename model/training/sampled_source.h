@@ -27,6 +27,9 @@ bool is_sampled_job(const proto::Job& job);
 // seeds; a module graph as given. Throws std::invalid_argument when the
 // convolutions do not match the hops.
 proto::Model sampled_model(const proto::Model& model, int hops, int64_t classes);
+// The layer chain's layers as modules, its convolutions on blocks hops - 1
+// .. 0 (no loss term); layers without `out` give `classes` columns.
+proto::Model chain_on_blocks(const proto::Model& model, int hops, int64_t classes);
 
 std::unique_ptr<BatchSource> make_sampled_source(const proto::Job& job, const TrainOptions& options);
 

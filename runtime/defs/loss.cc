@@ -1,9 +1,10 @@
-// Losses (negative log-likelihood, cross-entropy, squared and absolute error) and their gradients: each op's shape
+// Losses (negative log-likelihood, cross-entropy, squared and absolute error, BCE with logits) and their gradients: each op's shape
 // rule, cost, kernel and gradient rule.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "ops/dense.h"
@@ -86,6 +87,9 @@ void mse_loss_gradient(Gradient& d) {
     d.add(d.op.inputs[0],
           d.b.mse_loss_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g, d.optional(3), loss_form_of(d.a)));
   if (d.needs(d.op.inputs[1])) {
+    if (loss_form_of(d.a) == ops::LossForm::kLogistic) {
+      throw std::invalid_argument("bce_with_logits: the target takes no gradient (it is a label)");
+    }
     d.add(d.op.inputs[1], d.b.scale(d.b.mse_loss_grad(d.op.inputs[0], d.op.inputs[1], d.op.inputs[2], d.g,
                                                       d.optional(3), loss_form_of(d.a)),
                                     -1.0));
@@ -170,6 +174,12 @@ ValueId Builder::mean_loss(ValueId pred, ValueId target, ValueId mask) {
   OpAttrs a;
   a.set_loss_form(proto::LINEAR);
   return emit(OpKind::kMseLoss, with_count({pred, target, mask}, mask), a);
+}
+
+ValueId Builder::bce_with_logits(ValueId logits, ValueId target, ValueId mask) {
+  OpAttrs a;
+  a.set_loss_form(proto::LOGISTIC);
+  return emit(OpKind::kMseLoss, with_count({logits, target, mask}, mask), a);
 }
 
 ValueId Builder::mse_loss(ValueId pred, ValueId target, ValueId mask) {

@@ -307,6 +307,10 @@ const std::map<std::string, Recipe<T>>& recipes() {
        [](Build<T>& t) {
          t.out("loss", t.b.l1_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
        }},
+      {"bce_with_logits",
+       [](Build<T>& t) {
+         t.out("loss", t.b.bce_with_logits(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));
+       }},
       {"mean_loss",
        [](Build<T>& t) {
          t.out("loss", t.b.mean_loss(t.x("pred"), t.x("target"), t.ints("mask", DType::kBool)));

@@ -163,6 +163,33 @@ def gen_columns(w, rng):
                {"x": xt.grad}, fd=width > 0)
 
 
+def gen_bce(w):
+    """bce_with_logits: torch's binary_cross_entropy_with_logits over the
+    masked rows' elements; 0/1 and fractional targets, logits up to +-40
+    (where the naive log(sigmoid) overflows). Its own generator, so the
+    other cases' draws stay as they were."""
+    rng = np.random.default_rng(51)
+    for name, r, c, keep in [("small", 7, 1, 0.6), ("all_rows", 5, 3, 1.0), ("no_rows", 4, 1, 0.0),
+                             ("large_logits", 6, 2, 1.0)]:
+        scale = 20.0 if name == "large_logits" else 2.0
+        pred = (rng.standard_normal((r, c)) * scale).astype(np.float32)
+        if name == "large_logits":
+            pred[0, 0], pred[1, 1] = 40.0, -40.0
+        target = (rng.random((r, c)) < 0.5).astype(np.float32)
+        target[0, 0] = 0.25  # a soft label
+        mask = rng.random(r) < keep
+        pt = leaf(pred)
+        sel = torch.from_numpy(mask)
+        if sel.any():
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(pt[sel], f32(target)[sel].double())
+        else:
+            loss = (pt * 0).sum()
+        loss.backward()
+        w.case("bce_with_logits", name, {"rows": r, "cols": c},
+               {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
+               {"pred": pt.grad}, fd=name != "large_logits")
+
+
 def gen_losses(w, rng):
     """nll_loss over every row and over none (gnnrt's rule: an empty mask is
     loss 0 with zero gradient, where torch's mean is NaN), mse_loss, and
@@ -218,6 +245,8 @@ def gen_losses(w, rng):
         w.case("mean_loss", name, {"rows": r, "cols": c},
                {"pred": pred, "target": target, "mask": mask}, {"loss": loss.reshape(1)}, {},
                {"pred": pt.grad, "target": tt.grad})
+
+    gen_bce(w)
 
     lp = rng.standard_normal((12, 5)).astype(np.float32)
     lp[3, :] = 1.0            # all tied: the first class

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from make_sampler_golden import sample, seed_order
+from philox import below, philox4x64
 
 HERE = Path(__file__).resolve().parent
 GRAPH = HERE.parent / "golden" / "train" / "graph"
@@ -176,12 +177,138 @@ def run_case(name, out):
     (d / "seeds.json").write_text(json.dumps(steps) + "\n")
 
 
+# ---- link prediction (docs/sampling.md, "Link prediction") ----
+# The split and the negatives follow the rule and Philox keys the docs give:
+# the distinct undirected edges (u < v) ascending, shuffled by Fisher-Yates
+# with draw i = below(philox((ORDER, i, 0, 0), (seed, "links"))[0], i); the
+# last val + test held out; negatives drawn in counter order, (u, v) =
+# below(words 0 and 1, n), skipped when u == v or (u, v) is an edge or drawn.
+
+LINK_STREAM = 0x6C696E6B73  # "links"
+ORDER, VAL_NEG, TEST_NEG, TRAIN_NEG = 1, 2, 3, 4
+
+
+def draw_negatives(n, count, taken, seed, what):
+    out, k = [], 0
+    while len(out) < count:
+        w = philox4x64((what, k, 0, 0), (seed, LINK_STREAM))
+        k += 1
+        u, v = below(w[0], n), below(w[1], n)
+        if u == v or (u, v) in taken:
+            continue
+        taken.update({(u, v), (v, u)})
+        out.append((u, v))
+    return out
+
+
+def split_links(n, ei, val, test, disjoint, ratio, seed):
+    keys = sorted({(min(a, b), max(a, b)) for a, b in zip(ei[0].tolist(), ei[1].tolist()) if a != b})
+    for i in range(len(keys), 1, -1):
+        j = below(philox4x64((ORDER, i, 0, 0), (seed, LINK_STREAM))[0], i)
+        keys[i - 1], keys[j] = keys[j], keys[i - 1]
+    e = len(keys)
+    nv, nt = int(np.floor(val * e)), int(np.floor(test * e))
+    ntr = e - nv - nt
+    nd = int(np.floor(disjoint * ntr))
+    train, valp, testp = keys[:ntr], keys[ntr:ntr + nv], keys[ntr + nv:]
+    taken = {p for k in keys for p in (k, k[::-1])}
+    need = lambda m: int(np.ceil(ratio * m))
+    return {"train": train, "supervision": train[:nd] if nd else train, "passing": train[nd:], "val": valp,
+            "test": testp, "val_neg": draw_negatives(n, need(nv), taken, seed, VAL_NEG),
+            "test_neg": draw_negatives(n, need(nt), taken, seed, TEST_NEG), "all": keys}
+
+
+def csc(n, pairs):
+    ins = [sorted({a for a, b in pairs if b == v} | {b for a, b in pairs if a == v}) for v in range(n)]
+    indptr, indices = [0], []
+    for v in range(n):
+        indices += ins[v]
+        indptr.append(len(indices))
+    return n, indptr, indices
+
+
+def mlp_score(p, z, ps, pd):
+    h = torch.relu((z[ps] * z[pd]) @ p["score.0.weight"].T + p["score.0.bias"])
+    return (h @ p["score.2.weight"].T + p["score.2.bias"]).squeeze(-1)
+
+
+LINK_CASES = {
+    # encoder, decoder, fanouts, disjoint_train_ratio, negative_ratio
+    "link_sage_dot": ("sage", "dot", [3, 2], 0.0, 1.0),
+    "link_gcn_mlp": ("gcn", "mlp", [2, -1], 0.25, 1.5),
+}
+LINK_BATCH = 20
+
+
+def run_link_case(name, out):
+    kind, decoder, fanouts, disjoint, ratio = LINK_CASES[name]
+    x, _, _, _ = load_graph()
+    ei = np.load(GRAPH / "edge_index.npy")
+    n, f = x.shape
+    s = split_links(n, ei, 0.1, 0.2, disjoint, 1.0, SEED)
+    graph = csc(n, s["passing"])
+    sup = s["supervision"]
+    gen = torch.Generator().manual_seed(SEED)
+    sh = shapes(kind, f, 8)
+    if decoder == "mlp":
+        sh.update({"score.0.weight": (8, 8), "score.0.bias": (8,), "score.2.weight": (1, 8), "score.2.bias": (1,)})
+    init = {k: (torch.rand(v, generator=gen, dtype=torch.float32) * 0.6 - 0.3) for k, v in sh.items()}
+    p = {k: v.double().clone().requires_grad_(True) for k, v in init.items()}
+    opt = torch.optim.Adam(list(p.values()), lr=LR)
+    model = sage_model if kind == "sage" else gcn_model
+    losses, after = [], []
+    for epoch in range(EPOCHS):
+        order = seed_order(list(range(len(sup))), epoch, SEED)
+        taken = {q for k in s["all"] for q in (k, k[::-1])}
+        negs = draw_negatives(n, int(np.floor(len(sup) * ratio)), taken, SEED, TRAIN_NEG + (epoch << 8))
+        for b in range(0, len(order), LINK_BATCH):
+            batch = order[b:b + LINK_BATCH]
+            lo, hi = int(np.floor(b * ratio)), int(np.floor((b + len(batch)) * ratio))
+            pairs = [sup[i] for i in batch] + negs[lo:hi]
+            labels = torch.tensor([1.0] * len(batch) + [0.0] * (hi - lo))
+            seeds = sorted({v for q in pairs for v in q})
+            smp = sample(graph, seeds, fanouts, False, False, (SEED, epoch, b // LINK_BATCH))
+            frontier = smp["frontier"]
+            blocks = [(torch.tensor(k["src"], dtype=torch.long), torch.tensor(k["dst"], dtype=torch.long))
+                      for k in smp["blocks"]]
+            z = model(p, torch.tensor(x[smp["nodes"][:frontier[-1]]], dtype=torch.float64), blocks, frontier)
+            ps = torch.tensor([smp["seed_rows"][seeds.index(a)] for a, _ in pairs])
+            pd = torch.tensor([smp["seed_rows"][seeds.index(c)] for _, c in pairs])
+            score = (z[ps] * z[pd]).sum(-1) if decoder == "dot" else mlp_score(p, z, ps, pd)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(score, labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        after.append({k: v.detach().float().clone() for k, v in p.items()})
+    d = out / name
+    if d.exists():
+        shutil.rmtree(d)
+    for folder, values in (("params_init", init), ("params_epoch1", after[0]), ("params_final", after[-1])):
+        (d / folder).mkdir(parents=True)
+        for k, v in values.items():
+            np.save(d / folder / f"{k}.npy", v.numpy().astype(np.float32))
+    np.save(d / "losses.npy", np.array(losses, dtype=np.float64))
+    conv = {"sage": "sage", "gcn": "gcn"}[kind]
+    job = {"name": name, "seed": SEED,
+           "model": {"layer": [{"type": conv, "out": 8}, {"type": "relu"}, {"type": conv, "out": 8}]},
+           "optimizer": {"kind": "adam", "lr": LR, "weight_decay": 0}, "schedule": {"epochs": EPOCHS},
+           "sampling": {"fanout": fanouts, "batch_size": LINK_BATCH},
+           "link": {"val_fraction": 0.1, "test_fraction": 0.2, "disjoint_train_ratio": disjoint,
+                    "negative_ratio": ratio, "decoder": decoder, "decoder_hidden": [8] if decoder == "mlp" else []}}
+    split = {k: [list(q) for q in s[k]] for k in ("train", "supervision", "val", "test", "val_neg", "test_neg")}
+    (d / "config.json").write_text(json.dumps({"job": job, "steps": len(losses)}, indent=1, sort_keys=True) + "\n")
+    (d / "split.json").write_text(json.dumps(split) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE.parent / "golden" / "sampled"))
     out = Path(ap.parse_args().out)
     for name in CASES:
         run_case(name, out)
+    for name in LINK_CASES:
+        run_link_case(name, out)
 
 
 if __name__ == "__main__":

@@ -98,10 +98,10 @@ TEST(LinkSplit, BadFractionsAndTooManyNegativesAreRefusedByName) {
   LinkSplitOptions o;
   o.val = 0.7;
   o.test = 0.6;
-  EXPECT_THAT(message(o), ::testing::HasSubstr("link.val + link.test = 0.7 + 0.6 is above 1"));
+  EXPECT_THAT(message(o), ::testing::HasSubstr("link.val_fraction + link.test_fraction = 0.7 + 0.6 is above 1"));
   o = {};
   o.val = -0.1;
-  EXPECT_THAT(message(o), ::testing::HasSubstr("link.val = -0.1"));
+  EXPECT_THAT(message(o), ::testing::HasSubstr("link.val_fraction = -0.1"));
   o = {};
   o.val = o.test = 0.34;  // one val and one test edge; 4 nodes have 3 non-edges
   o.negative_ratio = 2;

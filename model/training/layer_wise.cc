@@ -1,0 +1,203 @@
+#include "model/training/layer_wise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/training/sampled_batches.h"
+
+namespace gnnrt::model {
+
+using runtime::Core;
+
+LayerWise::LayerWise(const NodeShard& shard, const proto::Model& model, const Schema& schema, int hops,
+                     std::vector<std::string> outputs, const EdgeList* pairs)
+    : shard_(shard), model_(model), schema_(schema), hops_(hops), outputs_(std::move(outputs)), pairs_(pairs) {
+  const int64_t n = shard.num_nodes, e = static_cast<int64_t>(shard.indices.size());
+  shape_.node_rows.assign(static_cast<size_t>(hops) + 1, n);
+  shape_.edge_rows.assign(static_cast<size_t>(hops), e);
+  shape_.self_loop_edges.assign(static_cast<size_t>(hops), e + n);
+  if (pairs_) {
+    shape_.edge_rows.push_back(pairs_->size());
+    shape_.self_loop_edges.push_back(pairs_->size() + n);
+  }
+  shape_.graph_rows = 1;
+  shape_.padded = false;
+  // No eval loss: the step's metrics stay the training's.
+  schema_.node_sets[0].target = false;
+  for (auto& s : schema_.edge_sets) s.target = false;
+}
+
+Network LayerWise::build() const { return build_module_inference(model_, schema_, shape_, false, outputs_); }
+
+std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& context) {
+  const int64_t n = shard_.num_nodes;
+  if (!edges_) {
+    std::vector<int32_t> src(shard_.indices.begin(), shard_.indices.end()), dst(src.size());
+    for (int64_t v = 0; v < n; ++v) {
+      std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
+    }
+    edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+    for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
+      src.push_back(static_cast<int32_t>(v));
+      dst.push_back(static_cast<int32_t>(v));
+    }
+    loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
+    identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
+    if (pairs_) {
+      pair_graph_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(pairs_->src, pairs_->dst, n, n));
+      pairs_reversed_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(pairs_->dst, pairs_->src, n, n));
+    }
+    program_ = core.compile(build().program, {});
+  }
+  auto& mem = core.memory();
+  for (int h = 0; h < hops_; ++h) {
+    mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
+    core.bind_graph(block_set_name(h), edges_);
+    core.bind_graph(self_loop_graph_name(block_set_name(h)), loops_);
+    core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
+  }
+  if (pairs_) {
+    core.bind_graph(kPairsSet, pair_graph_);
+    core.bind_graph(reversed_graph_name(kPairsSet), pairs_reversed_);
+  }
+  mem.put(features_name(hop_set_name(hops_)), Tensor::from<float>(shard_.x, {n, shard_.num_features}));
+  core.run(*program_, context);
+  std::vector<Tensor> out;
+  for (const std::string& name : outputs_) out.push_back(core.read(*program_, name));
+  return out;
+}
+
+bool ShardedLayerWise::splits(const proto::Model& model, int hops) {
+  std::string input = features_name(hop_set_name(hops));
+  for (const proto::Module& m : model.module()) {
+    if (m.input_size() != 1 || m.input(0) != input) return false;
+    input = m.name();
+  }
+  return true;
+}
+
+ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& model, int hops, collectives::Communicator& comm)
+    : shard_(shard), hops_(hops) {
+  // The segments: convolution k and what follows it.
+  int segment = -1;
+  for (const proto::Module& m : model.module()) {
+    const bool conv = m.has_gcn() || m.has_sage() || m.has_gat() || m.has_gin();
+    if (conv || segment < 0) {
+      if (conv && segment >= 0 && !segments_[static_cast<size_t>(segment)].has_conv) {
+        // The modules before the first convolution stay with it.
+      } else {
+        segments_.emplace_back();
+        ++segment;
+      }
+    }
+    Segment& g = segments_[static_cast<size_t>(segment)];
+    proto::Module copy = m;
+    if (g.model.module_size() == 0) {
+      copy.clear_input();
+      copy.add_input(features_name(hop_set_name(1)));
+    }
+    if (conv) {
+      g.has_conv = true;
+      gcn_ = gcn_ || m.has_gcn();
+      const std::string block = block_set_name(0);
+      if (copy.has_gcn()) copy.mutable_gcn()->set_edges(block);
+      if (copy.has_sage()) copy.mutable_sage()->set_edges(block);
+      if (copy.has_gat()) copy.mutable_gat()->set_edges(block);
+      if (copy.has_gin()) copy.mutable_gin()->set_edges(block);
+    }
+    *g.model.add_module() = std::move(copy);
+    g.out = m.name();
+  }
+  // This rank's nodes first, then the halo (in-neighbours owned elsewhere).
+  const int64_t owned = shard.owned();
+  for (const int32_t u : shard.indices) {
+    if (!shard.owns(u)) halo_.push_back(u);
+  }
+  std::sort(halo_.begin(), halo_.end());
+  halo_.erase(std::unique(halo_.begin(), halo_.end()), halo_.end());
+  exchange_ = std::make_unique<OwnerExchange>(halo_, shard.num_nodes, comm);
+  const auto rows = owned + static_cast<int64_t>(halo_.size());
+  std::vector<int32_t> src(shard.indices.size()), dst(shard.indices.size());
+  for (int64_t v = 0; v < owned; ++v) {
+    for (int64_t k = shard.indptr[v]; k < shard.indptr[v + 1]; ++k) {
+      const int32_t u = shard.indices[static_cast<size_t>(k)];
+      src[k] = shard.owns(u) ? static_cast<int32_t>(u - shard.begin)
+                             : static_cast<int32_t>(owned + (std::lower_bound(halo_.begin(), halo_.end(), u) -
+                                                             halo_.begin()));
+      dst[k] = static_cast<int32_t>(v);
+    }
+  }
+  const auto e = static_cast<int64_t>(src.size());
+  edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
+  // GCN's weights with the graph's degrees (in-edges and the loop); the
+  // halo's degrees from their owners.
+  std::vector<int32_t> degree(static_cast<size_t>(owned));
+  for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
+  std::vector<int32_t> asked(exchange_->asked().size());
+  for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[exchange_->asked()[i] - shard.begin];
+  const std::vector<int32_t> halo_degree = exchange_->rows<int32_t>(asked, 1);
+  const auto degree_of = [&](int32_t r) {
+    return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
+  };
+  for (int64_t v = 0; v < owned; ++v) {
+    src.push_back(static_cast<int32_t>(v));
+    dst.push_back(static_cast<int32_t>(v));
+  }
+  loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
+  norm_.resize(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(owned));
+  std::iota(ids.begin(), ids.end(), 0);
+  prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
+  shape_.node_rows = {owned, rows};
+  shape_.edge_rows = {e};
+  shape_.self_loop_edges = {e + owned};
+  shape_.graph_rows = 1;
+  shape_.padded = false;
+}
+
+Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
+  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
+  std::vector<float> x = shard_.x;  // [owned, F]: layer 0's input of this rank's nodes
+  int64_t width = shard_.num_features;
+  Tensor out;
+  for (Segment& g : segments_) {
+    if (!g.program) {
+      g.schema = sampled_schema(1, width, 1);
+      g.schema.node_sets[0].target = false;
+      g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
+    }
+    // The halo's rows of this input from their owners.
+    std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
+    for (size_t i = 0; i < exchange_->asked().size(); ++i) {
+      const int64_t r = exchange_->asked()[i] - shard_.begin;
+      std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
+    }
+    const std::vector<float> halo = exchange_->rows<float>(answers, width);
+    Tensor in(DType::kF32, {rows, width});
+    auto iv = in.values<float>();
+    std::copy(x.begin(), x.end(), iv.begin());
+    std::copy(halo.begin(), halo.end(), iv.begin() + owned * width);
+    auto& mem = core.memory();
+    mem.put(features_name(hop_set_name(1)), std::move(in));
+    mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
+    const std::string block = block_set_name(0);
+    core.bind_graph(block, edges_);
+    core.bind_graph(self_loop_graph_name(block), loops_);
+    core.bind_graph(prefix_graph_name(block), prefix_);
+    if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
+    core.run(*g.program, context);
+    out = core.read(*g.program, g.out);
+    width = out.shape()[1];
+    const auto ov = out.values<float>();
+    x.assign(ov.begin(), ov.end());
+  }
+  return out;
+}
+
+}  // namespace gnnrt::model

@@ -1,0 +1,87 @@
+// Layer-wise full-neighbourhood inference for sampled jobs
+// (docs/sampling.md, "Evaluation"): every node's output of each layer from
+// all its in-neighbours, without sampling noise, as PyG's examples compute
+// their test accuracy.
+//   - LayerWise (one rank): the model's program with every hop holding all
+//     nodes and every block all in-edges, bound before each run (the steps
+//     bind their batches under the same names); a link model's "pairs"
+//     edge set holds the pairs to score.
+//   - ShardedLayerWise (many ranks): each rank its own nodes a layer at a
+//     time, the halo's rows from their owners once a layer.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "model/data/node_shard.h"
+#include "model/job.pb.h"
+#include "model/modules/module_graph.h"
+#include "model/sampling/distributed_neighbors.h"
+#include "model/sampling/link_split.h"
+#include "runtime/core.h"
+
+namespace gnnrt::model {
+
+class LayerWise {
+ public:
+  // `pairs`: the node pairs a link model scores (its schema's "pairs" edge
+  // set, after the blocks), kept by reference; none for node models.
+  LayerWise(const NodeShard& shard, const proto::Model& model, const Schema& schema, int hops,
+            std::vector<std::string> outputs, const EdgeList* pairs = nullptr);
+
+  // The program (its parameters), built on first use.
+  Network build() const;
+  // The outputs' rows: [nodes, width], or [pairs, width] for a module on the pairs.
+  std::vector<Tensor> run(runtime::Core& core, const runtime::RunContext& context);
+
+ private:
+  const NodeShard& shard_;
+  const proto::Model& model_;
+  Schema schema_;
+  const int hops_;
+  const std::vector<std::string> outputs_;
+  const EdgeList* pairs_;
+  BucketShape shape_;
+  std::shared_ptr<const runtime::CompiledProgram> program_;
+  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, identity_, pair_graph_, pairs_reversed_;
+};
+
+// Layer-wise inference over node shards (many ranks): each rank computes
+// its own nodes' rows of each layer from all their in-neighbours, whose
+// rows of the layer before come from their owners (the halo: one exchange a
+// layer). A chain of modules splits into layers: each convolution with the
+// modules after it up to the next (the modules before the first go with
+// it); other module graphs are not evaluated on many ranks. Collective:
+// every rank runs it alike.
+class ShardedLayerWise {
+ public:
+  // Whether the model splits into layers.
+  static bool splits(const proto::Model& model, int hops);
+
+  ShardedLayerWise(const NodeShard& shard, const proto::Model& model, int hops, collectives::Communicator& comm);
+
+  // The model's last rows of this rank's nodes, [owned, width].
+  Tensor run(runtime::Core& core, const runtime::RunContext& context);
+
+ private:
+  struct Segment {
+    proto::Model model;
+    Schema schema;
+    bool has_conv = false;
+    std::string out;
+    std::shared_ptr<const runtime::CompiledProgram> program;
+  };
+  const NodeShard& shard_;
+  const int hops_;
+  std::vector<Segment> segments_;
+  bool gcn_ = false;
+  std::vector<int32_t> halo_;
+  std::unique_ptr<OwnerExchange> exchange_;
+  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_;
+  std::vector<float> norm_;
+  BucketShape shape_;
+};
+
+}  // namespace gnnrt::model

@@ -1,0 +1,175 @@
+// Link prediction on sampled blocks end to end: the split and the training
+// against the torch reference fed the same pairs and blocks
+// (tests/reference/make_sampled_golden.py, which draws the split, the
+// negatives and the blocks itself from the documented keys), padding that
+// changes no parameter, and the link section's errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "model/data/dataset.h"
+#include "model/job.h"
+#include "model/sampling/link_split.h"
+#include "model/training/trainer.h"
+#include "runtime/npy.h"
+
+namespace gnnrt::model {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kGolden = GNNRT_SAMPLED_GOLDEN_DIR;
+const fs::path kGraph = GNNRT_TRAIN_GOLDEN_DIR "/graph";
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+proto::Job golden_job(const std::string& name) {
+  const nlohmann::json config = read_json(kGolden / name / "config.json");
+  proto::Job job;
+  google::protobuf::util::JsonParseOptions parse;
+  parse.case_insensitive_enum_parsing = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(config.at("job").dump(), &job, parse);
+  if (!status.ok()) throw std::runtime_error("config.json's job: " + status.ToString());
+  job.mutable_dataset()->set_path(kGraph.string());
+  return job;
+}
+
+std::vector<std::vector<int>> pairs_of(const EdgeList& l) {
+  std::vector<std::vector<int>> out;
+  for (int64_t i = 0; i < l.size(); ++i) out.push_back({l.src[i], l.dst[i]});
+  return out;
+}
+
+class LinkTraining : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) /
+           ("gnnrt_link_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    options_.cache_dir = dir_ / "cache";
+    options_.progress = false;
+    options_.threads = 1;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Trains `job` from `init`; each epoch's mean loss; the parameters in dir_/<out>.
+  std::vector<double> run(const proto::Job& job, const fs::path& init, const std::string& out, TrainResult* result) {
+    std::vector<double> losses;
+    TrainOptions o = options_;
+    o.params_in = init;
+    o.params_out = dir_ / out;
+    o.on_epoch = [&](const EpochMetrics& m) { losses.push_back(m.loss); };
+    *result = train(job, o);
+    return losses;
+  }
+
+  fs::path dir_;
+  TrainOptions options_;
+};
+
+class LinkGolden : public LinkTraining, public ::testing::WithParamInterface<std::string> {};
+
+// The split (and the evaluation negatives) equal the reference's, pair for pair.
+TEST_P(LinkGolden, SplitEqualsTheReference) {
+  const proto::Job job = golden_job(GetParam());
+  const Dataset d = load_dataset(kGraph.string());
+  LinkSplitOptions o;
+  o.val = job.link().val_fraction();
+  o.test = job.link().test_fraction();
+  o.disjoint_train_ratio = job.link().disjoint_train_ratio();
+  o.negative_ratio = job.link().eval_negative_ratio();
+  o.seed = job.seed();
+  const LinkSplit s = split_links(d.num_nodes, d.src, d.dst, o);
+  const nlohmann::json want = read_json(kGolden / GetParam() / "split.json");
+  EXPECT_EQ(want.at("train").get<std::vector<std::vector<int>>>(), pairs_of(s.train));
+  EXPECT_EQ(want.at("supervision").get<std::vector<std::vector<int>>>(), pairs_of(s.train_supervision));
+  EXPECT_EQ(want.at("val").get<std::vector<std::vector<int>>>(), pairs_of(s.val));
+  EXPECT_EQ(want.at("test").get<std::vector<std::vector<int>>>(), pairs_of(s.test));
+  EXPECT_EQ(want.at("val_neg").get<std::vector<std::vector<int>>>(), pairs_of(s.val_negatives));
+  EXPECT_EQ(want.at("test_neg").get<std::vector<std::vector<int>>>(), pairs_of(s.test_negatives));
+}
+
+// Losses and parameters after two epochs equal torch's on the same pairs and blocks.
+TEST_P(LinkGolden, MatchesTorchOnTheSamePairsAndBlocks) {
+  const fs::path dir = kGolden / GetParam();
+  TrainResult r;
+  const std::vector<double> losses = run(golden_job(GetParam()), dir / "params_init", "params", &r);
+  ASSERT_TRUE(r.best_epoch == 1 || r.best_epoch == 2) << r.best_epoch;
+  EXPECT_GT(r.best_val_acc, 0.0);  // an AUC was computed
+  const auto expected = read_npy(dir / "losses.npy").to_vector<double>();
+  const size_t steps = read_json(dir / "config.json").at("steps").get<size_t>();
+  ASSERT_EQ(expected.size(), steps);
+  ASSERT_EQ(losses.size(), 2u);
+  const size_t per_epoch = steps / 2;
+  for (size_t e = 0; e < 2; ++e) {
+    double mean = 0;
+    for (size_t k = 0; k < per_epoch; ++k) mean += expected[e * per_epoch + k] / static_cast<double>(per_epoch);
+    EXPECT_NEAR(losses[e], mean, 1e-5 + 1e-4 * mean) << "epoch " << e + 1;
+  }
+  const fs::path final_params = dir / (r.best_epoch == 1 ? "params_epoch1" : "params_final");
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(final_params)) {
+    const auto want = read_npy(entry.path()).to_vector<double>();
+    const auto got = read_npy(dir_ / "params" / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(got.size(), want.size()) << entry.path().filename();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LinkGolden, ::testing::Values("link_sage_dot", "link_gcn_mlp"));
+
+// Padded pairs and rows reach no real score: tight and loose ladders give
+// the same parameters (within BLAS's summation order).
+TEST_F(LinkTraining, PaddingChangesNoParameter) {
+  const fs::path init = kGolden / "link_sage_dot" / "params_init";
+  proto::Job job = golden_job("link_sage_dot");
+  job.mutable_sampling()->set_growth(1.05);
+  TrainResult r;
+  run(job, init, "tight", &r);
+  job.mutable_sampling()->set_growth(4);
+  job.mutable_sampling()->set_prefetch(0);
+  run(job, init, "loose", &r);
+  for (const auto& entry : fs::directory_iterator(dir_ / "tight")) {
+    const auto a = read_npy(entry.path()).to_vector<double>();
+    const auto b = read_npy(dir_ / "loose" / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path();
+  }
+}
+
+TEST_F(LinkTraining, BadLinkFieldsAreRefusedByName) {
+  const auto refused = [&](const std::string& field, const std::string& value, const std::string& message) {
+    proto::Job job = golden_job("link_sage_dot");
+    apply_override(job, field + "=" + value);
+    try {
+      train(job, options_);
+      ADD_FAILURE() << field << "=" << value << " was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(message)) << field;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "cache")) << "something was written for " << field;
+  };
+  refused("link.val_fraction", "0.9", "link.val_fraction + link.test_fraction = 0.9 + 0.2 is above 1");
+  refused("link.test_fraction", "-0.1", "link.test_fraction = -0.1");
+  refused("link.negative_ratio", "-1", "link.negative_ratio = -1");
+  refused("link.eval_negative_ratio", "100", "link.eval_negative_ratio = 100 asks for");
+  refused("link.negative_ratio", "100", "training negatives asked for; the graph has only");
+  refused("link.hits_k", "0", "link.hits_k = 0");
+  refused("link.decoder_hidden", "0", "link.decoder_hidden[0] = 0");
+}
+
+}  // namespace
+}  // namespace gnnrt::model
