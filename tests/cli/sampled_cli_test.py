@@ -12,6 +12,8 @@
 3. Under `gnnrt launch -n 2`, rank 1 killed after epoch 2 with checkpoints
    every 3 steps (10 steps an epoch: the newest checkpoint is mid-epoch):
    restarted, and the final parameters are bitwise the uninterrupted run's.
+4. Link prediction: AUC, Hits@K and MRR records, `gnnrt infer`'s
+   embeddings and test scores, a bad split refused, `gnnrt launch -n 2`.
 
 Usage: sampled_cli_test.py GNNRT EXAMPLES_DIR WORK_DIR   (run by ctest)
 """
@@ -117,6 +119,35 @@ check("ckpt-00000018.ckpt at epoch 1, step 18" in log, "the restart did not resu
 check(len(params["clean"]) == 9 and params["clean"].keys() == params["killed"].keys(), "parameter files")
 for k in params["clean"]:
     check(np.array_equal(params["clean"][k], params["killed"][k]), f"{k} differs after the restart")
+
+# 4. Link prediction (examples/cora_link.pbtxt on a small products-like
+# graph): the AUC, Hits@K and MRR records, the embeddings and test scores
+# by `gnnrt infer`, a bad split named, and `gnnrt launch -n 2`.
+LINK = str(EXAMPLES / "cora_link.pbtxt")
+LINK_SMALL = ["--set", "dataset.path=products:nodes=2000,edges=16000,features=16,classes=6", "--set",
+              "sampling.fanout=5,5", "--set", "sampling.batch_size=1000", "--threads", "1", "--no-cache"]
+out = WORK / "link"
+run("train", LINK, *LINK_SMALL, "--set", "schedule.epochs=2", "--metrics", str(out / "metrics.jsonl"),
+    "--params-out", str(out / "params"), expect=0)
+rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+check(len(rows) == 2, f"link: {len(rows)} metrics rows, expected 2")
+for r in rows:
+    for k in ("val_auc", "test_auc", "val_hits@50", "test_hits@50", "val_mrr", "test_mrr"):
+        check(0 < r.get(k, 0) <= 1, f"link metrics' {k}: {r.get(k)}")
+    check(r.get("val_acc") == r.get("val_auc"), "link: val_acc is not the validation AUC")
+run("infer", LINK, *LINK_SMALL, "--params-in", str(out / "params"), "--out", str(out / "infer"), "--output", "conv2",
+    "--output", "score", expect=0)
+check(np.load(out / "infer" / "conv2.npy").shape == (2000, 64), "link infer: the embeddings' shape")
+score = np.load(out / "infer" / "score.npy")
+check(score.ndim == 2 and score.shape[1] == 1 and score.shape[0] % 2 == 0, f"link infer: scores {score.shape}")
+bad = WORK / "link_bad"
+p = run("train", LINK, *LINK_SMALL, "--set", "link.test_fraction=1.5", "--metrics", str(bad / "metrics.jsonl"),
+        "--params-out", str(bad / "params"), expect=2)
+check("link.test_fraction = 1.5" in p.stderr, f"link: stderr lacks the field: {p.stderr[-600:]}")
+check(not bad.exists(), "link: something was written for a bad split")
+run("launch", "-n", "2", "--run-dir", str(WORK / "link_launch"), "--", "train", LINK, *LINK_SMALL, "--set",
+    "schedule.epochs=1", "--params-out", str(WORK / "link_launch" / "params"), expect=0, timeout=600)
+check((WORK / "link_launch" / "params" / "conv1.lin.weight.npy").exists(), "link under launch: no parameters")
 
 if failures:
     print(f"{len(failures)} failure(s)")

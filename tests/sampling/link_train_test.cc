@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
@@ -130,6 +131,36 @@ TEST_P(LinkGolden, MatchesTorchOnTheSamePairsAndBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, LinkGolden, ::testing::Values("link_sage_dot", "link_gcn_mlp"));
+
+// A user's module graph over the sampled schema's names (hop2.x, block1,
+// block0, pairs) trains as the chain it spells out: the torch reference's
+// parameters again.
+TEST_F(LinkTraining, ModuleGraphOnBlocksMatchesTorch) {
+  proto::Job job = golden_job("link_sage_dot");
+  job.mutable_model()->clear_layer();
+  const std::string text = R"(
+    module { name: "conv1" input: "hop2.x" sage { edges: "block1" out: 8 } }
+    module { name: "h" input: "conv1" relu {} }
+    module { name: "conv2" input: "h" sage { edges: "block0" out: 8 } }
+    module { name: "score" input: "conv2" edge_dot { edges: "pairs" } }
+    loss_term { kind: BCE_WITH_LOGITS input: "score" target: "pairs.y" })";
+  ASSERT_TRUE(google::protobuf::TextFormat::MergeFromString(text, job.mutable_model()));
+  const fs::path dir = kGolden / "link_sage_dot";
+  TrainResult r;
+  run(job, dir / "params_init", "params", &r);
+  const fs::path final_params = dir / (r.best_epoch == 1 ? "params_epoch1" : "params_final");
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(final_params)) {
+    const auto want = read_npy(entry.path()).to_vector<double>();
+    const auto got = read_npy(dir_ / "params" / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(got.size(), want.size()) << entry.path().filename();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
+}
 
 // Padded pairs and rows reach no real score: tight and loose ladders give
 // the same parameters (within BLAS's summation order).

@@ -1,8 +1,9 @@
 // Sampled training over node shards on N ranks (run under mpirun -np N):
 // the parameters after 12 steps equal the one-rank run's, every rank takes
 // every step when a batch's seeds do not split evenly, the layer-wise
-// evaluation over the shards gives the one-rank accuracies, and no rank
-// holds another's edges.
+// evaluation over the shards gives the one-rank accuracies, link
+// prediction trains to the one-rank parameters too, and no rank holds
+// another's edges.
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
@@ -92,6 +93,47 @@ TEST(SampledDistributed, ManyRanksTrainToTheOneRankParameters) {
     ++compared;
   }
   EXPECT_EQ(compared, 6);
+}
+
+// Link prediction over node shards: every rank splits the same edges,
+// takes its run of each batch's pairs (positives, then negatives) and
+// samples its endpoints through their owners; the one-rank parameters.
+TEST(SampledDistributed, LinkPredictionTrainsToTheOneRankParameters) {
+  proto::Job j = job();
+  j.mutable_dataset()->set_path("products:nodes=1000,edges=6000,features=8,classes=5");
+  j.mutable_schedule()->set_epochs(2);
+  j.mutable_sampling()->set_batch_size(1000);
+  apply_override(j, "model.layer[2].out=8");
+  // No validation edges: the last epoch's parameters on every rank count.
+  apply_override(j, "link.val_fraction=0");
+  apply_override(j, "link.test_fraction=0.1");
+  apply_override(j, "link.decoder=MLP");
+  TrainOptions alone;
+  alone.progress = false;
+  alone.no_cache = true;
+  alone.threads = 1;
+  alone.params_out = dir_for("link_alone");
+  fs::remove_all(alone.params_out);
+  const TrainResult one = train(j, alone);
+  TrainOptions many = alone;
+  many.communicator = world();
+  many.params_out = dir_for("link_many");
+  fs::remove_all(many.params_out);
+  const TrainResult r = train(j, many);
+  EXPECT_EQ(r.steps, one.steps);
+  EXPECT_GE(r.steps, 4);
+  if (world()->rank() != 0) return;
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
+    const auto a = read_npy(entry.path()).to_vector<double>();
+    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 10);  // 6 of the encoder, 4 of the MLP decoder
 }
 
 // Layer-wise evaluation over the shards (each rank its nodes, the halo's
