@@ -54,6 +54,8 @@ ap.add_argument("--train-graph", default="products:nodes=100000,edges=2525000")
 ap.add_argument("--epochs", type=int, default=3)
 ap.add_argument("--batches", type=int, default=20)
 ap.add_argument("--reps", type=int, default=10)
+ap.add_argument("--cora", default="../shared/datasets/cora", help="link prediction's dataset")
+ap.add_argument("--link-only", action="store_true", help="only the Cora link prediction")
 ap.add_argument("--quick", action="store_true", help="a 200,000-node graph for the sampler, 1 epoch")
 ap.add_argument("--json", default="build/bench/results/sampled.json")
 ap.add_argument("--plot", default="bench/plots/sampled.png")
@@ -82,6 +84,20 @@ def sampler():
 
 def rss_mb(path):
     return int(Path(path).read_text().split()[-1]) / 1024
+
+
+def predicted_bytes(r, ranks, batches, features=100):
+    """A rank's bytes sent in an epoch, from its sampled counts (docs/sampling.md,
+    "Message volume"): with about (R - 1)/R of the nodes remote, per drawing
+    frontier row an id out and a count back (8 bytes), per drawn edge its source
+    (4), per node an id and its features (4 + 4 F), per seed an id and its label
+    (8); and 8 bytes to each other rank per exchange (L hops + features + labels)."""
+    if ranks == 1:
+        return 0
+    share = (ranks - 1) / ranks
+    counts = 8 * r["sampled_frontier_rows"] + 4 * r["sampled_edges"] + (4 + 4 * features) * r["sampled_nodes"] \
+        + 8 * r["sampled_seeds"]
+    return share * counts + 8 * (ranks - 1) * (len(FANOUTS.split(",")) + 2) * batches
 
 
 def train(ranks=1):
@@ -115,6 +131,7 @@ def train(ranks=1):
             "padding_edges_percent": recs[-1]["padding_edges_percent"],
             "buckets_used": recs[-1]["buckets_used"], "compiles": recs[-1].get("compiles"),
             "sampler_bytes_sent_per_epoch": statistics.median(r["sampler_bytes_sent"] for r in later),
+            "predicted_bytes_per_epoch": statistics.median(predicted_bytes(r, ranks, s) for r, s in zip(later, steps)),
             "peak_rss_mb": max(rss_mb(folder / f"rss.{r}") for r in range(ranks)),
             "best_val_acc": best["val_acc"], "test_acc": best["test_acc"], "records": recs}
 
@@ -182,8 +199,126 @@ def torch_step():
     return out
 
 
+def gnnrt_link(name, *sets):
+    """examples/cora_link.pbtxt with `sets`: wall time, and the best validation epoch's scores."""
+    metrics = OUT / f"link_{name}.jsonl"
+    metrics.unlink(missing_ok=True)
+    cmd = [str((BUILD / "launch" / "gnnrt").resolve()), "train", "examples/cora_link.pbtxt", "--set",
+           f"dataset.path={args.cora}", *sum((["--set", s] for s in sets), []), "--threads", "1", "--metrics",
+           str(metrics), "--no-cache"]
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    start = time.time()
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    wall = time.time() - start
+    recs = [json.loads(l) for l in metrics.read_text().splitlines()]
+    best = max(recs, key=lambda r: r["val_auc"])
+    return {"wall_s": wall, "epochs": len(recs), "best_epoch": recs.index(best) + 1, "val_auc": best["val_auc"],
+            "test_auc": best["test_auc"], "test_hits@50": best["test_hits@50"], "test_mrr": best["test_mrr"],
+            "epoch_ms": statistics.median(r["ms"] for r in recs[1:])}
+
+
+def torch_link(epochs=100):
+    """PyG's examples/link_pred.py in torch 1.13 (1 thread): the same split (drawn by
+    the test reference from the same keys), GCN 128 -> 64 (D^-1/2 (A + I) D^-1/2 as
+    a sparse matrix), dot decoder, BCE with logits, Adam 0.01; training negatives
+    uniform non-edges from torch's generator, one per positive each epoch;
+    validation over the training graph, test over training + validation edges
+    (PyG's val_data and test_data) with the best validation epoch's parameters."""
+    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "reference"))
+    from make_sampled_golden import split_links
+    torch.set_default_dtype(torch.float32)  # the reference module works in float64
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    d = Path(args.cora)
+    x = np.load(d / "x.npy").astype(np.float64)
+    x = x - x.min()
+    x = torch.tensor(x / np.maximum(x.sum(1, keepdims=True), 1), dtype=torch.float32)
+    n = x.shape[0]
+    start = time.time()
+    s = split_links(n, np.load(d / "edge_index.npy"), 0.05, 0.1, 0.0, 1.0, 0)
+
+    def gcn_matrix(pairs):
+        both = pairs + [(b, a) for a, b in pairs]
+        src = torch.tensor([a for a, _ in both] + list(range(n)))
+        dst = torch.tensor([b for _, b in both] + list(range(n)))
+        deg = torch.zeros(n).index_add_(0, dst, torch.ones(len(dst)))
+        w = deg[src].rsqrt() * deg[dst].rsqrt()
+        return torch.sparse_coo_tensor(torch.stack([dst, src]), w, (n, n)).coalesce()
+
+    train_adj, test_adj = gcn_matrix(s["train"]), gcn_matrix(s["train"] + s["val"])
+    lin1, lin2 = torch.nn.Linear(x.shape[1], 128), torch.nn.Linear(128, 64)
+    for lin in (lin1, lin2):  # GCNConv's reset_parameters: glorot weights, zero bias
+        torch.nn.init.xavier_uniform_(lin.weight)
+        torch.nn.init.zeros_(lin.bias)
+    opt = torch.optim.Adam([*lin1.parameters(), *lin2.parameters()], lr=0.01)
+    edges = {q for k in s["all"] for q in (k, k[::-1])}
+
+    def encode(adj):
+        h = torch.relu(torch.sparse.mm(adj, x @ lin1.weight.T) + lin1.bias)
+        return torch.sparse.mm(adj, h @ lin2.weight.T) + lin2.bias
+
+    def auc(z, pos, neg):
+        score = lambda ps: (z[[a for a, _ in ps]] * z[[b for _, b in ps]]).sum(-1).numpy()
+        p, q = score(pos), np.sort(score(neg))
+        return float((np.searchsorted(q, p, "left") + np.searchsorted(q, p, "right")).sum() / 2 / (len(p) * len(q)))
+
+    pos = torch.tensor(s["train"])
+    best, best_state = (-1.0, 0), None
+    train_start = time.time()
+    for epoch in range(epochs):
+        neg = []
+        while len(neg) < len(pos):
+            u, v = torch.randint(0, n, (2,)).tolist()
+            if u != v and (u, v) not in edges:
+                neg.append((u, v))
+        pairs = torch.cat([pos, torch.tensor(neg)])
+        labels = torch.cat([torch.ones(len(pos)), torch.zeros(len(neg))])
+        z = encode(train_adj)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits((z[pairs[:, 0]] * z[pairs[:, 1]]).sum(-1), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            val = auc(encode(train_adj), s["val"], s["val_neg"])
+        if val > best[0]:
+            best = (val, epoch + 1)
+            best_state = [t.detach().clone() for t in (lin1.weight, lin1.bias, lin2.weight, lin2.bias)]
+    train_s = time.time() - train_start
+    with torch.no_grad():
+        for t, v in zip((lin1.weight, lin1.bias, lin2.weight, lin2.bias), best_state):
+            t.copy_(v)
+        test = auc(encode(test_adj), s["test"], s["test_neg"])
+    return {"wall_s": time.time() - start, "train_s": train_s, "epochs": epochs, "best_epoch": best[1],
+            "val_auc": best[0], "test_auc": test}
+
+
+def link():
+    r = {"gnnrt_gcn_full_batch": gnnrt_link("gcn"),
+         "gnnrt_sage_sampled": gnnrt_link("sage", "model.layer[0].type=SAGE", "model.layer[2].type=SAGE",
+                                          "sampling.fanout=10,10", "sampling.batch_size=256", "schedule.epochs=10")}
+    try:
+        r["torch_gcn_full_batch"] = torch_link()
+    except ImportError:
+        pass
+    return r
+
+
+def print_link(results):
+    for name, r in results.items():
+        print(f"link prediction on Cora, {name}: test AUC {r['test_auc']:.4f} (best validation {r['val_auc']:.4f} at "
+              f"epoch {r['best_epoch']} of {r['epochs']}), wall {r['wall_s']:.1f} s")
+
+
 def main():
     result = {"date": time.strftime("%Y-%m-%d"), "cores": CORES, "fanouts": FANOUTS, "batch": BATCH}
+    if args.link_only:
+        result["link"] = link()
+        path = Path(args.json).with_name("sampled_link.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print_link(result["link"])
+        return
     result["sampler"] = sampler()
     result["training"] = train(1)
     result["training_np2"] = train(2)
@@ -192,6 +327,8 @@ def main():
         result["speedup_vs_torch"] = result["torch"]["step_ms"] / result["training"]["step_ms"]
     except ImportError:
         result["torch"] = None
+    if Path(args.cora).exists():
+        result["link"] = link()
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
@@ -213,12 +350,15 @@ def main():
     t2 = result["training_np2"]
     print(f"np 2 ({CORES} cores): step {t2['step_ms']:.1f} ms, epoch {t2['epoch_ms']:.0f} ms (np 1: {t['epoch_ms']:.0f}), "
           f"sampling {t2['sampler_wait_percent']:.1f}% of the step (in the step on many ranks), "
-          f"{t2['sampler_bytes_sent_per_epoch'] / 2**20:.1f} MiB sent a rank an epoch; peak RSS a rank "
+          f"{t2['sampler_bytes_sent_per_epoch'] / 2**20:.1f} MiB sent a rank an epoch (predicted from the sampled "
+          f"counts {t2['predicted_bytes_per_epoch'] / 2**20:.1f} MiB, "
+          f"{t2['sampler_bytes_sent_per_epoch'] / t2['predicted_bytes_per_epoch']:.2f}x); peak RSS a rank "
           f"{t2['peak_rss_mb']:.0f} MB against {t['peak_rss_mb']:.0f} MB at np 1 ({t2['peak_rss_mb'] / t['peak_rss_mb']:.2f}x)")
     if result["torch"]:
         tr = result["torch"]
         print(f"torch step on one batch's blocks ({tr['nodes']} nodes, {tr['edges']} edges): index_add "
               f"{tr['index_add']:.1f} ms, csr {tr['csr']:.1f} ms; gnnrt {result['speedup_vs_torch']:.2f}x")
+    print_link(result.get("link", {}))
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -287,6 +287,20 @@ class SampledSource final : public BatchSource {
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
   mutable int64_t bytes_before_ = 0;
+  // This rank's sampled counts, for the message volume's prediction
+  // (docs/sampling.md): the drawing frontiers' rows (hops 0 .. L-1 summed),
+  // drawn edges, nodes (hop L) and seeds; and at the last summary.
+  struct Counts {
+    int64_t frontier_rows = 0, edges = 0, nodes = 0, seeds = 0;
+    void add(const SampledBlocks& b) {
+      for (size_t h = 0; h + 1 < b.frontier.size(); ++h) frontier_rows += b.frontier[h];
+      for (const Block& k : b.blocks) edges += static_cast<int64_t>(k.src.size());
+      nodes += b.frontier.back();
+      seeds += b.frontier.front();
+    }
+  };
+  Counts counts_;
+  mutable Counts counts_before_;
   std::unique_ptr<LayerWise> layer_wise_;
   bool sharded_eval_ = false;  // many ranks: the model splits into layers
   bool whole_eval_ = false;    // one rank: the whole graph fits one program
@@ -400,6 +414,7 @@ const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch
   // no part of the agreed (local) step.
   const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
   sample_ms_ += batch.sample_ms;
+  counts_.add(batch.blocks);
   agreed_step(comm_, "preparing the sampled batch", [&] {
     const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth(), link_ ? batch.pairs.size() : -1);
     p = &program(core, shape);
@@ -423,6 +438,9 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   sample_before_ = sample_ms_;
   const int64_t bytes = maker_->bytes_sent() - bytes_before_;
   bytes_before_ = maker_->bytes_sent();
+  const Counts c{counts_.frontier_rows - counts_before_.frontier_rows, counts_.edges - counts_before_.edges,
+                 counts_.nodes - counts_before_.nodes, counts_.seeds - counts_before_.seeds};
+  counts_before_ = counts_;
   nlohmann::json j{{"step", m.step},
           {"train_acc", m.train_acc},
           {"val_acc", m.val_acc},
@@ -433,6 +451,10 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
           {"padding_edges_percent", padding_.edges_percent()},
           {"sampler_wait_ms", epoch_wait_ms_},
           {"sampler_bytes_sent", bytes},  // this rank's, to the others, in the epoch
+          {"sampled_frontier_rows", c.frontier_rows},  // this rank's batches' in the epoch
+          {"sampled_edges", c.edges},
+          {"sampled_nodes", c.nodes},
+          {"sampled_seeds", c.seeds},
           {"sample_ms", sampled},
           {"compile_ms", compile_ms_},
           {"cache_load_ms", cache_load_ms_}};
