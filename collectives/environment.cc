@@ -2,18 +2,42 @@
 
 #include <mpi.h>
 
+#include <atomic>
+
 #include "collectives/error.h"
 
 namespace gnnrt::collectives {
+namespace {
 
-Environment::Environment(int* argc, char*** argv) {
+// The level MPI_Init_thread provided here (-1: MPI initialised elsewhere).
+// Kept, not only queried: Open MPI 4.1's MPI_T_init_thread resets the level
+// MPI_Query_thread answers to the one it is asked for
+// (launch/bench_common.cc asks for the current one).
+std::atomic<int> provided_level{-1};
+
+}  // namespace
+
+bool mpi_thread_multiple() {
+  int level = provided_level.load();
+  if (level < 0) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) return false;
+    MPI_Query_thread(&level);
+  }
+  return level == MPI_THREAD_MULTIPLE;
+}
+
+Environment::Environment(int* argc, char*** argv, Threads threads) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    const int asked = threads == Threads::kMultiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    if (MPI_Init_thread(argc, argv, asked, &provided) != MPI_SUCCESS) {
       throw CollectiveError("MPI_Init_thread failed");
     }
+    provided_level = provided;
     owns_ = true;
   }
   // Errors come back as codes (and become exceptions), never abort silently.

@@ -82,8 +82,11 @@ namespace {
 
 // Open MPI's mpi_yield_when_idle, read through the MPI tool interface.
 std::string read_yield_when_idle() {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return "unknown";
+  // Open MPI 4.1's MPI_T_init_thread sets the process's MPI thread level to
+  // the one asked (MPI_Query_thread then answers it): ask for the current one.
+  int level = MPI_THREAD_SINGLE, provided = 0;
+  MPI_Query_thread(&level);
+  if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return "unknown";
   std::string result = "unknown";
   int count = 0;
   MPI_T_cvar_get_num(&count);

@@ -531,7 +531,9 @@ int run_bench(int& argc, char**& argv, BenchCommands& b) {
 int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_command, const CLI::App& train,
                     const MpiOptions& train_mpi) {
   std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
-  gnnrt::collectives::Environment mpi(&argc, &argv);
+  // Threads: a sampled job samples ahead of the step on a thread of its own
+  // (docs/sampling.md); MPI falls back to in-step sampling where it lacks it.
+  gnnrt::collectives::Environment mpi(&argc, &argv, gnnrt::collectives::Threads::kMultiple);
   try {
     auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
     // Registered first, so that even a start-up error reaches the launcher

@@ -5,13 +5,13 @@
 
 namespace gnnrt::model {
 
-OwnerExchange::OwnerExchange(std::span<const int32_t> nodes, int64_t num_nodes, collectives::Communicator& comm)
+OwnerExchange::OwnerExchange(std::span<const int32_t> nodes, const NodeShard& shard, collectives::Communicator& comm)
     : comm_(comm) {
   const int ranks = comm.size();
   counts_.assign(static_cast<size_t>(ranks), 0);
   std::vector<int> owner(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    owner[i] = owner_of(nodes[i], num_nodes, ranks);
+    owner[i] = shard.owner_of(nodes[i], ranks);
     ++counts_[static_cast<size_t>(owner[i])];
   }
   std::vector<size_t> at(static_cast<size_t>(ranks), 0);
@@ -45,7 +45,7 @@ DistributedNeighbors::DistributedNeighbors(const NodeShard& shard, collectives::
 
 void DistributedNeighbors::draw(std::span<const int32_t> nodes, int hop, int fanout, bool replace,
                                 const SampleKey& key, Draws& out) {
-  OwnerExchange ex(nodes, shard_.num_nodes, comm_);
+  OwnerExchange ex(nodes, shard_, comm_);
   local_.draw(ex.asked(), hop, fanout, replace, key, drawn_);
   // Each asked node's count, then the sources, back to the rank that asked.
   std::vector<int32_t> counts(ex.asked().size());
@@ -80,14 +80,14 @@ void DistributedNeighbors::draw(std::span<const int32_t> nodes, int hop, int fan
 
 void DistributedNeighbors::fetch(std::span<const int32_t> nodes, std::span<const int32_t> labelled,
                                  std::vector<float>& x, std::vector<int32_t>& y) {
-  OwnerExchange rows(nodes, shard_.num_nodes, comm_);
+  OwnerExchange rows(nodes, shard_, comm_);
   std::vector<float> answers;
   gather_features(shard_, rows.asked(), answers);
   x = rows.rows<float>(answers, shard_.num_features);
   bytes_sent_ += rows.bytes_sent();
-  OwnerExchange labels(labelled, shard_.num_nodes, comm_);
+  OwnerExchange labels(labelled, shard_, comm_);
   std::vector<int32_t> mine(labels.asked().size());
-  for (size_t i = 0; i < mine.size(); ++i) mine[i] = shard_.y[static_cast<size_t>(labels.asked()[i] - shard_.begin)];
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = shard_.y[static_cast<size_t>(shard_.local(labels.asked()[i]))];
   y = labels.rows<int32_t>(mine, 1);
   bytes_sent_ += labels.bytes_sent();
 }

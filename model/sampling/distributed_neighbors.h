@@ -17,13 +17,13 @@
 
 namespace gnnrt::model {
 
-// A list of nodes routed to their owners (owner_of's contiguous ranges).
+// A list of nodes routed to their owners (the shard's: contiguous ranges or METIS parts).
 // Constructing it sends the ids (collective); then rows of any width come
 // back from the owners in the list's order, as often as asked (collective
 // each: layer-wise inference asks for its halo's rows once a layer).
 class OwnerExchange {
  public:
-  OwnerExchange(std::span<const int32_t> nodes, int64_t num_nodes, collectives::Communicator& comm);
+  OwnerExchange(std::span<const int32_t> nodes, const NodeShard& shard, collectives::Communicator& comm);
 
   // The ids the ranks asked of this one (all owned), rank by rank, and how
   // many each rank asked.

@@ -86,11 +86,11 @@ void ShardNeighbors::draw(std::span<const int32_t> nodes, int hop, int fanout, b
   constexpr int64_t kAhead = 16;
   for (int64_t i = 0; i < n; ++i) {
     if (i + kAhead < n && shard_.owns(nodes[i + kAhead])) {
-      __builtin_prefetch(shard_.indptr.data() + (nodes[i + kAhead] - shard_.begin));
+      __builtin_prefetch(shard_.indptr.data() + shard_.local(nodes[i + kAhead]));
     }
     const int32_t v = nodes[i];
     if (!shard_.owns(v)) {
-      throw std::logic_error(fmt::format("node {} drawn on the shard of nodes [{}, {})", v, shard_.begin, shard_.end));
+      throw std::logic_error(fmt::format("node {} drawn on rank {}'s shard, which does not own it", v, shard_.rank));
     }
     out.offsets[i + 1] = out.offsets[i] + draw_count(shard_.in_degree(v), fanout, replace);
   }

@@ -118,13 +118,13 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
   }
   std::sort(halo_.begin(), halo_.end());
   halo_.erase(std::unique(halo_.begin(), halo_.end()), halo_.end());
-  exchange_ = std::make_unique<OwnerExchange>(halo_, shard.num_nodes, comm);
+  exchange_ = std::make_unique<OwnerExchange>(halo_, shard, comm);
   const auto rows = owned + static_cast<int64_t>(halo_.size());
   std::vector<int32_t> src(shard.indices.size()), dst(shard.indices.size());
   for (int64_t v = 0; v < owned; ++v) {
     for (int64_t k = shard.indptr[v]; k < shard.indptr[v + 1]; ++k) {
       const int32_t u = shard.indices[static_cast<size_t>(k)];
-      src[k] = shard.owns(u) ? static_cast<int32_t>(u - shard.begin)
+      src[k] = shard.owns(u) ? static_cast<int32_t>(shard.local(u))
                              : static_cast<int32_t>(owned + (std::lower_bound(halo_.begin(), halo_.end(), u) -
                                                              halo_.begin()));
       dst[k] = static_cast<int32_t>(v);
@@ -137,7 +137,7 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
   std::vector<int32_t> degree(static_cast<size_t>(owned));
   for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
   std::vector<int32_t> asked(exchange_->asked().size());
-  for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[exchange_->asked()[i] - shard.begin];
+  for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[shard.local(exchange_->asked()[i])];
   const std::vector<int32_t> halo_degree = exchange_->rows<int32_t>(asked, 1);
   const auto degree_of = [&](int32_t r) {
     return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
@@ -175,7 +175,7 @@ Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
     // The halo's rows of this input from their owners.
     std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
     for (size_t i = 0; i < exchange_->asked().size(); ++i) {
-      const int64_t r = exchange_->asked()[i] - shard_.begin;
+      const int64_t r = shard_.local(exchange_->asked()[i]);
       std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
     }
     const std::vector<float> halo = exchange_->rows<float>(answers, width);

@@ -44,12 +44,13 @@ Dataset link_dataset(const proto::Job& job) {
   return d;
 }
 
-// Rank `rank`'s shard of `d` with the edges of `graph` instead of its own.
-NodeShard shard_with(Dataset& d, const EdgeList& graph, int rank, int ranks) {
+// Rank `rank`'s shard of `d` with the edges of `graph` instead of its own
+// (`metis`: owned by METIS parts of that graph).
+NodeShard shard_with(Dataset& d, const EdgeList& graph, int rank, int ranks, bool metis = false, uint64_t seed = 0) {
   std::vector<int64_t> src(graph.src.begin(), graph.src.end()), dst(graph.dst.begin(), graph.dst.end());
   std::swap(d.src, src);
   std::swap(d.dst, dst);
-  NodeShard s = node_shard(d, rank, ranks, false);
+  NodeShard s = node_shard(d, rank, ranks, false, metis ? metis_owners(d, ranks, seed) : std::vector<int32_t>{});
   std::swap(d.src, src);
   std::swap(d.dst, dst);
   return s;
@@ -98,7 +99,8 @@ LinkGraphs load_link_graphs(const proto::Job& job, int rank, int ranks) {
     throw std::invalid_argument(fmt::format("link: no training edges (the graph has {}; link.val_fraction = {}, "
                                             "link.test_fraction = {})", d.num_edges(), o.val, o.test));
   }
-  g.train = shard_with(d, g.split.train_graph, rank, ranks);
+  g.train = shard_with(d, g.split.train_graph, rank, ranks,
+                       job.sampling().ownership() == proto::Sampling::METIS && ranks > 1, job.seed());
   if (ranks == 1) {
     g.val = shard_with(d, g.split.val_graph, 0, 1);
     g.test = shard_with(d, g.split.test_graph, 0, 1);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "collectives/communicator.h"
+#include "collectives/environment.h"
 #include "model/data/products.h"
 #include "model/modules/module_graph.h"
 #include "model/sampling/distributed_neighbors.h"
@@ -43,13 +44,19 @@ double ms_since(Clock::time_point t) {
 NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
   const std::string& path = job.dataset().path();
   // A folder of that name is a dataset; otherwise "products[:...]" is the generator.
+  const bool metis = job.sampling().ownership() == proto::Sampling::METIS && ranks > 1;
   if (is_products_spec(path) && !std::filesystem::is_directory(path)) {
+    if (metis) {
+      throw std::invalid_argument("sampling.ownership = METIS needs a loaded dataset: the products-like graph is "
+                                  "generated per rank, and no rank holds the whole graph to partition");
+    }
     return make_products_shard(parse_products_spec(path), rank, ranks);
   }
   Dataset d = load_dataset(path);
   if (job.dataset().normalize_features()) normalize_features(d);
   make_features_dense(d);
-  return node_shard(d, rank, ranks, job.sampling().undirected());
+  return node_shard(d, rank, ranks, job.sampling().undirected(),
+                    metis ? metis_owners(d, ranks, job.seed()) : std::vector<int32_t>{});
 }
 
 // Samples a rank's share of global batches in order, with the features
@@ -113,7 +120,7 @@ class BatchMaker {
     } else {
       gather_features(shard_, nodes, out.x);
       out.y.resize(seeds.size());
-      for (size_t r = 0; r < seeds.size(); ++r) out.y[r] = shard_.y[static_cast<size_t>(seeds[r] - shard_.begin)];
+      for (size_t r = 0; r < seeds.size(); ++r) out.y[r] = shard_.y[static_cast<size_t>(shard_.local(seeds[r]))];
     }
     out.sample_ms = ms_since(start);
     return out;
@@ -268,6 +275,9 @@ class SampledSource final : public BatchSource {
 
   const proto::Job job_;
   std::shared_ptr<collectives::Communicator> comm_;
+  // The sampler's own communicator (many ranks, sampling ahead of the step).
+  std::shared_ptr<collectives::Communicator> sampler_comm_;
+  bool ahead_ = true;
   const bool replicated_;
   const int rank_, ranks_;
   const bool link_;
@@ -345,7 +355,13 @@ ModelParameters SampledSource::load(Core&) {
     model_ = link_ ? link_model(job_.model(), hops, job_.link()) : sampled_model(job_.model(), hops, shard_.num_classes);
     schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes, link_);
     for (const auto& m : model_.module()) gcn_ = gcn_ || m.has_gcn();
-    maker_ = std::make_unique<BatchMaker>(job_, shard_, comm_.get(), link_ ? &links_->split : nullptr);
+    // On many ranks the sampler's exchanges run on the prefetch thread over a
+    // communicator of their own when MPI takes calls from several threads;
+    // otherwise in the step, on the training's.
+    ahead_ = !replicated_ || (job_.sampling().prefetch() > 0 && collectives::mpi_thread_multiple());
+    if (replicated_ && ahead_) sampler_comm_ = std::make_shared<collectives::Communicator>(*comm_->split(0, rank_));
+    maker_ = std::make_unique<BatchMaker>(job_, shard_, sampler_comm_ ? sampler_comm_.get() : comm_.get(),
+                                          link_ ? &links_->split : nullptr);
     Network first = build_module_train_step(model_, schema_, smallest_bucket(hops, link_), replicated_);
     model = {first.params, std::move(first.aliases), std::move(first.buffers)};
     params_ = std::move(first.params);
@@ -359,9 +375,7 @@ ModelParameters SampledSource::load(Core&) {
     spdlog::warn("the graph's {} edges are too many to evaluate on one rank (2^31 with the loops): no validation; "
                  "run on more ranks to evaluate", shard_.indices.size());
   }
-  // On many ranks the sampler's exchanges are collectives, made on the
-  // thread that runs the steps (MPI is initialised for one thread's calls).
-  prefetch_ = std::make_unique<Prefetcher>(*maker_, replicated_ ? 0 : job_.sampling().prefetch(),
+  prefetch_ = std::make_unique<Prefetcher>(*maker_, ahead_ ? job_.sampling().prefetch() : 0,
                                            job_.schedule().epochs());
   if (rank_ == 0) {
     spdlog::info("sampled graph '{}': {} nodes, {} in-edges here, {} features, {} classes; {}, "
@@ -371,7 +385,8 @@ ModelParameters SampledSource::load(Core&) {
                        : fmt::format("{} training seeds in batches of {}", shard_.train.size(),
                                      job_.sampling().batch_size()),
                  maker_->batches_per_epoch(),
-                 replicated_ ? fmt::format(", each split over {} ranks; sampled in the step{}", ranks_,
+                 replicated_ ? fmt::format(", each split over {} ranks; sampled {}{}", ranks_,
+                                           ahead_ ? "ahead of the step" : "in the step",
                                            ShardedLayerWise::splits(model_, job_.sampling().fanout_size())
                                                ? std::string()
                                                : "; a module graph that is no chain is not evaluated on many ranks")
@@ -512,7 +527,7 @@ void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
     int64_t correct = 0;
     for (const int32_t node : nodes) {
       const float* row = v.data() + static_cast<int64_t>(node) * c;
-      correct += std::max_element(row, row + c) - row == shard_.y[node - shard_.begin];
+      correct += std::max_element(row, row + c) - row == shard_.y[shard_.local(node)];
     }
     return static_cast<double>(correct) / static_cast<double>(nodes.size());
   };
@@ -550,8 +565,8 @@ void SampledSource::evaluate_sharded(Core& core, const runtime::RunContext& cont
   const auto count = [&](const std::vector<int32_t>& nodes, size_t at) {
     for (const int32_t node : nodes) {
       if (!shard_.owns(node)) continue;
-      const float* row = v.data() + (node - shard_.begin) * c;
-      counts[at] += std::max_element(row, row + c) - row == shard_.y[node - shard_.begin];
+      const float* row = v.data() + shard_.local(node) * c;
+      counts[at] += std::max_element(row, row + c) - row == shard_.y[shard_.local(node)];
       counts[at + 1] += 1;
     }
   };

@@ -29,7 +29,12 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef GNNRT_TEST_THREAD_MULTIPLE
+  // The sampled tests: the sampler's exchanges on a thread of their own.
+  gnnrt::collectives::Environment mpi(&argc, &argv, gnnrt::collectives::Threads::kMultiple);
+#else
   gnnrt::collectives::Environment mpi(&argc, &argv);
+#endif
   ::testing::InitGoogleTest(&argc, argv);
   if (mpi.world_rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

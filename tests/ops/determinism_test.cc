@@ -263,6 +263,10 @@ const std::vector<Recipe>& recipes() {
       return Synthetic(golden("l1_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();
     });
+    add("bce_with_logits", [=] {
+      return Synthetic(golden("bce_with_logits/small")).floats("pred", {N, F}).floats("target", {N, F})
+          .mask("mask", N).build();
+    });
     add("mean_loss", [=] {
       return Synthetic(golden("mean_loss/small")).floats("pred", {N, F}).floats("target", {N, F})
           .mask("mask", N).build();

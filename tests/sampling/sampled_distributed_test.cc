@@ -9,8 +9,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 
 #include "collectives/communicator.h"
+#include "collectives/environment.h"
+#include "model/data/dataset.h"
+#include "model/data/node_shard.h"
 #include "model/data/products.h"
 #include "model/job.h"
 #include "model/training/trainer.h"
@@ -59,8 +63,14 @@ fs::path dir_for(const std::string& what) {
           std::to_string(world()->rank()));
 }
 
-TEST(SampledDistributed, ManyRanksTrainToTheOneRankParameters) {
-  const proto::Job j = job();
+// Sampled ahead of the step (prefetch 2: the prefetch thread's exchanges
+// on a communicator of their own) and in the step (prefetch 0).
+class SampledAhead : public ::testing::TestWithParam<int> {};
+
+TEST_P(SampledAhead, ManyRanksTrainToTheOneRankParameters) {
+  ASSERT_TRUE(collectives::mpi_thread_multiple());
+  proto::Job j = job();
+  j.mutable_sampling()->set_prefetch(GetParam());
   // Every rank runs the one-rank job alone first (no communicator).
   TrainOptions alone;
   alone.progress = false;
@@ -81,6 +91,58 @@ TEST(SampledDistributed, ManyRanksTrainToTheOneRankParameters) {
   std::vector<int64_t> steps(static_cast<size_t>(world()->size()));
   world()->allgather<int64_t>(std::vector<int64_t>{r.steps}, steps);
   for (const int64_t s : steps) EXPECT_EQ(s, 12);
+  if (world()->rank() != 0) return;
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
+    const auto a = read_npy(entry.path()).to_vector<double>();
+    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Prefetch, SampledAhead, ::testing::Values(2, 0));
+
+// METIS ownership (a loaded graph, here the synthetic SBM with its classes
+// spread over the ids): each rank owns a METIS part, not a range; the
+// samples and so the parameters are the one-rank run's, and every node is
+// owned once.
+TEST(SampledDistributed, MetisOwnershipTrainsToTheOneRankParameters) {
+  proto::Job j = job();
+  j.mutable_dataset()->set_path("synthetic:nodes=2000,classes=5,avg_degree=8,features=8,train_per_class=60,"
+                                "num_val=0,num_test=500");
+  j.mutable_sampling()->set_ownership(proto::Sampling::METIS);
+  j.mutable_schedule()->set_epochs(2);
+  TrainOptions alone;
+  alone.progress = false;
+  alone.no_cache = true;
+  alone.threads = 1;
+  alone.params_out = dir_for("metis_alone");
+  fs::remove_all(alone.params_out);
+  const TrainResult one = train(j, alone);
+  TrainOptions many = alone;
+  many.communicator = world();
+  many.params_out = dir_for("metis_many");
+  fs::remove_all(many.params_out);
+  const TrainResult r = train(j, many);
+  EXPECT_EQ(r.steps, one.steps);
+  EXPECT_EQ(r.steps, 6);  // 300 seeds: 3 batches an epoch
+
+  Dataset d = load_dataset(j.dataset().path());
+  const NodeShard mine = node_shard(d, world()->rank(), world()->size(), false,
+                                    metis_owners(d, world()->size(), j.seed()));
+  std::vector<int64_t> owned(static_cast<size_t>(world()->size()));
+  world()->allgather<int64_t>(std::vector<int64_t>{mine.owned()}, owned);
+  EXPECT_EQ(std::accumulate(owned.begin(), owned.end(), int64_t{0}), 2000);
+  if (world()->size() > 1) {
+    EXPECT_FALSE(mine.by_ranges());
+    // Not a range: METIS's part is spread over the ids.
+    EXPECT_GT(mine.owned_nodes.back() - mine.owned_nodes.front() + 1, mine.owned());
+  }
   if (world()->rank() != 0) return;
   int compared = 0;
   for (const auto& entry : fs::directory_iterator(alone.params_out)) {
