@@ -88,26 +88,31 @@ def rss_mb(path):
 
 def predicted_bytes(r, ranks, batches, features=100):
     """A rank's bytes sent in an epoch, from its sampled counts (docs/sampling.md,
-    "Message volume"): with about (R - 1)/R of the nodes remote, per drawing
-    frontier row an id out and a count back (8 bytes), per drawn edge its source
-    (4), per node an id and its features (4 + 4 F), per seed an id and its label
-    (8); and 8 bytes to each other rank per exchange (L hops + features + labels)."""
+    "Message volume"): its seeds local (each batch's seeds go to their owners as
+    far as the balance allows), about (R - 1)/R of its other nodes remote; per
+    remote drawing-frontier row an id out and a count back (8 bytes), per edge
+    drawn for it its source (4), per remote node an id and its features (4 + 4 F);
+    and 8 bytes to each other rank per exchange (L hops + features + labels)."""
     if ranks == 1:
         return 0
+    hops = len(FANOUTS.split(","))
     share = (ranks - 1) / ranks
-    counts = 8 * r["sampled_frontier_rows"] + 4 * r["sampled_edges"] + (4 + 4 * features) * r["sampled_nodes"] \
-        + 8 * r["sampled_seeds"]
-    return share * counts + 8 * (ranks - 1) * (len(FANOUTS.split(",")) + 2) * batches
+    rows, seeds = r["sampled_frontier_rows"], r["sampled_seeds"]
+    remote_rows = rows - hops * seeds  # every frontier holds the seeds
+    counts = 8 * remote_rows + 4 * r["sampled_edges"] * remote_rows / max(rows, 1) \
+        + (4 + 4 * features) * (r["sampled_nodes"] - seeds)
+    return share * counts + 8 * (ranks - 1) * (hops + 2) * batches
 
 
-def train(ranks=1):
-    folder = OUT / f"np{ranks}"
+def train(ranks=1, label="", graph=None, sets=(), features=100):
+    graph = graph or args.train_graph
+    folder = OUT / f"np{ranks}{label}"
     folder.mkdir(parents=True, exist_ok=True)
     metrics = folder / "metrics.jsonl"
     metrics.unlink(missing_ok=True)
     cmd = [str((BUILD / "launch" / "gnnrt").resolve()), "train", "examples/products_sage.pbtxt", "--set",
-           f"dataset.path={args.train_graph}", "--set", f"schedule.epochs={args.epochs}", "--threads", "1",
-           "--metrics", str(metrics), "--no-cache"]
+           f"dataset.path={graph}", "--set", f"schedule.epochs={args.epochs}", "--threads", "1",
+           *sum((["--set", s] for s in sets), []), "--metrics", str(metrics), "--no-cache"]
     if ranks == 1:
         cmd = ["/usr/bin/time", "-f", "%M", "-o", str(folder / "rss.0"), *cmd]
     else:
@@ -124,14 +129,15 @@ def train(ranks=1):
     step_ms = [(r["ms"] - r["infer_ms"] - r["sampler_wait_ms"]) / s for r, s in zip(later, steps)]
     wait_pct = [100 * r["sampler_wait_ms"] / (r["ms"] - r["infer_ms"]) for r in later]
     best = max(recs, key=lambda r: r["val_acc"])
-    return {"graph": args.train_graph, "ranks": ranks, "epochs": len(recs), "wall_s": wall,
+    return {"graph": graph, "settings": list(sets), "ranks": ranks, "epochs": len(recs), "wall_s": wall,
             "step_ms": statistics.median(step_ms), "epoch_ms": statistics.median(r["ms"] for r in later),
             "sampler_wait_percent": statistics.median(wait_pct),
             "padding_rows_percent": recs[-1]["padding_rows_percent"],
             "padding_edges_percent": recs[-1]["padding_edges_percent"],
             "buckets_used": recs[-1]["buckets_used"], "compiles": recs[-1].get("compiles"),
             "sampler_bytes_sent_per_epoch": statistics.median(r["sampler_bytes_sent"] for r in later),
-            "predicted_bytes_per_epoch": statistics.median(predicted_bytes(r, ranks, s) for r, s in zip(later, steps)),
+            "predicted_bytes_per_epoch": statistics.median(predicted_bytes(r, ranks, s, features)
+                                                           for r, s in zip(later, steps)),
             "peak_rss_mb": max(rss_mb(folder / f"rss.{r}") for r in range(ranks)),
             "best_val_acc": best["val_acc"], "test_acc": best["test_acc"], "records": recs}
 
@@ -322,6 +328,12 @@ def main():
     result["sampler"] = sampler()
     result["training"] = train(1)
     result["training_np2"] = train(2)
+    result["training_np2_in_step"] = train(2, "_in_step", sets=["sampling.prefetch=0"])
+    # Ownership: contiguous ranges against METIS parts, on a loaded graph (the
+    # synthetic SBM, its classes spread over the ids; METIS needs the whole graph).
+    sbm = "synthetic:nodes=100000,classes=47,avg_degree=25,features=100,train_per_class=170,num_val=2000,num_test=5000"
+    result["ownership"] = {o: train(2, f"_{o}", graph=sbm, sets=[f"sampling.ownership={o.upper()}"])
+                           for o in ("ranges", "metis")}
     try:
         result["torch"] = torch_step()
         result["speedup_vs_torch"] = result["torch"]["step_ms"] / result["training"]["step_ms"]
@@ -349,11 +361,17 @@ def main():
           f"test {t['test_acc']:.4f}")
     t2 = result["training_np2"]
     print(f"np 2 ({CORES} cores): step {t2['step_ms']:.1f} ms, epoch {t2['epoch_ms']:.0f} ms (np 1: {t['epoch_ms']:.0f}), "
-          f"sampling {t2['sampler_wait_percent']:.1f}% of the step (in the step on many ranks), "
+          f"sampler wait {t2['sampler_wait_percent']:.1f}% of the step, "
           f"{t2['sampler_bytes_sent_per_epoch'] / 2**20:.1f} MiB sent a rank an epoch (predicted from the sampled "
           f"counts {t2['predicted_bytes_per_epoch'] / 2**20:.1f} MiB, "
           f"{t2['sampler_bytes_sent_per_epoch'] / t2['predicted_bytes_per_epoch']:.2f}x); peak RSS a rank "
           f"{t2['peak_rss_mb']:.0f} MB against {t['peak_rss_mb']:.0f} MB at np 1 ({t2['peak_rss_mb'] / t['peak_rss_mb']:.2f}x)")
+    t3 = result["training_np2_in_step"]
+    print(f"np 2 sampled in the step (prefetch 0): step {t3['step_ms']:.1f} ms, epoch {t3['epoch_ms']:.0f} ms, "
+          f"sampler wait {t3['sampler_wait_percent']:.1f}% of the step")
+    for o, r in result["ownership"].items():
+        print(f"np 2 on {r['graph']}, {o}: {r['sampler_bytes_sent_per_epoch'] / 2**20:.1f} MiB sent a rank an epoch "
+              f"(predicted {r['predicted_bytes_per_epoch'] / 2**20:.1f} MiB at (R-1)/R remote), epoch {r['epoch_ms']:.0f} ms")
     if result["torch"]:
         tr = result["torch"]
         print(f"torch step on one batch's blocks ({tr['nodes']} nodes, {tr['edges']} edges): index_add "

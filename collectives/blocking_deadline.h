@@ -5,8 +5,9 @@
 // past its deadline the thread logs what it was (operation, algorithm, bytes,
 // rank, seconds waited; MPI does not say which peer it waits for) and ends
 // the process with exit code 124, which makes mpirun stop the whole job.
-// Internal to collectives/. One armed call at a time (MPI is used from one
-// thread).
+// Internal to collectives/. One armed call at a time per thread (a thread
+// that calls MPI has a slot of its own: a sampled job's prefetch thread
+// beside the step's; docs/sampling.md).
 #pragma once
 
 #include <cstddef>

@@ -44,6 +44,7 @@
 #include "model/data/partition.h"
 #include "model/job.h"
 #include "model/training/distributed.h"
+#include "model/training/sampled_source.h"
 #include "runtime/atomic_file.h"
 
 namespace {
@@ -531,9 +532,20 @@ int run_bench(int& argc, char**& argv, BenchCommands& b) {
 int run_train_ranks(int& argc, char**& argv, gnnrt::launch::TrainCommand& train_command, const CLI::App& train,
                     const MpiOptions& train_mpi) {
   std::unique_ptr<gnnrt::launch::ControlClient> control;  // outlives MPI_Finalize
-  // Threads: a sampled job samples ahead of the step on a thread of its own
-  // (docs/sampling.md); MPI falls back to in-step sampling where it lacks it.
-  gnnrt::collectives::Environment mpi(&argc, &argv, gnnrt::collectives::Threads::kMultiple);
+  // MPI for several threads where a sampled job may sample ahead of the step
+  // on a thread of its own (docs/sampling.md); other jobs keep
+  // MPI_THREAD_FUNNELED. A job that does not load is reported once MPI is up.
+  using gnnrt::collectives::Threads;
+  const Threads threads = [&] {
+    try {
+      const auto job =
+          gnnrt::launch::load_job_with_overrides(train_command.job, train_command.dataset, train_command.sets);
+      return gnnrt::model::is_sampled_job(job) ? Threads::kMultiple : Threads::kFunneled;
+    } catch (const std::exception&) {
+      return Threads::kFunneled;
+    }
+  }();
+  gnnrt::collectives::Environment mpi(&argc, &argv, threads);
   try {
     auto comm = std::make_shared<gnnrt::collectives::Communicator>(start_mpi());
     // Registered first, so that even a start-up error reaches the launcher

@@ -297,6 +297,7 @@ NodeShard make_products_shard(const ProductsSpec& spec, int rank, int ranks) {
   shard.num_classes = spec.classes;
   shard.begin = range_begin(spec.nodes, rank, ranks);
   shard.end = range_begin(spec.nodes, rank + 1, ranks);
+  shard.rank = rank;
   shard.train = std::move(g.split[0]);
   shard.val = std::move(g.split[1]);
   shard.test = std::move(g.split[2]);

@@ -147,6 +147,10 @@ EdgeList training_negatives(const LinkSplit& s, int64_t count, uint64_t seed, in
                         undirected);
 }
 
+int64_t link_non_edges(const LinkSplit& s, bool undirected) {
+  return non_edges(s.num_nodes, s.train.size() + s.val.size() + s.test.size(), undirected);
+}
+
 double link_auc(std::span<const float> positive, std::span<const float> negative) {
   if (positive.empty() || negative.empty()) return 0;
   std::vector<float> neg(negative.begin(), negative.end());

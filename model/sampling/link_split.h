@@ -57,6 +57,10 @@ LinkSplit split_links(int64_t num_nodes, std::span<const int64_t> src, std::span
 // graph (split.train + val + test), keyed by (seed, epoch).
 EdgeList training_negatives(const LinkSplit& split, int64_t count, uint64_t seed, int64_t epoch, bool undirected);
 
+// The pairs (u, v), u != v, that are no edge of the split's graph (a pair
+// counting both directions when undirected): the most negatives there are.
+int64_t link_non_edges(const LinkSplit& split, bool undirected);
+
 // Ranking metrics of positive and negative scores.
 // AUC: the probability that a positive outscores a negative, ties half
 // (the Mann-Whitney statistic, sklearn's roc_auc_score).

@@ -80,6 +80,7 @@ proto::Job link_job(const proto::Job& job) {
   }
   if (out.sampling().fanout_size() == 0) throw std::invalid_argument("link: model.layer has no convolution");
   out.mutable_sampling()->set_batch_size(std::numeric_limits<int32_t>::max());
+  out.mutable_sampling()->set_drop_last(false);  // the one batch is every supervision edge
   return out;
 }
 
@@ -168,6 +169,12 @@ LinkBatches::LinkBatches(const LinkSplit& split, const proto::Job& job)
           }(),
           job.sampling().batch_size(), job.sampling().shuffle(), job.sampling().drop_last(), job.seed()) {
   if (!(ratio_ >= 0)) throw std::invalid_argument(fmt::format("link.negative_ratio = {} is below 0", ratio_));
+  const auto wanted = static_cast<int64_t>(std::floor(static_cast<double>(positives_.num_seeds()) * ratio_));
+  if (wanted > link_non_edges(split, undirected_)) {
+    throw std::invalid_argument(fmt::format("link.negative_ratio = {} asks for {} training negatives an epoch; the "
+                                            "graph has only {} non-edges", ratio_, wanted,
+                                            link_non_edges(split, undirected_)));
+  }
 }
 
 void LinkBatches::make(int64_t epoch, int64_t index, int rank, int ranks, std::vector<int32_t>& seeds,

@@ -56,6 +56,7 @@ struct SampledBatch {
   std::vector<float> pair_labels;
   int64_t global_pairs = 0;
   double sample_ms = 0;      // sampling and gathering it took
+  int64_t bytes_sent = 0;    // to other ranks, making it
 };
 
 // The smallest rung of the ladder 1, 2, ..., v_{k+1} = max(v_k + 1,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -86,10 +87,10 @@ class BatchMaker {
   }
 
   int64_t batches_per_epoch() const { return links_ ? links_->batches_per_epoch() : seeds_->batches_per_epoch(); }
-  int64_t bytes_sent() const { return remote_ ? remote_->bytes_sent() : 0; }
 
   SampledBatch make(int64_t epoch, int64_t index) {
     const auto start = Clock::now();
+    const int64_t bytes_before = remote_ ? remote_->bytes_sent() : 0;
     SampledBatch out;
     out.epoch = epoch;
     out.index = index;
@@ -101,7 +102,18 @@ class BatchMaker {
     } else {
       const auto global = seeds_->batch(epoch, index);
       out.global_seeds = static_cast<int64_t>(global.size());
-      mine = SeedBatches::share(global, rank_, ranks_);
+      // The batch's seeds by owner, then cut evenly: a rank's share is as
+      // much of its own seeds as the balance allows, so their first draws
+      // and labels need no exchange. Each seed's tree is the same on any
+      // rank (the draws are keyed by node), so only the gradient's summation
+      // order depends on it.
+      by_owner_.assign(global.begin(), global.end());
+      if (ranks_ > 1) {
+        std::stable_sort(by_owner_.begin(), by_owner_.end(), [&](int32_t a, int32_t b) {
+          return shard_.owner_of(a, ranks_) < shard_.owner_of(b, ranks_);
+        });
+      }
+      mine = SeedBatches::share(std::span<const int32_t>(by_owner_), rank_, ranks_);
     }
     NeighborSource& source = remote_ ? static_cast<NeighborSource&>(*remote_) : *local_;
     out.blocks = sampler_.sample(mine, {job_.seed(), epoch, index}, source);
@@ -113,8 +125,8 @@ class BatchMaker {
       for (int32_t& r : *ends) r = b.seed_rows[static_cast<size_t>(r)];
     }
     if (remote_) {
-      remote_->fetch(nodes, seeds, out.x, out.y);
-      if (links_) out.y.clear();
+      // A link batch's seeds have no labels to fetch.
+      remote_->fetch(nodes, links_ ? std::span<const int32_t>() : seeds, out.x, out.y);
     } else if (links_) {
       gather_features(shard_, nodes, out.x);
     } else {
@@ -123,6 +135,7 @@ class BatchMaker {
       for (size_t r = 0; r < seeds.size(); ++r) out.y[r] = shard_.y[static_cast<size_t>(shard_.local(seeds[r]))];
     }
     out.sample_ms = ms_since(start);
+    out.bytes_sent = remote_ ? remote_->bytes_sent() - bytes_before : 0;
     return out;
   }
 
@@ -132,13 +145,15 @@ class BatchMaker {
   const int rank_, ranks_;
   NeighborSampler sampler_;
   std::optional<SeedBatches> seeds_;
+  std::vector<int32_t> by_owner_;  // the batch being made, its seeds by owner
   std::unique_ptr<LinkBatches> links_;
   std::unique_ptr<ShardNeighbors> local_;
   std::unique_ptr<DistributedNeighbors> remote_;
 };
 
 // The batches of a run, made on a background thread up to `depth` ahead of
-// the step that takes them; a request out of order restarts it there.
+// the step that takes them (depth + 1 made; on many ranks over a
+// communicator of their own); a request out of order restarts it there.
 // depth 0: made when asked. The queue's memory: depth + 1 batches.
 class Prefetcher {
  public:
@@ -202,7 +217,10 @@ class Prefetcher {
         SampledBatch b = maker_.make(at.first, at.second);
         std::unique_lock lock(mutex_);
         space_.wait(lock, [&] { return stopping_ || static_cast<int>(queue_.size()) < depth_; });
-        if (stopping_) return;
+        // Stopped, it fills the queue first: then every rank has made the same
+        // batches (depth + 1 beyond those taken, which the ranks took alike),
+        // so no rank's exchange waits for a rank that stopped sooner.
+        if (stopping_ && static_cast<int>(queue_.size()) >= depth_) return;
         queue_.push_back(std::move(b));
         ready_.notify_one();
       }
@@ -258,7 +276,7 @@ class SampledSource final : public BatchSource {
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
   bool has_validation() const override {
-    if (link_) return !replicated_ && links_->val_pairs.size() > 0;
+    if (link_) return !replicated_ && whole_eval_ && links_->val_pairs.size() > 0;
     return (replicated_ ? sharded_eval_ : whole_eval_) && !shard_.val.empty();
   }
   bool writes_logits() const override { return !replicated_ && !link_; }
@@ -296,6 +314,7 @@ class SampledSource final : public BatchSource {
   double compile_ms_ = 0, cache_load_ms_ = 0, sampler_wait_ms_ = 0, sample_ms_ = 0;
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
+  int64_t bytes_sent_ = 0;  // by the batches taken (made on the prefetch thread)
   mutable int64_t bytes_before_ = 0;
   // This rank's sampled counts, for the message volume's prediction
   // (docs/sampling.md): the drawing frontiers' rows (hops 0 .. L-1 summed),
@@ -317,6 +336,14 @@ class SampledSource final : public BatchSource {
   std::unique_ptr<ShardedLayerWise> sharded_;
   double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
 };
+
+// This host's cores over the ranks on it (Open MPI's local size; 1 rank
+// without it).
+int64_t cores_per_rank() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int64_t ranks = local != nullptr ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
+  return std::max<int64_t>(1, std::thread::hardware_concurrency()) / ranks;
+}
 
 // The smallest bucket of an L-hop model: a program to check the model on
 // and declare its parameters with.
@@ -355,18 +382,21 @@ ModelParameters SampledSource::load(Core&) {
     model_ = link_ ? link_model(job_.model(), hops, job_.link()) : sampled_model(job_.model(), hops, shard_.num_classes);
     schema_ = sampled_schema(hops, shard_.num_features, shard_.num_classes, link_);
     for (const auto& m : model_.module()) gcn_ = gcn_ || m.has_gcn();
-    // On many ranks the sampler's exchanges run on the prefetch thread over a
-    // communicator of their own when MPI takes calls from several threads;
-    // otherwise in the step, on the training's.
-    ahead_ = !replicated_ || (job_.sampling().prefetch() > 0 && collectives::mpi_thread_multiple());
-    if (replicated_ && ahead_) sampler_comm_ = std::make_shared<collectives::Communicator>(*comm_->split(0, rank_));
-    maker_ = std::make_unique<BatchMaker>(job_, shard_, sampler_comm_ ? sampler_comm_.get() : comm_.get(),
-                                          link_ ? &links_->split : nullptr);
     Network first = build_module_train_step(model_, schema_, smallest_bucket(hops, link_), replicated_);
     model = {first.params, std::move(first.aliases), std::move(first.buffers)};
     params_ = std::move(first.params);
   });
   if (replicated_) check_same(*comm_, shard_.num_nodes, "graphs (the same dataset.path gave other node counts)");
+  // On many ranks the sampler's exchanges run on the prefetch thread over a
+  // communicator of their own when MPI takes calls from several threads and
+  // a rank has a core to spare for it (with one core a rank, the thread only
+  // takes the step's core: bench/README.md); otherwise in the step, on the
+  // training's. Collective: after the agreed load, every rank alike.
+  ahead_ = !replicated_ ||
+           (job_.sampling().prefetch() > 0 && collectives::mpi_thread_multiple() && cores_per_rank() >= 2);
+  if (replicated_ && ahead_) sampler_comm_ = std::make_shared<collectives::Communicator>(*comm_->split(0, rank_));
+  maker_ = std::make_unique<BatchMaker>(job_, shard_, sampler_comm_ ? sampler_comm_.get() : comm_.get(),
+                                        link_ ? &links_->split : nullptr);
   sharded_eval_ = replicated_ && !link_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
   // One rank evaluates with the whole graph's edges and loops in one 32-bit
   // indexed graph; beyond, the evaluation is left to many ranks.
@@ -430,6 +460,7 @@ const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch
   const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
   sample_ms_ += batch.sample_ms;
   counts_.add(batch.blocks);
+  bytes_sent_ += batch.bytes_sent;
   agreed_step(comm_, "preparing the sampled batch", [&] {
     const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth(), link_ ? batch.pairs.size() : -1);
     p = &program(core, shape);
@@ -451,8 +482,8 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   const double sampled = sample_ms_ - sample_before_;
   wait_before_ = sampler_wait_ms_;
   sample_before_ = sample_ms_;
-  const int64_t bytes = maker_->bytes_sent() - bytes_before_;
-  bytes_before_ = maker_->bytes_sent();
+  const int64_t bytes = bytes_sent_ - bytes_before_;
+  bytes_before_ = bytes_sent_;
   const Counts c{counts_.frontier_rows - counts_before_.frontier_rows, counts_.edges - counts_before_.edges,
                  counts_.nodes - counts_before_.nodes, counts_.seeds - counts_before_.seeds};
   counts_before_ = counts_;
@@ -511,7 +542,7 @@ Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) 
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
   if (link_) {
-    if (!replicated_) evaluate_links(core, context);
+    if (!replicated_ && whole_eval_) evaluate_links(core, context);
     return;
   }
   if (replicated_ || !whole_eval_) {
@@ -660,6 +691,10 @@ InferResult infer_sampled(const proto::Job& given, const InferOptions& options) 
   // A link job: the test's message-passing graph (training and validation
   // edges), the test pairs on "pairs"; by default the embeddings.
   std::unique_ptr<LinkGraphs> links = link ? std::make_unique<LinkGraphs>(load_link_graphs(job, 0, 1)) : nullptr;
+  if (link && links->test_pairs.size() == 0) {
+    throw std::invalid_argument("gnnrt infer on a link job infers over the test graph and scores the test pairs: "
+                                "link.test_fraction leaves none");
+  }
   const NodeShard shard = link ? std::move(links->test) : load_node_shard(job, 0, 1);
   const int hops = job.sampling().fanout_size();
   const proto::Model model = link ? link_model(job.model(), hops, job.link())

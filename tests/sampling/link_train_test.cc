@@ -197,7 +197,7 @@ TEST_F(LinkTraining, BadLinkFieldsAreRefusedByName) {
   refused("link.test_fraction", "-0.1", "link.test_fraction = -0.1");
   refused("link.negative_ratio", "-1", "link.negative_ratio = -1");
   refused("link.eval_negative_ratio", "100", "link.eval_negative_ratio = 100 asks for");
-  refused("link.negative_ratio", "100", "training negatives asked for; the graph has only");
+  refused("link.negative_ratio", "100", "link.negative_ratio = 100 asks for 5600 training negatives an epoch");
   refused("link.hits_k", "0", "link.hits_k = 0");
   refused("link.decoder_hidden", "0", "link.decoder_hidden[0] = 0");
 }
