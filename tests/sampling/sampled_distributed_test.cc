@@ -69,6 +69,8 @@ class SampledAhead : public ::testing::TestWithParam<int> {};
 
 TEST_P(SampledAhead, ManyRanksTrainToTheOneRankParameters) {
   ASSERT_TRUE(collectives::mpi_thread_multiple());
+  // Ahead even with one core a rank (the default samples in the step there).
+  setenv("GNNRT_SAMPLE_AHEAD", "1", 1);
   proto::Job j = job();
   j.mutable_sampling()->set_prefetch(GetParam());
   // Every rank runs the one-rank job alone first (no communicator).
@@ -103,6 +105,7 @@ TEST_P(SampledAhead, ManyRanksTrainToTheOneRankParameters) {
     ++compared;
   }
   EXPECT_EQ(compared, 6);
+  unsetenv("GNNRT_SAMPLE_AHEAD");
 }
 
 INSTANTIATE_TEST_SUITE_P(Prefetch, SampledAhead, ::testing::Values(2, 0));
