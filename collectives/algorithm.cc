@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gnnrt::collectives {
 
@@ -103,8 +106,16 @@ namespace detail {
 
 std::pmr::memory_resource& frame_pool() {
   // Never destroyed: a Work may outlive this thread's thread_local objects
-  // (static destruction order), and its frame must still be freed.
-  thread_local auto* pool = new std::pmr::unsynchronized_pool_resource();
+  // (static destruction order), and its frame must still be freed. Each
+  // thread's pool is kept in this list, so the pool of a thread that has
+  // ended (a sampled job's prefetch thread) stays reachable, not leaked.
+  using Pool = std::pmr::unsynchronized_pool_resource;
+  static auto* const lock = new std::mutex();
+  static auto* const pools = new std::vector<std::unique_ptr<Pool>>();
+  thread_local Pool* const pool = [] {
+    std::lock_guard guard(*lock);
+    return pools->emplace_back(std::make_unique<Pool>()).get();
+  }();
   return *pool;
 }
 
