@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <stdexcept>
 
@@ -18,9 +17,8 @@ namespace {
 // The whole graph as a dataset: loaded, or the products-like graph made on
 // one rank (its in-edges as the edge list).
 Dataset link_dataset(const proto::Job& job) {
-  const std::string& path = job.dataset().path();
-  if (is_products_spec(path) && !std::filesystem::is_directory(path)) {
-    NodeShard s = make_products_shard(parse_products_spec(path), 0, 1);
+  if (generates_products(job)) {
+    NodeShard s = make_products_shard(parse_products_spec(job.dataset().path()), 0, 1);
     Dataset d;
     d.name = s.name;
     d.num_nodes = s.num_nodes;
@@ -38,10 +36,7 @@ Dataset link_dataset(const proto::Job& job) {
     d.val_mask = d.test_mask = d.train_mask;
     return d;
   }
-  Dataset d = load_dataset(path);
-  if (job.dataset().normalize_features()) normalize_features(d);
-  make_features_dense(d);
-  return d;
+  return load_sampled_dataset(job);
 }
 
 // Rank `rank`'s shard of `d` with the edges of `graph` instead of its own

@@ -44,19 +44,15 @@ double ms_since(Clock::time_point t) {
 }
 
 NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
-  const std::string& path = job.dataset().path();
-  // A folder of that name is a dataset; otherwise "products[:...]" is the generator.
   const bool metis = job.sampling().ownership() == proto::Sampling::METIS && ranks > 1;
-  if (is_products_spec(path) && !std::filesystem::is_directory(path)) {
+  if (generates_products(job)) {
     if (metis) {
       throw std::invalid_argument("sampling.ownership = METIS needs a loaded dataset: the products-like graph is "
                                   "generated per rank, and no rank holds the whole graph to partition");
     }
-    return make_products_shard(parse_products_spec(path), rank, ranks);
+    return make_products_shard(parse_products_spec(job.dataset().path()), rank, ranks);
   }
-  Dataset d = load_dataset(path);
-  if (job.dataset().normalize_features()) normalize_features(d);
-  make_features_dense(d);
+  const Dataset d = load_sampled_dataset(job);
   return node_shard(d, rank, ranks, job.sampling().undirected(),
                     metis ? metis_owners(d, ranks, job.seed()) : std::vector<int32_t>{});
 }
@@ -315,18 +311,23 @@ class SampledSource final : public BatchSource {
   double compile_ms_ = 0, cache_load_ms_ = 0, sampler_wait_ms_ = 0, sample_ms_ = 0;
   // The waits and sampling time at the last summary: the epoch's are the differences.
   mutable double wait_before_ = 0, sample_before_ = 0, epoch_wait_ms_ = 0;
-  int64_t bytes_sent_ = 0;  // by the batches taken (made on the prefetch thread)
-  mutable int64_t bytes_before_ = 0;
   // This rank's sampled counts, for the message volume's prediction
   // (docs/sampling.md): the drawing frontiers' rows (hops 0 .. L-1 summed),
-  // drawn edges, nodes (hop L) and seeds; and at the last summary.
+  // drawn edges, nodes (hop L), seeds, and the bytes sent making them (on
+  // the prefetch thread; counted here when taken); and at the last summary.
   struct Counts {
-    int64_t frontier_rows = 0, edges = 0, nodes = 0, seeds = 0;
-    void add(const SampledBlocks& b) {
+    int64_t frontier_rows = 0, edges = 0, nodes = 0, seeds = 0, bytes_sent = 0;
+    void add(const SampledBatch& batch) {
+      const SampledBlocks& b = batch.blocks;
       for (size_t h = 0; h + 1 < b.frontier.size(); ++h) frontier_rows += b.frontier[h];
       for (const Block& k : b.blocks) edges += static_cast<int64_t>(k.src.size());
       nodes += b.frontier.back();
       seeds += b.frontier.front();
+      bytes_sent += batch.bytes_sent;
+    }
+    Counts since(const Counts& o) const {
+      return {frontier_rows - o.frontier_rows, edges - o.edges, nodes - o.nodes, seeds - o.seeds,
+              bytes_sent - o.bytes_sent};
     }
   };
   Counts counts_;
@@ -463,8 +464,7 @@ const runtime::CompiledProgram& SampledSource::prepare(Core& core, int64_t epoch
   // no part of the agreed (local) step.
   const SampledBatch batch = prefetch_->take(epoch, index, sampler_wait_ms_);
   sample_ms_ += batch.sample_ms;
-  counts_.add(batch.blocks);
-  bytes_sent_ += batch.bytes_sent;
+  counts_.add(batch);
   agreed_step(comm_, "preparing the sampled batch", [&] {
     const BucketShape shape = sampled_bucket(batch.blocks, job_.sampling().growth(), link_ ? batch.pairs.size() : -1);
     p = &program(core, shape);
@@ -486,10 +486,7 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
   const double sampled = sample_ms_ - sample_before_;
   wait_before_ = sampler_wait_ms_;
   sample_before_ = sample_ms_;
-  const int64_t bytes = bytes_sent_ - bytes_before_;
-  bytes_before_ = bytes_sent_;
-  const Counts c{counts_.frontier_rows - counts_before_.frontier_rows, counts_.edges - counts_before_.edges,
-                 counts_.nodes - counts_before_.nodes, counts_.seeds - counts_before_.seeds};
+  const Counts c = counts_.since(counts_before_);
   counts_before_ = counts_;
   nlohmann::json j{{"step", m.step},
           {"train_acc", m.train_acc},
@@ -500,7 +497,7 @@ nlohmann::json SampledSource::summarize(std::span<const double> v, int64_t steps
           {"padding_rows_percent", padding_.rows_percent()},
           {"padding_edges_percent", padding_.edges_percent()},
           {"sampler_wait_ms", epoch_wait_ms_},
-          {"sampler_bytes_sent", bytes},  // this rank's, to the others, in the epoch
+          {"sampler_bytes_sent", c.bytes_sent},  // this rank's, to the others, in the epoch
           {"sampled_frontier_rows", c.frontier_rows},  // this rank's batches' in the epoch
           {"sampled_edges", c.edges},
           {"sampled_nodes", c.nodes},
@@ -634,6 +631,19 @@ void SampledSource::write_logits(Core& core, const std::filesystem::path& path, 
 }
 
 }  // namespace
+
+bool generates_products(const proto::Job& job) {
+  // A folder of that name is a dataset; otherwise "products[:...]" is the generator.
+  const std::string& path = job.dataset().path();
+  return is_products_spec(path) && !std::filesystem::is_directory(path);
+}
+
+Dataset load_sampled_dataset(const proto::Job& job) {
+  Dataset d = load_dataset(job.dataset().path());
+  if (job.dataset().normalize_features()) normalize_features(d);
+  make_features_dense(d);
+  return d;
+}
 
 bool is_sampled_job(const proto::Job& job) { return job.sampling().fanout_size() > 0 || is_link_job(job); }
 

@@ -11,6 +11,7 @@
 
 #include <memory>
 
+#include "model/data/dataset.h"
 #include "model/job.pb.h"
 #include "model/training/batch_infer.h"
 #include "model/training/batch_source.h"
@@ -18,8 +19,13 @@
 
 namespace gnnrt::model {
 
-// Whether a job trains on sampled blocks (it lists sampling.fanout).
+// Whether a job trains on sampled blocks (it lists sampling.fanout, or is a link job).
 bool is_sampled_job(const proto::Job& job);
+// Whether a sampled job's dataset.path names the products-like generator
+// (model/data/products.h), not a dataset folder.
+bool generates_products(const proto::Job& job);
+// A sampled job's dataset loaded whole: normalised as the job asks, dense features.
+Dataset load_sampled_dataset(const proto::Job& job);
 
 // The model a sampled job trains, as a module graph over
 // sampled_schema(hops, ...): the layer chain's layers as modules, its
