@@ -26,6 +26,7 @@
 #include "model/training/graph_batches.h"
 #include "model/training/trainer.h"
 #include "runtime/npy.h"
+#include "tests/common/training_folder.h"
 
 namespace gnnrt::model::batch_testing {
 
@@ -69,21 +70,9 @@ inline void expect_close(const std::map<std::string, std::vector<float>>& got,
   }
 }
 
-class Batch : public ::testing::Test {
+class Batch : public gnnrt::fixtures::TrainingFolder {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("gnnrt_batch_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    options_.cache_dir = dir_ / "cache";
-    options_.progress = false;
-    options_.threads = 1;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path dir_;
-  TrainOptions options_;
+  Batch() : TrainingFolder("batch") {}
 };
 
 }  // namespace gnnrt::model::batch_testing

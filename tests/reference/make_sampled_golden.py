@@ -5,8 +5,11 @@ keys), the layers are PyG's SAGEConv, GATConv and GCNConv applied to each
 block as docs/sampling.md defines them, written here in torch (float64),
 and the optimizer is torch.optim.Adam.
 
-Graph: tests/golden/train/graph (40 nodes, 16 training seeds). Each case
-trains 2 epochs of batches of 6 seeds (6, 6, 4: the last one partial).
+Graph: tests/golden/train/graph (40 nodes, 16 training seeds). Each node
+case trains 2 epochs of batches of 6 seeds (6, 6, 4: the last one
+partial). The link cases (link_*) split the graph's 80 edges, draw the
+negatives and train 2 epochs of batches of 20 positives (docs/sampling.md,
+"Link prediction").
 
 Layout under --out (default tests/golden/sampled/):
   <case>/config.json       {"job": <gnnrt job as JSON, dataset.path left to the test>, "steps": n}
@@ -14,7 +17,8 @@ Layout under --out (default tests/golden/sampled/):
   <case>/params_epoch1/    the state_dict after epoch 1's steps, float32
   <case>/params_final/     the state_dict after the steps (epoch 2), float32
   <case>/losses.npy        float64 [steps]: each step's loss before its update
-  <case>/seeds.json        each step's seeds (to read a failure by)
+  <case>/seeds.json        node cases: each step's seeds (to read a failure by)
+  <case>/split.json        link cases: the split and the evaluation negatives, pair by pair
 
 Usage: /usr/bin/python3 tests/reference/make_sampled_golden.py [--out DIR]
 CI does not run this; its files are committed. A re-run writes identical bytes.
@@ -133,6 +137,22 @@ CASES = {
 SEED, BATCH, EPOCHS, LR = 3, 6, 2, 0.01
 
 
+def write_case(d, init, after, losses, job):
+    """A case's folder (layout above): the parameters at the start, after
+    epoch 1 and at the end, the step losses and config.json."""
+    if d.exists():
+        shutil.rmtree(d)
+    for folder, values in (("params_init", init), ("params_epoch1", after[0]), ("params_final", after[-1])):
+        (d / folder).mkdir(parents=True)
+        for k, v in values.items():
+            np.save(d / folder / f"{k}.npy", v.numpy().astype(np.float32))
+            if k.endswith("lin_src.weight"):  # GAT's: PyG lists lin_dst (the same tensor) too
+                np.save(d / folder / f"{k.replace('lin_src', 'lin_dst')}.npy", v.numpy().astype(np.float32))
+    np.save(d / "losses.npy", np.array(losses, dtype=np.float64))
+    (d / "config.json").write_text(json.dumps({"job": job, "steps": len(losses)}, indent=1, sort_keys=True) + "\n")
+    return d
+
+
 def run_case(name, out):
     model, layers, fanouts, wd = CASES[name]
     x, y, graph, train = load_graph()
@@ -160,20 +180,10 @@ def run_case(name, out):
             losses.append(loss.item())
             steps.append(seeds)
         after.append({k: v.detach().float().clone() for k, v in p.items()})
-    d = out / name
-    if d.exists():
-        shutil.rmtree(d)
-    for folder, values in (("params_init", init), ("params_epoch1", after[0]), ("params_final", after[-1])):
-        (d / folder).mkdir(parents=True)
-        for k, v in values.items():
-            np.save(d / folder / f"{k}.npy", v.numpy().astype(np.float32))
-            if name == "gat" and k.endswith("lin_src.weight"):  # PyG lists lin_dst (the same tensor) too
-                np.save(d / folder / f"{k.replace('lin_src', 'lin_dst')}.npy", v.numpy().astype(np.float32))
-    np.save(d / "losses.npy", np.array(losses, dtype=np.float64))
     job = {"name": f"sampled_{name}", "seed": SEED, "model": {"layer": layers},
            "optimizer": {"kind": "adam", "lr": LR, "weight_decay": wd}, "schedule": {"epochs": EPOCHS},
            "sampling": {"fanout": fanouts, "batch_size": BATCH}}
-    (d / "config.json").write_text(json.dumps({"job": job, "steps": len(losses)}, indent=1, sort_keys=True) + "\n")
+    d = write_case(out / name, init, after, losses, job)
     (d / "seeds.json").write_text(json.dumps(steps) + "\n")
 
 
@@ -281,23 +291,14 @@ def run_link_case(name, out):
             opt.step()
             losses.append(loss.item())
         after.append({k: v.detach().float().clone() for k, v in p.items()})
-    d = out / name
-    if d.exists():
-        shutil.rmtree(d)
-    for folder, values in (("params_init", init), ("params_epoch1", after[0]), ("params_final", after[-1])):
-        (d / folder).mkdir(parents=True)
-        for k, v in values.items():
-            np.save(d / folder / f"{k}.npy", v.numpy().astype(np.float32))
-    np.save(d / "losses.npy", np.array(losses, dtype=np.float64))
-    conv = {"sage": "sage", "gcn": "gcn"}[kind]
     job = {"name": name, "seed": SEED,
-           "model": {"layer": [{"type": conv, "out": 8}, {"type": "relu"}, {"type": conv, "out": 8}]},
+           "model": {"layer": [{"type": kind, "out": 8}, {"type": "relu"}, {"type": kind, "out": 8}]},
            "optimizer": {"kind": "adam", "lr": LR, "weight_decay": 0}, "schedule": {"epochs": EPOCHS},
            "sampling": {"fanout": fanouts, "batch_size": LINK_BATCH},
            "link": {"val_fraction": 0.1, "test_fraction": 0.2, "disjoint_train_ratio": disjoint,
                     "negative_ratio": ratio, "decoder": decoder, "decoder_hidden": [8] if decoder == "mlp" else []}}
+    d = write_case(out / name, init, after, losses, job)
     split = {k: [list(q) for q in s[k]] for k in ("train", "supervision", "val", "test", "val_neg", "test_neg")}
-    (d / "config.json").write_text(json.dumps({"job": job, "steps": len(losses)}, indent=1, sort_keys=True) + "\n")
     (d / "split.json").write_text(json.dumps(split) + "\n")
 
 

@@ -3,45 +3,17 @@
 // (tests/reference/make_sampled_golden.py, which draws the split, the
 // negatives and the blocks itself from the documented keys), padding that
 // changes no parameter, and the link section's errors.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <google/protobuf/text_format.h>
-#include <google/protobuf/util/json_util.h>
-#include <nlohmann/json.hpp>
-
-#include <cmath>
-#include <filesystem>
-#include <fstream>
 
 #include "model/data/dataset.h"
-#include "model/job.h"
 #include "model/sampling/link_split.h"
-#include "model/training/trainer.h"
-#include "runtime/npy.h"
+#include "tests/sampling/sampled_fixture.h"
 
 namespace gnnrt::model {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kGolden = GNNRT_SAMPLED_GOLDEN_DIR;
+using namespace sampled_testing;
 const fs::path kGraph = GNNRT_TRAIN_GOLDEN_DIR "/graph";
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-proto::Job golden_job(const std::string& name) {
-  const nlohmann::json config = read_json(kGolden / name / "config.json");
-  proto::Job job;
-  google::protobuf::util::JsonParseOptions parse;
-  parse.case_insensitive_enum_parsing = true;
-  const auto status = google::protobuf::util::JsonStringToMessage(config.at("job").dump(), &job, parse);
-  if (!status.ok()) throw std::runtime_error("config.json's job: " + status.ToString());
-  job.mutable_dataset()->set_path(kGraph.string());
-  return job;
-}
 
 std::vector<std::vector<int>> pairs_of(const EdgeList& l) {
   std::vector<std::vector<int>> out;
@@ -49,33 +21,7 @@ std::vector<std::vector<int>> pairs_of(const EdgeList& l) {
   return out;
 }
 
-class LinkTraining : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("gnnrt_link_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    options_.cache_dir = dir_ / "cache";
-    options_.progress = false;
-    options_.threads = 1;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Trains `job` from `init`; each epoch's mean loss; the parameters in dir_/<out>.
-  std::vector<double> run(const proto::Job& job, const fs::path& init, const std::string& out, TrainResult* result) {
-    std::vector<double> losses;
-    TrainOptions o = options_;
-    o.params_in = init;
-    o.params_out = dir_ / out;
-    o.on_epoch = [&](const EpochMetrics& m) { losses.push_back(m.loss); };
-    *result = train(job, o);
-    return losses;
-  }
-
-  fs::path dir_;
-  TrainOptions options_;
-};
+class LinkTraining : public SampledTraining {};
 
 class LinkGolden : public LinkTraining, public ::testing::WithParamInterface<std::string> {};
 
@@ -118,15 +64,7 @@ TEST_P(LinkGolden, MatchesTorchOnTheSamePairsAndBlocks) {
   }
   const fs::path final_params = dir / (r.best_epoch == 1 ? "params_epoch1" : "params_final");
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(final_params)) {
-    const auto want = read_npy(entry.path()).to_vector<double>();
-    const auto got = read_npy(dir_ / "params" / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(got.size(), want.size()) << entry.path().filename();
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_params_near(final_params, dir_ / "params", 1e-5, 1e-4, compared));
   EXPECT_GE(compared, 4);
 }
 
@@ -150,15 +88,7 @@ TEST_F(LinkTraining, ModuleGraphOnBlocksMatchesTorch) {
   run(job, dir / "params_init", "params", &r);
   const fs::path final_params = dir / (r.best_epoch == 1 ? "params_epoch1" : "params_final");
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(final_params)) {
-    const auto want = read_npy(entry.path()).to_vector<double>();
-    const auto got = read_npy(dir_ / "params" / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(got.size(), want.size()) << entry.path().filename();
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_params_near(final_params, dir_ / "params", 1e-5, 1e-4, compared));
   EXPECT_EQ(compared, 6);
 }
 
@@ -173,25 +103,14 @@ TEST_F(LinkTraining, PaddingChangesNoParameter) {
   job.mutable_sampling()->set_growth(4);
   job.mutable_sampling()->set_prefetch(0);
   run(job, init, "loose", &r);
-  for (const auto& entry : fs::directory_iterator(dir_ / "tight")) {
-    const auto a = read_npy(entry.path()).to_vector<double>();
-    const auto b = read_npy(dir_ / "loose" / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path();
-  }
+  int compared = 0;
+  ASSERT_NO_FATAL_FAILURE(expect_params_near(dir_ / "tight", dir_ / "loose", 1e-6, 1e-5, compared));
+  EXPECT_EQ(compared, 6);
 }
 
 TEST_F(LinkTraining, BadLinkFieldsAreRefusedByName) {
   const auto refused = [&](const std::string& field, const std::string& value, const std::string& message) {
-    proto::Job job = golden_job("link_sage_dot");
-    apply_override(job, field + "=" + value);
-    try {
-      train(job, options_);
-      ADD_FAILURE() << field << "=" << value << " was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_THAT(e.what(), ::testing::HasSubstr(message)) << field;
-    }
-    EXPECT_FALSE(fs::exists(dir_ / "cache")) << "something was written for " << field;
+    expect_refused(golden_job("link_sage_dot"), field, value, message);
   };
   refused("link.val_fraction", "0.9", "link.val_fraction + link.test_fraction = 0.9 + 0.2 is above 1");
   refused("link.test_fraction", "-0.1", "link.test_fraction = -0.1");

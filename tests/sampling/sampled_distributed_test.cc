@@ -63,6 +63,44 @@ fs::path dir_for(const std::string& what) {
           std::to_string(world()->rank()));
 }
 
+// `j` trained alone (no communicator: every rank runs the one-rank job)
+// and over the ranks, each run's parameters in a folder of its own.
+struct AloneAndShared {
+  TrainResult one, many;
+  fs::path one_params, many_params;
+};
+AloneAndShared train_alone_and_shared(const proto::Job& j, const std::string& what) {
+  AloneAndShared r;
+  TrainOptions alone;
+  alone.progress = false;
+  alone.no_cache = true;
+  alone.threads = 1;
+  alone.params_out = r.one_params = dir_for(what + "alone");
+  fs::remove_all(alone.params_out);
+  r.one = train(j, alone);
+  TrainOptions many = alone;
+  many.communicator = world();
+  many.params_out = r.many_params = dir_for(what + "many");
+  fs::remove_all(many.params_out);
+  r.many = train(j, many);
+  return r;
+}
+
+// The two runs' parameters within 1e-6 + 1e-5 |x|, file by file; `compared`
+// counts the files. Use under ASSERT_NO_FATAL_FAILURE.
+void expect_same_params(const AloneAndShared& r, int& compared) {
+  compared = 0;
+  for (const auto& entry : fs::directory_iterator(r.one_params)) {
+    const auto a = read_npy(entry.path()).to_vector<double>();
+    const auto b = read_npy(r.many_params / entry.path().filename()).to_vector<double>();
+    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
+    }
+    ++compared;
+  }
+}
+
 // Sampled ahead of the step (prefetch 2: the prefetch thread's exchanges
 // on a communicator of their own) and in the step (prefetch 0).
 class SampledAhead : public ::testing::TestWithParam<int> {};
@@ -73,20 +111,10 @@ TEST_P(SampledAhead, ManyRanksTrainToTheOneRankParameters) {
   setenv("GNNRT_SAMPLE_AHEAD", "1", 1);
   proto::Job j = job();
   j.mutable_sampling()->set_prefetch(GetParam());
-  // Every rank runs the one-rank job alone first (no communicator).
-  TrainOptions alone;
-  alone.progress = false;
-  alone.no_cache = true;
-  alone.threads = 1;
-  alone.params_out = dir_for("alone");
-  fs::remove_all(alone.params_out);
-  const TrainResult one = train(j, alone);
-
-  TrainOptions many = alone;
-  many.communicator = world();
-  many.params_out = dir_for("many");
-  fs::remove_all(many.params_out);
-  const TrainResult r = train(j, many);
+  const AloneAndShared runs = train_alone_and_shared(j, "");
+  unsetenv("GNNRT_SAMPLE_AHEAD");  // on every rank, before rank 0 alone goes on
+  const TrainResult& one = runs.one;
+  const TrainResult& r = runs.many;
   EXPECT_EQ(r.steps, 12);
   EXPECT_EQ(r.steps, one.steps);
   // Every rank took every step (a rank without seeds in the last batch too).
@@ -95,17 +123,8 @@ TEST_P(SampledAhead, ManyRanksTrainToTheOneRankParameters) {
   for (const int64_t s : steps) EXPECT_EQ(s, 12);
   if (world()->rank() != 0) return;
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
-    const auto a = read_npy(entry.path()).to_vector<double>();
-    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_same_params(runs, compared));
   EXPECT_EQ(compared, 6);
-  unsetenv("GNNRT_SAMPLE_AHEAD");
 }
 
 INSTANTIATE_TEST_SUITE_P(Prefetch, SampledAhead, ::testing::Values(2, 0));
@@ -120,18 +139,9 @@ TEST(SampledDistributed, MetisOwnershipTrainsToTheOneRankParameters) {
                                 "num_val=0,num_test=500");
   j.mutable_sampling()->set_ownership(proto::Sampling::METIS);
   j.mutable_schedule()->set_epochs(2);
-  TrainOptions alone;
-  alone.progress = false;
-  alone.no_cache = true;
-  alone.threads = 1;
-  alone.params_out = dir_for("metis_alone");
-  fs::remove_all(alone.params_out);
-  const TrainResult one = train(j, alone);
-  TrainOptions many = alone;
-  many.communicator = world();
-  many.params_out = dir_for("metis_many");
-  fs::remove_all(many.params_out);
-  const TrainResult r = train(j, many);
+  const AloneAndShared runs = train_alone_and_shared(j, "metis_");
+  const TrainResult& one = runs.one;
+  const TrainResult& r = runs.many;
   EXPECT_EQ(r.steps, one.steps);
   EXPECT_EQ(r.steps, 6);  // 300 seeds: 3 batches an epoch
 
@@ -148,15 +158,7 @@ TEST(SampledDistributed, MetisOwnershipTrainsToTheOneRankParameters) {
   }
   if (world()->rank() != 0) return;
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
-    const auto a = read_npy(entry.path()).to_vector<double>();
-    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_same_params(runs, compared));
   EXPECT_EQ(compared, 6);
 }
 
@@ -173,31 +175,14 @@ TEST(SampledDistributed, LinkPredictionTrainsToTheOneRankParameters) {
   apply_override(j, "link.val_fraction=0");
   apply_override(j, "link.test_fraction=0.1");
   apply_override(j, "link.decoder=MLP");
-  TrainOptions alone;
-  alone.progress = false;
-  alone.no_cache = true;
-  alone.threads = 1;
-  alone.params_out = dir_for("link_alone");
-  fs::remove_all(alone.params_out);
-  const TrainResult one = train(j, alone);
-  TrainOptions many = alone;
-  many.communicator = world();
-  many.params_out = dir_for("link_many");
-  fs::remove_all(many.params_out);
-  const TrainResult r = train(j, many);
+  const AloneAndShared runs = train_alone_and_shared(j, "link_");
+  const TrainResult& one = runs.one;
+  const TrainResult& r = runs.many;
   EXPECT_EQ(r.steps, one.steps);
   EXPECT_GE(r.steps, 4);
   if (world()->rank() != 0) return;
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(alone.params_out)) {
-    const auto a = read_npy(entry.path()).to_vector<double>();
-    const auto b = read_npy(many.params_out / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(a.size(), b.size()) << entry.path().filename();
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_NEAR(b[i], a[i], 1e-6 + 1e-5 * std::abs(a[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_same_params(runs, compared));
   EXPECT_EQ(compared, 10);  // 6 of the encoder, 4 of the MLP decoder
 }
 

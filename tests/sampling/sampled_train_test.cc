@@ -2,77 +2,20 @@
 // the same blocks (tests/reference/make_sampled_golden.py), the same bits
 // whatever the padding, the prefetch depth or the sampler's threads, and
 // the job's sampling errors.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include <google/protobuf/util/json_util.h>
-#include <nlohmann/json.hpp>
-
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-
-#include "model/job.h"
-#include "model/training/trainer.h"
-#include "runtime/npy.h"
+#include "tests/sampling/sampled_fixture.h"
 
 namespace gnnrt::model {
 namespace {
 
-namespace fs = std::filesystem;
-const fs::path kGolden = GNNRT_SAMPLED_GOLDEN_DIR;
-
-proto::Job golden_job(const std::string& name) {
-  std::ifstream in(kGolden / name / "config.json");
-  const nlohmann::json config = nlohmann::json::parse(in);
-  proto::Job job;
-  google::protobuf::util::JsonParseOptions parse;
-  parse.case_insensitive_enum_parsing = true;
-  const auto status = google::protobuf::util::JsonStringToMessage(config.at("job").dump(), &job, parse);
-  if (!status.ok()) throw std::runtime_error("config.json's job: " + status.ToString());
-  job.mutable_dataset()->set_path(GNNRT_TRAIN_GOLDEN_DIR "/graph");
-  return job;
-}
-
-class SampledTraining : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("gnnrt_sampled_" + std::string(testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    options_.cache_dir = dir_ / "cache";
-    options_.progress = false;
-    options_.threads = 1;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Trains `job`, starting from `init`; returns each epoch's mean loss and
-  // leaves the parameters in dir_/<out>.
-  // `best_epoch`: the epoch whose parameters --params-out wrote (the best
-  // validation accuracy's).
-  std::vector<double> run(const proto::Job& job, const fs::path& init, const std::string& out,
-                          int64_t* best_epoch = nullptr) {
-    std::vector<double> losses;
-    TrainOptions o = options_;
-    o.params_in = init;
-    o.params_out = dir_ / out;
-    o.on_epoch = [&](const EpochMetrics& m) { losses.push_back(m.loss); };
-    const TrainResult r = train(job, o);
-    if (best_epoch) *best_epoch = r.best_epoch;
-    return losses;
-  }
-
-  fs::path dir_;
-  TrainOptions options_;
-};
+using namespace sampled_testing;
 
 class SampledGolden : public SampledTraining, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(SampledGolden, MatchesTorchOnTheSameBlocks) {
   const fs::path dir = kGolden / GetParam();
-  int64_t best = 0;
-  const std::vector<double> losses = run(golden_job(GetParam()), dir / "params_init", "params", &best);
+  TrainResult r;
+  const std::vector<double> losses = run(golden_job(GetParam()), dir / "params_init", "params", &r);
+  const int64_t best = r.best_epoch;
   ASSERT_TRUE(best == 1 || best == 2) << best;
   const fs::path final_params = dir / (best == 1 ? "params_epoch1" : "params_final");
   const auto expected = read_npy(dir / "losses.npy").to_vector<double>();
@@ -83,15 +26,7 @@ TEST_P(SampledGolden, MatchesTorchOnTheSameBlocks) {
     EXPECT_NEAR(losses[e], mean, 1e-5 + 1e-4 * mean) << "epoch " << e + 1;
   }
   int compared = 0;
-  for (const auto& entry : fs::directory_iterator(final_params)) {
-    const auto want = read_npy(entry.path()).to_vector<double>();
-    const auto got = read_npy(dir_ / "params" / entry.path().filename()).to_vector<double>();
-    ASSERT_EQ(got.size(), want.size()) << entry.path().filename();
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << entry.path().filename() << "[" << i << "]";
-    }
-    ++compared;
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_params_near(final_params, dir_ / "params", 1e-5, 1e-4, compared));
   EXPECT_GE(compared, 4);
 }
 
@@ -157,15 +92,7 @@ TEST_F(SampledTraining, LayerWiseInferenceEqualsTheFullGraphForward) {
 
 TEST_F(SampledTraining, BadSamplingFieldsAreRefusedByName) {
   const auto refused = [&](const std::string& field, const std::string& value, const std::string& message) {
-    proto::Job job = golden_job("sage");
-    apply_override(job, field + "=" + value);
-    try {
-      train(job, options_);
-      ADD_FAILURE() << field << "=" << value << " was accepted";
-    } catch (const std::exception& e) {
-      EXPECT_THAT(e.what(), ::testing::HasSubstr(message)) << field;
-    }
-    EXPECT_FALSE(fs::exists(dir_ / "cache")) << "something was written for " << field;
+    expect_refused(golden_job("sage"), field, value, message);
   };
   refused("sampling.fanout", "3,0", "sampling.fanout[1] = 0");
   refused("sampling.fanout", "[-2, 3]", "sampling.fanout[0] = -2");
