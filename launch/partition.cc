@@ -10,8 +10,31 @@
 #include "model/job.h"
 #include "model/training/full_graph.h"
 #include "model/training/halo_plans.h"
+#include "model/training/sampled_source.h"
 
 namespace gnnrt::launch {
+
+namespace {
+
+// A sampled job's node shards: each rank's owned nodes, their in-edges and
+// features (docs/sampling.md, "Shards").
+int write_node_shards(const PartitionCommand& c, const model::proto::Job& job) {
+  if (!c.method.empty() || c.seed_given) {
+    throw std::invalid_argument(fmt::format(
+        "gnnrt partition {}: a sampled job's nodes are owned as its sampling.ownership says (RANGES or METIS, "
+        "seeded by the job's seed): use --set sampling.ownership=METIS", !c.method.empty() ? "--method" : "--seed"));
+  }
+  const model::proto::ShardManifest m = model::write_sampled_shards(c.out, job, c.parts);
+  fmt::print("wrote node shards of '{}' ({} nodes, {} in-edges, {} features, {} classes) for {} ranks, owned by "
+             "{} -> {}\n", m.name(), m.num_nodes(), m.num_edges(), m.num_features(), m.num_classes(), c.parts,
+             m.method(), c.out);
+  fmt::print("{:>5} {:>12} {:>14}\n", "rank", "owned nodes", "in-edges");
+  for (const auto& r : m.rank()) fmt::print("{:>5} {:>12} {:>14}\n", r.rank(), r.nodes(), r.edges());
+  spdlog::info("wrote {} node shards and {}/manifest.pbtxt", c.parts, c.out);
+  return 0;
+}
+
+}  // namespace
 
 int run_partition(PartitionCommand& c) {
   model::proto::Job job = load_job_with_overrides(c.job, c.dataset, c.sets);
@@ -22,6 +45,8 @@ int run_partition(PartitionCommand& c) {
   if (c.parts < 1) {
     throw std::invalid_argument("gnnrt partition needs --parts N (or the job's partition.parts)");
   }
+
+  if (model::is_sampled_job(job)) return write_node_shards(c, job);
 
   model::Dataset data = model::load_dataset(job.dataset().path());
   model::prepare_features(data, job);

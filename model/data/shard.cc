@@ -3,49 +3,27 @@
 #include "model/text_format.h"
 
 #include <fmt/format.h>
-#include <google/protobuf/text_format.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <numeric>
-#include <sstream>
 
 #include "runtime/atomic_file.h"
 #include "runtime/npy.h"
 
 namespace gnnrt::model {
+
+using namespace shard_files;  // NOLINT(google-build-using-namespace): this file is their other half
+
 namespace {
 
-namespace fs = std::filesystem;
 // 2: the self-loop graph numbered in destination order (model::self_loop_ids);
 // a version-1 folder's self_loops_edge_id would draw other attention masks.
 constexpr const char* kFormat = "gnnrt-shards-2";
-constexpr const char* kManifest = "manifest.pbtxt";
-constexpr const char* kRunFile = "run.txt";
 
-std::string text_of(const google::protobuf::Message& m) {
-  std::string text;
-  google::protobuf::TextFormat::PrintToString(m, &text);
-  return text;
-}
-
-// A manifest's record of the job's dataset or model as this gnnrt prints it
-// (an older gnnrt quoted the enumerations); as recorded if it does not parse.
-template <typename M>
-std::string as_printed(const std::string& recorded) {
-  M m;
-  if (!parse_text_format(with_bare_enum_names(recorded), "", m).empty()) return recorded;
-  return text_of(m);
-}
-
-fs::path rank_dir(const fs::path& dir, int rank) { return dir / fmt::format("rank-{}", rank); }
-
-uint64_t hash_bytes(std::span<const std::byte> bytes) { return XXH64(bytes.data(), bytes.size(), 0); }
 
 template <typename T>
 Tensor tensor_of(const std::vector<T>& v, std::vector<int64_t> shape) {
@@ -108,9 +86,6 @@ uint64_t run_id(const Dataset& data, const EdgePartition& p, const PartitionOpti
   return id;
 }
 
-[[noreturn]] void fail(const fs::path& where, const std::string& what) {
-  throw ShardError(fmt::format("{}: {}", where.string(), what));
-}
 
 // The graph's edges in ascending global edge id (src, dst and edge_id
 // reordered together; the ids are unique; in_degree is per vertex and stays).
@@ -263,10 +238,7 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
   }
   m.set_halo_bytes_per_epoch(stats.halo_rows * epoch_row_bytes);
 
-  // A fresh folder, renamed into place at the end.
-  const fs::path partial = dir.string() + fmt::format(".partial-{}", ::getpid());
-  fs::remove_all(partial);
-  fs::create_directories(partial);
+  const fs::path partial = partial_folder(dir);
   for (int r = 0; r < p.parts; ++r) {
     const Shard s = make_shard(data, p, r);
     proto::RankShard* rs = m.add_rank();
@@ -279,86 +251,15 @@ proto::ShardManifest write_shards(const fs::path& dir, const Dataset& data, cons
     rs->set_halo_bytes_per_epoch(rs->halo_rows() * epoch_row_bytes);
     const fs::path rd = rank_dir(partial, r);
     fs::create_directories(rd);
-    for (const auto& [file, tensor] : arrays_of(s)) {
-      write_npy(rd / (file + ".npy"), tensor);
-      proto::ShardArray* a = rs->add_array();
-      a->set_name(file);
-      a->set_dtype(std::string(to_string(tensor.dtype())));
-      for (int64_t d : tensor.shape()) a->add_shape(d);
-      a->set_xxh64(hash_bytes(tensor.bytes()));
-    }
-    write_file_atomically(rd / kRunFile, fmt::format("{:016x}\n", m.run()));
+    for (const auto& [file, tensor] : arrays_of(s)) write_array(rd, file, tensor, *rs->mutable_array());
+    write_run(rd, m.run());
   }
   write_file_atomically(partial / kManifest, text_of(m));
-  const fs::path old = dir.string() + fmt::format(".old-{}", ::getpid());
-  fs::remove_all(old);
-  if (fs::exists(dir)) fs::rename(dir, old);
-  fs::rename(partial, dir);
-  fs::remove_all(old);
-  return m;
-}
-
-proto::ShardManifest read_manifest(const fs::path& dir) {
-  const fs::path path = dir / kManifest;
-  std::ifstream in(path);
-  if (!in) {
-    fail(path, fs::exists(dir) ? "missing: not a folder of shards written by `gnnrt partition`"
-                               : "missing: the shards folder does not exist");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  proto::ShardManifest m;
-  if (const std::string error = parse_text_format(text.str(), "", m); !error.empty()) {
-    fail(path, "does not parse: " + error);
-  }
-  if (m.format() != kFormat) {
-    fail(path, fmt::format("format '{}' is not {} (written by another version of gnnrt: partition "
-                           "again)", m.format(), kFormat));
-  }
-  if (m.rank_size() != m.parts()) {
-    fail(path, fmt::format("lists {} ranks for {} parts", m.rank_size(), m.parts()));
-  }
+  publish(partial, dir);
   return m;
 }
 
 namespace {
-
-// Rank `rank`'s arrays in `rd`, each checked against the manifest (its
-// partition run, dtype, shape and checksum).
-std::map<std::string, Tensor> read_rank_arrays(const fs::path& rd, const proto::ShardManifest& m, int rank) {
-  {
-    std::ifstream in(rd / kRunFile);
-    std::string run;
-    if (!(in >> run)) fail(rd / kRunFile, "missing: this rank's shard is not there");
-    const std::string expected = fmt::format("{:016x}", m.run());
-    if (run != expected) {
-      fail(rd, fmt::format("belongs to another partition run ({}; the manifest's is {})", run, expected));
-    }
-  }
-  const proto::RankShard& rs = m.rank(rank);
-  std::map<std::string, Tensor> arrays;
-  for (const proto::ShardArray& a : rs.array()) {
-    const fs::path file = rd / (a.name() + ".npy");
-    if (!fs::exists(file)) fail(file, "missing");
-    Tensor t;
-    try {
-      t = read_npy(file);
-    } catch (const NpyError& e) {
-      throw ShardError(e.what());  // names the file: truncated, not .npy, ...
-    }
-    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
-    if (to_string(t.dtype()) != a.dtype() || t.shape() != shape) {
-      fail(file, fmt::format("is {} {}, the manifest says {} {}", to_string(t.dtype()),
-                             fmt::join(t.shape(), "x"), a.dtype(), fmt::join(shape, "x")));
-    }
-    if (hash_bytes(t.bytes()) != a.xxh64()) {
-      fail(file, fmt::format("checksum mismatch (xxh64 {:016x}, the manifest says {:016x}): the "
-                             "file is corrupt", hash_bytes(t.bytes()), a.xxh64()));
-    }
-    arrays.emplace(a.name(), std::move(t));
-  }
-  return arrays;
-}
 
 // A shard's arrays against each other and their ranges: lengths that
 // must agree and every value in its range (the kernels index with them;
@@ -423,8 +324,10 @@ void check_shard(const Shard& s, const fs::path& rd) {
 
 }  // namespace
 
+proto::ShardManifest read_manifest(const fs::path& dir) { return shard_files::read_manifest(dir, kFormat); }
+
 Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job) {
-  const proto::ShardManifest m = read_manifest(dir);
+  const proto::ShardManifest m = read_manifest(dir, kFormat);
   const fs::path manifest = dir / kManifest;
   if (m.parts() != ranks) {
     fail(manifest, fmt::format("holds shards for {} ranks, but the job runs on {}; partition again "
@@ -440,21 +343,9 @@ Shard read_shard(const fs::path& dir, int rank, int ranks, const proto::Job& job
                    "this job)");
   }
   const fs::path rd = rank_dir(dir, rank);
-  std::map<std::string, Tensor> arrays = read_rank_arrays(rd, m, rank);
-  // Each array converted and dropped at once: one copy of the data at a time.
-  // Each array in the dtype `gnnrt partition` writes (no narrowing: an
-  // int64 edited into an int32 array must not wrap into range).
-  const auto take = [&]<typename T>(const std::string& name) {
-    auto it = arrays.find(name);
-    if (it == arrays.end()) fail(manifest, fmt::format("rank {} has no array '{}'", rank, name));
-    if (it->second.dtype() != dtype_of<T>()) {
-      fail(rd / (name + ".npy"), fmt::format("is {}, a shard's {} is {}", to_string(it->second.dtype()), name,
-                                             to_string(dtype_of<T>())));
-    }
-    std::vector<T> v = it->second.template to_vector<T>();
-    arrays.erase(it);
-    return v;
-  };
+  check_run(rd, m.run());
+  Arrays arrays(read_arrays(rd, m.rank(rank).array()), rd, manifest, rank);
+  const auto take = [&]<typename T>(const std::string& name) { return arrays.take<T>(name); };
   // The sizes the arrays are checked against.
   if (m.num_nodes() < 1 || m.num_nodes() > kMaxNodes) {
     fail(manifest, fmt::format("num_nodes = {} is outside [1, 2^31]", m.num_nodes()));

@@ -35,15 +35,11 @@
 #include "collectives/halo_exchange.h"
 #include "model/data/dataset.h"
 #include "model/data/partition.h"
+#include "model/data/shard_files.h"
 #include "model/job.pb.h"
 #include "model/shard.pb.h"
 
 namespace gnnrt::model {
-
-class ShardError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct LocalGraph {
   std::vector<int32_t> src, dst;   // local ids
@@ -79,6 +75,7 @@ proto::ShardManifest write_shards(const std::filesystem::path& dir, const Datase
                                   const EdgePartition& partition, const PartitionOptions& options,
                                   const proto::Job& job, std::vector<proto::HaloExchangePlan> halo);
 
+// The manifest of a folder of vertex-cut shards.
 proto::ShardManifest read_manifest(const std::filesystem::path& dir);
 
 // Rank `rank`'s shard, verified against the manifest: the rank count, the

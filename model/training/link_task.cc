@@ -17,6 +17,11 @@ namespace {
 // The whole graph as a dataset: loaded, or the products-like graph made on
 // one rank (its in-edges as the edge list).
 Dataset link_dataset(const proto::Job& job) {
+  if (!job.partition().shards().empty()) {
+    throw std::invalid_argument(fmt::format(
+        "partition.shards = {}: a link job splits the whole edge list on every rank, so it reads no shards "
+        "(node classification jobs do)", job.partition().shards()));
+  }
   if (generates_products(job)) {
     NodeShard s = make_products_shard(parse_products_spec(job.dataset().path()), 0, 1);
     Dataset d;

@@ -20,6 +20,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/environment.h"
+#include "model/data/node_shard_files.h"
 #include "model/data/products.h"
 #include "model/modules/module_graph.h"
 #include "model/sampling/distributed_neighbors.h"
@@ -43,7 +44,9 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
+// Rank `rank`'s shard of the graph made in memory: generated (the
+// products-like graph) or cut from the loaded dataset.
+NodeShard make_node_shard(const proto::Job& job, int rank, int ranks) {
   const bool metis = job.sampling().ownership() == proto::Sampling::METIS && ranks > 1;
   if (generates_products(job)) {
     if (metis) {
@@ -55,6 +58,14 @@ NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
   const Dataset d = load_sampled_dataset(job);
   return node_shard(d, rank, ranks, job.sampling().undirected(),
                     metis ? metis_owners(d, ranks, job.seed()) : std::vector<int32_t>{});
+}
+
+// This rank's shard: read from the job's shards (partition.shards), or made.
+NodeShard load_node_shard(const proto::Job& job, int rank, int ranks) {
+  if (job.partition().shards().empty()) return make_node_shard(job, rank, ranks);
+  const NodeShard s = read_node_shard(job.partition().shards(), rank, ranks, job, !generates_products(job));
+  if (rank == 0) spdlog::info("read node shards of {} ranks from {}", ranks, job.partition().shards());
+  return s;
 }
 
 // Samples a rank's share of global batches in order, with the features
@@ -643,6 +654,23 @@ Dataset load_sampled_dataset(const proto::Job& job) {
   if (job.dataset().normalize_features()) normalize_features(d);
   make_features_dense(d);
   return d;
+}
+
+proto::ShardManifest write_sampled_shards(const std::filesystem::path& dir, const proto::Job& job, int parts) {
+  if (is_link_job(job)) {
+    throw std::invalid_argument("gnnrt partition on a link job: a link job splits the whole edge list on every "
+                                "rank and reads no shards (node classification jobs do)");
+  }
+  if (generates_products(job)) {
+    (void)make_node_shard(job, 0, parts);  // refuses METIS ownership by name
+    const ProductsSpec spec = parse_products_spec(job.dataset().path());
+    return write_node_shards(dir, job, parts, [&](int r) { return make_products_shard(spec, r, parts); });
+  }
+  const Dataset d = load_sampled_dataset(job);
+  const bool metis = job.sampling().ownership() == proto::Sampling::METIS && parts > 1;
+  const std::vector<int32_t> owners = metis ? metis_owners(d, parts, job.seed()) : std::vector<int32_t>{};
+  return write_node_shards(dir, job, parts,
+                           [&](int r) { return node_shard(d, r, parts, job.sampling().undirected(), owners); });
 }
 
 bool is_sampled_job(const proto::Job& job) { return job.sampling().fanout_size() > 0 || is_link_job(job); }

@@ -9,10 +9,12 @@
 // the outermost), or a module graph over the sampled schema's names.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 
 #include "model/data/dataset.h"
 #include "model/job.pb.h"
+#include "model/shard.pb.h"
 #include "model/training/batch_infer.h"
 #include "model/training/batch_source.h"
 #include "model/training/options.h"
@@ -26,6 +28,11 @@ bool is_sampled_job(const proto::Job& job);
 bool generates_products(const proto::Job& job);
 // A sampled job's dataset loaded whole: normalised as the job asks, dense features.
 Dataset load_sampled_dataset(const proto::Job& job);
+
+// `gnnrt partition` on a sampled job (node classification): each rank's
+// node shard written once (model/data/node_shard_files.h), generated or cut
+// from the dataset loaded here, with the job's ownership.
+proto::ShardManifest write_sampled_shards(const std::filesystem::path& dir, const proto::Job& job, int parts);
 
 // The model a sampled job trains, as a module graph over
 // sampled_schema(hops, ...): the layer chain's layers as modules, its

@@ -1,11 +1,19 @@
 // The products-like generator: the same graph at any rank count, the
 // shape it promises (undirected, no loops or repeats, power-law degrees,
-// the split's fractions), and its spec's errors.
+// the split's fractions), and its spec's errors. Node shards written to
+// disk and read back (model/data/node_shard_files.h): the same arrays, and
+// every wrong one refused by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "model/data/node_shard_files.h"
 #include "model/data/products.h"
+#include "model/data/shard_files.h"
+#include "runtime/atomic_file.h"
+#include "runtime/npy.h"
 
 namespace gnnrt::model {
 namespace {
@@ -79,6 +87,94 @@ TEST(Products, SpecErrorsNameTheKey) {
   EXPECT_NE(message("products:colour=3").find("unknown key 'colour'"), std::string::npos);
   EXPECT_NE(message("productsx").find("expected products"), std::string::npos);
   EXPECT_EQ(parse_products_spec(to_string(spec())), spec());
+}
+
+// A loaded graph's shards under both ownerships, written and read back:
+// every rank's arrays are the in-memory shard's.
+TEST(NodeShardFiles, ReadBackEqualsTheShardsMadeInMemory) {
+  Dataset d;
+  d.name = "ring";
+  d.num_nodes = 50;
+  d.num_features = 3;
+  d.num_classes = 4;
+  for (int64_t v = 0; v < d.num_nodes; ++v) {
+    for (const int64_t step : {1, 7}) {
+      d.src.push_back(v);
+      d.dst.push_back((v + step) % d.num_nodes);
+    }
+    for (int k = 0; k < 3; ++k) d.x.push_back(static_cast<float>(v * 3 + k) / 7.0f);
+    d.y.push_back(v % 4);
+    d.train_mask.push_back(v % 3 == 0);
+    d.val_mask.push_back(v % 3 == 1);
+    d.test_mask.push_back(v % 3 == 2);
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gnnrt_node_shards_" + std::to_string(::getpid()));
+  for (const bool metis : {false, true}) {
+    proto::Job job;
+    job.mutable_dataset()->set_path("ring");
+    job.mutable_sampling()->set_undirected(true);
+    if (metis) job.mutable_sampling()->set_ownership(proto::Sampling::METIS);
+    const int ranks = 3;
+    const std::vector<int32_t> owner = metis ? metis_owners(d, ranks, 0) : std::vector<int32_t>{};
+    const auto make = [&](int r) { return node_shard(d, r, ranks, true, owner); };
+    const proto::ShardManifest m = write_node_shards(dir, job, ranks, make);
+    EXPECT_EQ(m.num_edges(), 4 * d.num_nodes);  // each ring edge both ways, no repeats
+    for (int r = 0; r < ranks; ++r) {
+      const NodeShard want = make(r), got = read_node_shard(dir, r, ranks, job, true);
+      EXPECT_EQ(got.name, want.name);
+      EXPECT_EQ(got.begin, want.begin);
+      EXPECT_EQ(got.end, want.end);
+      EXPECT_EQ(got.owner, want.owner);
+      EXPECT_EQ(got.owned_nodes, want.owned_nodes);
+      EXPECT_EQ(got.indptr, want.indptr);
+      EXPECT_EQ(got.indices, want.indices);
+      EXPECT_EQ(got.x, want.x);
+      EXPECT_EQ(got.y, want.y);
+      EXPECT_EQ(got.train, want.train);
+      EXPECT_EQ(got.val, want.val);
+      EXPECT_EQ(got.test, want.test);
+      EXPECT_EQ(got.rank, r);
+    }
+    // Another rank count, direction or ownership: refused by name.
+    const auto refused = [&](const proto::Job& j, int n, const std::string& message) {
+      try {
+        read_node_shard(dir, 0, n, j, true);
+        ADD_FAILURE() << "not refused: " << message;
+      } catch (const ShardError& e) {
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      }
+    };
+    refused(job, 2, "holds shards for 3 ranks, but the job runs on 2");
+    proto::Job directed = job;
+    directed.mutable_sampling()->set_undirected(false);
+    refused(directed, 3, "was written with sampling.undirected = true, the job has false");
+    proto::Job other = job;
+    other.mutable_sampling()->set_ownership(metis ? proto::Sampling::RANGES : proto::Sampling::METIS);
+    refused(other, 3, metis ? "owns nodes by metis" : "owns nodes by ranges");
+    // A label out of range, its checksum made to agree.
+    if (!metis) {
+      const auto y_file = dir / "rank-1" / "y.npy";
+      Tensor y = read_npy(y_file);
+      std::vector<int32_t> labels = y.to_vector<int32_t>();
+      labels[2] = 4;
+      const Tensor edited = Tensor::from<int32_t>(labels, y.shape());
+      write_npy(y_file, edited);
+      proto::ShardManifest patched = shard_files::read_manifest(dir, kNodeShardFormat);
+      for (auto& a : *patched.mutable_rank(1)->mutable_array()) {
+        if (a.name() == "y") a.set_xxh64(shard_files::hash_bytes(edited.bytes()));
+      }
+      write_file_atomically(dir / shard_files::kManifest, shard_files::text_of(patched));
+      try {
+        read_node_shard(dir, 1, ranks, job, true);
+        ADD_FAILURE() << "a label out of range was read";
+      } catch (const ShardError& e) {
+        EXPECT_NE(std::string(e.what()).find("rank-1/y.npy: row 2 holds 4, outside [0, 4)"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
