@@ -200,4 +200,73 @@ Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
   return out;
 }
 
+ShardedLinkScores::ShardedLinkScores(const NodeShard& graph, const proto::Model& embeddings, proto::Model decoder,
+                                     int hops, const EdgeList& pairs, collectives::Communicator& comm)
+    : graph_(graph), embed_(graph, embeddings, hops, comm), decoder_(std::move(decoder)), comm_(comm) {
+  const int ranks = comm.size(), rank = comm.rank();
+  const int64_t p = pairs.size();
+  for (int q = 0; q < ranks; ++q) {
+    shares_.push_back(static_cast<size_t>(range_begin(p, q + 1, ranks) - range_begin(p, q, ranks)));
+  }
+  const int64_t b = range_begin(p, rank, ranks), e = range_begin(p, rank + 1, ranks);
+  endpoints_.assign(pairs.src.begin() + b, pairs.src.begin() + e);
+  endpoints_.insert(endpoints_.end(), pairs.dst.begin() + b, pairs.dst.begin() + e);
+  std::sort(endpoints_.begin(), endpoints_.end());
+  endpoints_.erase(std::unique(endpoints_.begin(), endpoints_.end()), endpoints_.end());
+  exchange_ = std::make_unique<OwnerExchange>(endpoints_, graph, comm);
+  std::vector<int32_t> src, dst;
+  const auto row = [&](int32_t v) {
+    return static_cast<int32_t>(std::lower_bound(endpoints_.begin(), endpoints_.end(), v) - endpoints_.begin());
+  };
+  for (int64_t k = b; k < e; ++k) {
+    src.push_back(row(pairs.src[k]));
+    dst.push_back(row(pairs.dst[k]));
+  }
+  const auto m = static_cast<int64_t>(endpoints_.size());
+  pairs_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, m, m));
+  reversed_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(dst, src, m, m));
+  shape_.node_rows = {m};
+  shape_.edge_rows = {e - b};
+  shape_.self_loop_edges = {e - b + m};
+  shape_.graph_rows = 1;
+  shape_.padded = false;
+}
+
+std::vector<float> ShardedLinkScores::run(Core& core, const runtime::RunContext& context) {
+  const Tensor own = embed_.run(core, context);  // [owned, width]
+  const int64_t width = own.shape()[1];
+  const auto ov = own.values<float>();
+  std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
+  for (size_t i = 0; i < exchange_->asked().size(); ++i) {
+    std::copy_n(ov.begin() + graph_.local(exchange_->asked()[i]) * width, width,
+                answers.begin() + static_cast<int64_t>(i) * width);
+  }
+  std::vector<float> rows = exchange_->rows<float>(answers, width);  // [endpoints, width]
+  std::vector<float> mine;
+  if (shape_.edge_rows[0] > 0) {
+    if (!program_) {
+      Schema schema = sampled_schema(0, width, 1, true);
+      for (auto& set : schema.edge_sets) set.target = false;
+      const std::string score = decoder_.module(decoder_.module_size() - 1).name();
+      program_ = core.compile(build_module_inference(decoder_, schema, shape_, false, {score}).program, {});
+    }
+    const auto m = static_cast<int64_t>(endpoints_.size());
+    core.memory().put(features_name(hop_set_name(0)), Tensor::from<float>(rows, {m, width}));
+    core.bind_graph(kPairsSet, pairs_);
+    core.bind_graph(reversed_graph_name(kPairsSet), reversed_);
+    core.run(*program_, context);
+    const Tensor s = core.read(*program_, decoder_.module(decoder_.module_size() - 1).name());
+    const auto sv = s.values<float>();
+    mine.assign(sv.begin(), sv.end());
+  }
+  // Every rank's share to every rank, in rank order: the pairs' order.
+  const int ranks = comm_.size();
+  std::vector<float> send;
+  for (int q = 0; q < ranks; ++q) send.insert(send.end(), mine.begin(), mine.end());
+  const std::vector<size_t> out(static_cast<size_t>(ranks), mine.size());
+  std::vector<float> all(std::accumulate(shares_.begin(), shares_.end(), size_t{0}));
+  comm_.alltoallv<float>(send, out, all, shares_);
+  return all;
+}
+
 }  // namespace gnnrt::model

@@ -8,6 +8,8 @@
 //     edge set holds the pairs to score.
 //   - ShardedLayerWise (many ranks): each rank its own nodes a layer at a
 //     time, the halo's rows from their owners once a layer.
+//   - ShardedLinkScores (many ranks): a link model's pairs scored over
+//     node shards, each rank its share of the pairs.
 #pragma once
 
 #include <memory>
@@ -82,6 +84,33 @@ class ShardedLayerWise {
   std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_;
   std::vector<float> norm_;
   BucketShape shape_;
+};
+
+// A link model's evaluation over node shards (many ranks): the embeddings
+// of this rank's nodes over the evaluation's message-passing graph by
+// ShardedLayerWise (`embeddings`: the model's chain up to its embeddings),
+// then each rank scores a contiguous share of the pairs with `decoder` (the
+// model's modules after the embeddings, reading them as hop 0's features),
+// the endpoints' rows fetched from their owners. Collective.
+class ShardedLinkScores {
+ public:
+  ShardedLinkScores(const NodeShard& graph, const proto::Model& embeddings, proto::Model decoder, int hops,
+                    const EdgeList& pairs, collectives::Communicator& comm);
+
+  // Every pair's score, in the pairs' order, on every rank.
+  std::vector<float> run(runtime::Core& core, const runtime::RunContext& context);
+
+ private:
+  const NodeShard& graph_;
+  ShardedLayerWise embed_;
+  proto::Model decoder_;
+  collectives::Communicator& comm_;
+  std::vector<int32_t> endpoints_;  // this rank's share's endpoints, distinct, ascending
+  std::vector<size_t> shares_;      // each rank's pair count
+  std::unique_ptr<OwnerExchange> exchange_;
+  std::shared_ptr<const runtime::Core::Adjacency> pairs_, reversed_;
+  BucketShape shape_;
+  std::shared_ptr<const runtime::CompiledProgram> program_;
 };
 
 }  // namespace gnnrt::model

@@ -102,10 +102,9 @@ LinkGraphs load_link_graphs(const proto::Job& job, int rank, int ranks) {
   }
   g.train = shard_with(d, g.split.train_graph, rank, ranks,
                        job.sampling().ownership() == proto::Sampling::METIS && ranks > 1, job.seed());
-  if (ranks == 1) {
-    g.val = shard_with(d, g.split.val_graph, 0, 1);
-    g.test = shard_with(d, g.split.test_graph, 0, 1);
-  }
+  // The evaluation's graphs: this rank's range of each.
+  g.val = shard_with(d, g.split.val_graph, rank, ranks);
+  g.test = shard_with(d, g.split.test_graph, rank, ranks);
   g.val_pairs = joined(g.split.val, g.split.val_negatives);
   g.test_pairs = joined(g.split.test, g.split.test_negatives);
   return g;
@@ -157,6 +156,22 @@ proto::Model link_model(const proto::Model& model, int hops, const proto::Link& 
   t.set_input("score");
   t.set_target(target_name(kPairsSet));
   return out;
+}
+
+std::optional<LinkModelParts> split_link_model(const proto::Model& given, const proto::Model& link, int hops) {
+  if (given.module_size() > 0) return std::nullopt;
+  const int chain = chain_on_blocks(given, hops, 0).module_size();
+  LinkModelParts parts;
+  for (int i = 0; i < chain; ++i) *parts.embeddings.add_module() = link.module(i);
+  const std::string embeddings = link.module(chain - 1).name();
+  for (int i = chain; i < link.module_size(); ++i) {
+    proto::Module m = link.module(i);
+    for (auto& input : *m.mutable_input()) {
+      if (input == embeddings) input = features_name(hop_set_name(0));
+    }
+    *parts.decoder.add_module() = std::move(m);
+  }
+  return parts;
 }
 
 LinkBatches::LinkBatches(const LinkSplit& split, const proto::Job& job)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -28,10 +29,9 @@ inline bool is_link_job(const proto::Job& job) { return job.has_link(); }
 // convolution of the layer chain, every supervision edge in one batch).
 proto::Job link_job(const proto::Job& job);
 
-// The split, rank `rank`'s shard of the training message-passing graph,
-// and on one rank the validation and test ones (evaluation is one rank's).
-// Every rank reads the whole edge list to split it (the split needs every
-// edge), then keeps its shard.
+// The split and rank `rank`'s shards of the training, validation and test
+// message-passing graphs. Every rank reads the whole edge list to split it
+// (the split needs every edge), then keeps its shards.
 struct LinkGraphs {
   LinkSplit split;
   NodeShard train, val, test;  // training, validation and test message passing
@@ -45,6 +45,14 @@ LinkGraphs load_link_graphs(const proto::Job& job, int rank, int ranks);
 // MLP of the endpoints' product) and BCE with logits against "pairs.y"; a
 // module graph as given.
 proto::Model link_model(const proto::Model& model, int hops, const proto::Link& link);
+
+// A layer chain's link model (link_model's) in two: the chain up to the
+// embeddings, and the decoder reading them as hop 0's features (the
+// evaluation over node shards, ShardedLinkScores). None for a module graph.
+struct LinkModelParts {
+  proto::Model embeddings, decoder;
+};
+std::optional<LinkModelParts> split_link_model(const proto::Model& given, const proto::Model& link, int hops);
 
 // The epoch's global batches of scored pairs: the supervision edges in an
 // order drawn from (seed, epoch), batch_size of them a batch, and after

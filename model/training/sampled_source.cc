@@ -284,7 +284,7 @@ class SampledSource final : public BatchSource {
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
   bool has_validation() const override {
-    if (link_) return !replicated_ && whole_eval_ && links_->val_pairs.size() > 0;
+    if (link_) return (replicated_ ? sharded_eval_ : whole_eval_) && links_->val_pairs.size() > 0;
     return (replicated_ ? sharded_eval_ : whole_eval_) && !shard_.val.empty();
   }
   bool writes_logits() const override { return !replicated_ && !link_; }
@@ -292,8 +292,9 @@ class SampledSource final : public BatchSource {
 
  private:
   void evaluate_sharded(Core& core, const runtime::RunContext& context);
-  // Link prediction (one rank): the validation and test pairs' scores by
-  // layer-wise inference over their message-passing graphs.
+  // Link prediction: the validation and test pairs' scores by layer-wise
+  // inference over their message-passing graphs (one rank: the whole
+  // graph's program; many: over the shards, each rank its share of pairs).
   void evaluate_links(Core& core, const runtime::RunContext& context);
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
   // Every node's logits (the model's last module) by layer-wise inference.
@@ -309,6 +310,9 @@ class SampledSource final : public BatchSource {
   const bool link_;
   std::unique_ptr<LinkGraphs> links_;
   std::unique_ptr<LayerWise> val_links_eval_, test_links_eval_;
+  // Many ranks: a layer chain's link model in two, scored over the shards.
+  std::optional<LinkModelParts> link_parts_;
+  std::unique_ptr<ShardedLinkScores> val_links_sharded_, test_links_sharded_;
   LinkScores val_links_, test_links_;
   NodeShard shard_;
   proto::Model model_;
@@ -413,7 +417,10 @@ ModelParameters SampledSource::load(Core&) {
   if (replicated_ && ahead_) sampler_comm_ = std::make_shared<collectives::Communicator>(*comm_->split(0, rank_));
   maker_ = std::make_unique<BatchMaker>(job_, shard_, sampler_comm_ ? sampler_comm_.get() : comm_.get(),
                                         link_ ? &links_->split : nullptr);
-  sharded_eval_ = replicated_ && !link_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
+  if (link_ && replicated_) link_parts_ = split_link_model(job_.model(), model_, job_.sampling().fanout_size());
+  sharded_eval_ = replicated_ && (link_ ? link_parts_ && ShardedLayerWise::splits(link_parts_->embeddings,
+                                                                                  job_.sampling().fanout_size())
+                                        : ShardedLayerWise::splits(model_, job_.sampling().fanout_size()));
   // One rank evaluates with the whole graph's edges and loops in one 32-bit
   // indexed graph; beyond, the evaluation is left to many ranks.
   whole_eval_ = !replicated_ && static_cast<int64_t>(shard_.indices.size()) + shard_.num_nodes < (int64_t{1} << 31);
@@ -433,8 +440,7 @@ ModelParameters SampledSource::load(Core&) {
                  maker_->batches_per_epoch(),
                  replicated_ ? fmt::format(", each split over {} ranks; sampled {}{}", ranks_,
                                            ahead_ ? "ahead of the step" : "in the step",
-                                           ShardedLayerWise::splits(model_, job_.sampling().fanout_size())
-                                               ? std::string()
+                                           sharded_eval_ ? std::string()
                                                : "; a module graph that is no chain is not evaluated on many ranks")
                              : std::string(),
                  fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
@@ -446,7 +452,7 @@ ModelParameters SampledSource::load(Core&) {
                    s.train.size(), s.train_supervision.size(), std::min<int64_t>(job_.sampling().batch_size(),
                    s.train_supervision.size()), job_.link().negative_ratio(), s.val.size(), s.test.size(),
                    s.val_negatives.size(), s.test_negatives.size(), proto::Link::Decoder_Name(job_.link().decoder()),
-                   replicated_ ? "; evaluated on one rank only: none here" : "");
+                   replicated_ && !sharded_eval_ ? "; a module graph is not evaluated on many ranks" : "");
     }
   }
   return model;
@@ -554,7 +560,7 @@ Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) 
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
   if (link_) {
-    if (!replicated_ && whole_eval_) evaluate_links(core, context);
+    if (replicated_ ? sharded_eval_ : whole_eval_) evaluate_links(core, context);
     return;
   }
   if (replicated_ || !whole_eval_) {
@@ -583,15 +589,24 @@ void SampledSource::evaluate_links(Core& core, const runtime::RunContext& contex
   const auto start = Clock::now();
   const int hops = job_.sampling().fanout_size();
   const std::string score = model_.loss_term(0).input();
-  const auto scores = [&](std::unique_ptr<LayerWise>& eval, const NodeShard& graph, const EdgeList& pairs,
-                          int64_t negatives) {
+  const auto scores = [&](std::unique_ptr<LayerWise>& eval, std::unique_ptr<ShardedLinkScores>& sharded,
+                          const NodeShard& graph, const EdgeList& pairs, int64_t negatives) {
     if (pairs.size() == 0) return LinkScores{};
+    if (replicated_) {  // each rank its share of the pairs, every score on every rank
+      if (!sharded) {
+        sharded = std::make_unique<ShardedLinkScores>(graph, link_parts_->embeddings, link_parts_->decoder, hops,
+                                                      pairs, *comm_);
+      }
+      return link_scores(sharded->run(core, context), negatives, job_.link().hits_k());
+    }
     if (!eval) eval = std::make_unique<LayerWise>(graph, model_, schema_, hops, std::vector<std::string>{score}, &pairs);
     const Tensor s = eval->run(core, context).front();
     return link_scores(s.values<float>(), negatives, job_.link().hits_k());
   };
-  val_links_ = scores(val_links_eval_, links_->val, links_->val_pairs, links_->split.val_negatives.size());
-  test_links_ = scores(test_links_eval_, links_->test, links_->test_pairs, links_->split.test_negatives.size());
+  val_links_ = scores(val_links_eval_, val_links_sharded_, links_->val, links_->val_pairs,
+                      links_->split.val_negatives.size());
+  test_links_ = scores(test_links_eval_, test_links_sharded_, links_->test, links_->test_pairs,
+                       links_->split.test_negatives.size());
   val_acc_ = val_links_.auc;
   test_acc_ = test_links_.auc;
   infer_ms_ = ms_since(start);

@@ -13,7 +13,8 @@
    every 3 steps (10 steps an epoch: the newest checkpoint is mid-epoch):
    restarted, and the final parameters are bitwise the uninterrupted run's.
 4. Link prediction: AUC, Hits@K and MRR records, `gnnrt infer`'s
-   embeddings and test scores, a bad split refused, `gnnrt launch -n 2`.
+   embeddings and test scores, a bad split refused, `gnnrt launch -n 2`
+   (evaluated over the two ranks' shards).
 
 Usage: sampled_cli_test.py GNNRT EXAMPLES_DIR WORK_DIR   (run by ctest)
 """
@@ -148,6 +149,10 @@ check(not bad.exists(), "link: something was written for a bad split")
 run("launch", "-n", "2", "--run-dir", str(WORK / "link_launch"), "--", "train", LINK, *LINK_SMALL, "--set",
     "schedule.epochs=1", "--params-out", str(WORK / "link_launch" / "params"), expect=0, timeout=600)
 check((WORK / "link_launch" / "params" / "conv1.lin.weight.npy").exists(), "link under launch: no parameters")
+# Evaluated over the two ranks' shards: the launcher's records carry the link metrics.
+rows = [json.loads(line) for line in (WORK / "link_launch" / "metrics.jsonl").read_text().splitlines()]
+check(len(rows) == 1 and all(0 < rows[0].get(k, 0) <= 1 for k in ("val_auc", "test_auc", "test_mrr")),
+      f"link under launch: metrics {rows}")
 
 if failures:
     print(f"{len(failures)} failure(s)")

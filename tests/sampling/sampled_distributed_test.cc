@@ -223,6 +223,46 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
   }
 }
 
+// Link prediction's evaluation over the shards (each rank its nodes'
+// embeddings over the evaluation graph, then its share of the pairs scored
+// from their endpoints' rows fetched from the owners): the one-rank AUCs on
+// every rank, for the dot decoder on GCN (the halo's degrees) and the MLP
+// decoder on SAGE.
+TEST(SampledDistributed, ShardedLinkEvaluationGivesTheOneRankAucs) {
+  for (const auto& [conv, decoder] : {std::pair{"GCN", "DOT"}, std::pair{"SAGE", "MLP"}}) {
+    proto::Job j = job();
+    j.mutable_dataset()->set_path("products:nodes=1500,edges=12000,features=8,classes=5");
+    j.mutable_schedule()->set_epochs(2);
+    j.mutable_sampling()->set_batch_size(1000);
+    j.mutable_optimizer()->set_lr(1e-9);  // as above: GCN's training depends on the split
+    apply_override(j, "model.layer[2].out=8");
+    apply_override(j, std::string("model.layer[0].type=") + conv);
+    apply_override(j, std::string("model.layer[2].type=") + conv);
+    apply_override(j, "link.val_fraction=0.1");
+    apply_override(j, "link.test_fraction=0.1");
+    apply_override(j, std::string("link.decoder=") + decoder);
+    std::vector<std::pair<double, double>> one, many;
+    TrainOptions alone;
+    alone.progress = false;
+    alone.no_cache = true;
+    alone.threads = 1;
+    alone.on_epoch = [&](const EpochMetrics& m) { one.emplace_back(m.val_acc, m.test_acc); };
+    train(j, alone);
+    TrainOptions shared = alone;
+    shared.communicator = world();
+    shared.on_epoch = [&](const EpochMetrics& m) { many.emplace_back(m.val_acc, m.test_acc); };
+    train(j, shared);
+    ASSERT_EQ(one.size(), 2u);
+    ASSERT_EQ(many.size(), 2u) << conv;
+    for (size_t e = 0; e < 2; ++e) {
+      EXPECT_GT(one[e].first, 0.5) << conv;
+      // A pair's order against another may flip on a last-bit difference.
+      EXPECT_NEAR(many[e].first, one[e].first, 1e-5) << conv << " validation AUC, epoch " << e + 1;
+      EXPECT_NEAR(many[e].second, one[e].second, 1e-5) << conv << " test AUC, epoch " << e + 1;
+    }
+  }
+}
+
 TEST(SampledDistributed, EachRankHoldsOnlyItsNodesInEdges) {
   const ProductsSpec spec = parse_products_spec(kGraph);
   const NodeShard mine = make_products_shard(spec, world()->rank(), world()->size());
