@@ -57,6 +57,9 @@ ap.add_argument("--reps", type=int, default=10)
 ap.add_argument("--cora", default="../shared/datasets/cora", help="link prediction's dataset")
 ap.add_argument("--link-only", action="store_true", help="only the Cora link prediction")
 ap.add_argument("--quick", action="store_true", help="a 200,000-node graph for the sampler, 1 epoch")
+ap.add_argument("--memory", action="store_true",
+                help="also the peak RSS a rank at np 1 and 2 on a 1,000,000-node graph, 1 epoch (about 7 minutes)")
+ap.add_argument("--memory-graph", default="products:nodes=1000000,edges=25250000")
 ap.add_argument("--json", default="build/bench/results/sampled.json")
 ap.add_argument("--plot", default="bench/plots/sampled.png")
 args = ap.parse_args()
@@ -104,14 +107,14 @@ def predicted_bytes(r, ranks, batches, features=100):
     return share * counts + 8 * (ranks - 1) * (hops + 2) * batches
 
 
-def train(ranks=1, label="", graph=None, sets=(), features=100):
+def train(ranks=1, label="", graph=None, sets=(), features=100, epochs=None):
     graph = graph or args.train_graph
     folder = OUT / f"np{ranks}{label}"
     folder.mkdir(parents=True, exist_ok=True)
     metrics = folder / "metrics.jsonl"
     metrics.unlink(missing_ok=True)
     cmd = [str((BUILD / "launch" / "gnnrt").resolve()), "train", "examples/products_sage.pbtxt", "--set",
-           f"dataset.path={graph}", "--set", f"schedule.epochs={args.epochs}", "--threads", "1",
+           f"dataset.path={graph}", "--set", f"schedule.epochs={epochs or args.epochs}", "--threads", "1",
            *sum((["--set", s] for s in sets), []), "--metrics", str(metrics), "--no-cache"]
     if ranks == 1:
         cmd = ["/usr/bin/time", "-f", "%M", "-o", str(folder / "rss.0"), *cmd]
@@ -334,6 +337,8 @@ def main():
     sbm = "synthetic:nodes=100000,classes=47,avg_degree=25,features=100,train_per_class=170,num_val=2000,num_test=5000"
     result["ownership"] = {o: train(2, f"_{o}", graph=sbm, sets=[f"sampling.ownership={o.upper()}"])
                            for o in ("ranges", "metis")}
+    if args.memory:  # where the graph, not the sampled neighbourhoods, sets the memory
+        result["memory"] = {f"np{r}": train(r, "_memory", graph=args.memory_graph, epochs=1) for r in (1, 2)}
     try:
         result["torch"] = torch_step()
         result["speedup_vs_torch"] = result["torch"]["step_ms"] / result["training"]["step_ms"]
@@ -366,6 +371,10 @@ def main():
           f"counts {t2['predicted_bytes_per_epoch'] / 2**20:.1f} MiB, "
           f"{t2['sampler_bytes_sent_per_epoch'] / t2['predicted_bytes_per_epoch']:.2f}x); peak RSS a rank "
           f"{t2['peak_rss_mb']:.0f} MB against {t['peak_rss_mb']:.0f} MB at np 1 ({t2['peak_rss_mb'] / t['peak_rss_mb']:.2f}x)")
+    if "memory" in result:
+        m1, m2 = result["memory"]["np1"], result["memory"]["np2"]
+        print(f"peak RSS a rank on {args.memory_graph}, 1 epoch: np 1 {m1['peak_rss_mb']:.0f} MB, np 2 "
+              f"{m2['peak_rss_mb']:.0f} MB ({m2['peak_rss_mb'] / m1['peak_rss_mb']:.2f}x)")
     t3 = result["training_np2_in_step"]
     print(f"np 2 sampled in the step (prefetch 0): step {t3['step_ms']:.1f} ms, epoch {t3['epoch_ms']:.0f} ms, "
           f"sampler wait {t3['sampler_wait_percent']:.1f}% of the step")

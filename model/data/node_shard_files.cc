@@ -18,14 +18,8 @@ namespace {
 
 constexpr const char* kCommon = "common";
 
-// How the job's nodes are owned on `parts` ranks (one rank owns all: ranges).
 std::string_view ownership_name(const proto::Job& job, int parts) {
-  return job.sampling().ownership() == proto::Sampling::METIS && parts > 1 ? "metis" : "ranges";
-}
-
-template <typename T>
-Tensor tensor_of(const std::vector<T>& v, std::vector<int64_t> shape) {
-  return Tensor::from<T>(v, std::move(shape));
+  return metis_ownership(job, parts) ? "metis" : "ranges";
 }
 
 template <typename T>
@@ -53,15 +47,6 @@ uint64_t run_id(const proto::ShardManifest& m) {
   return id;
 }
 
-// Every value of `v` in [lo, hi), else the file and row that is not.
-template <typename T>
-void check_range(const fs::path& file, const std::vector<T>& v, int64_t lo, int64_t hi) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    const auto x = static_cast<int64_t>(v[i]);
-    if (x < lo || x >= hi) fail(file, fmt::format("row {} holds {}, outside [{}, {})", i, x, lo, hi));
-  }
-}
-
 void check_ascending(const fs::path& file, const std::vector<int32_t>& v, int64_t n) {
   check_range(file, v, 0, n);
   for (size_t i = 1; i < v.size(); ++i) {
@@ -82,9 +67,15 @@ void check_node_shard(const NodeShard& s, const fs::path& rd) {
     fail(rd / "indptr.npy", fmt::format("runs from {} to {}, not from 0 to the {} in-edges", s.indptr.front(),
                                         s.indptr.back(), s.indices.size()));
   }
+  // Every offset in order before any row is read by them.
+  for (int64_t r = 0; r < n; ++r) {
+    if (s.indptr[r + 1] < s.indptr[r]) {
+      fail(rd / "indptr.npy", fmt::format("row {} holds {} after {}: offsets must not go down", r + 1,
+                                          s.indptr[r + 1], s.indptr[r]));
+    }
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t b = s.indptr[r], e = s.indptr[r + 1];
-    if (e < b) fail(rd / "indptr.npy", fmt::format("row {} holds {} after {}: offsets must not go down", r + 1, e, b));
     const int64_t v = s.global(r);
     for (int64_t k = b; k < e; ++k) {
       const int32_t u = s.indices[static_cast<size_t>(k)];
@@ -100,12 +91,7 @@ void check_node_shard(const NodeShard& s, const fs::path& rd) {
   if (static_cast<int64_t>(s.x.size()) != n * s.num_features) {
     fail(rd / "x.npy", fmt::format("holds {} values for {} nodes of {} features", s.x.size(), n, s.num_features));
   }
-  for (size_t i = 0; i < s.x.size(); ++i) {
-    if (!std::isfinite(s.x[i])) {
-      fail(rd / "x.npy", fmt::format("row {}, column {} is {}", i / static_cast<size_t>(s.num_features),
-                                     i % static_cast<size_t>(s.num_features), s.x[i]));
-    }
-  }
+  check_finite(rd / "x.npy", s.x, s.num_features);
 }
 
 }  // namespace

@@ -27,6 +27,12 @@ namespace gnnrt::model {
 
 inline constexpr const char* kNodeShardFormat = "gnnrt-node-shards-1";
 
+// Whether the job's nodes are owned by METIS parts on `ranks` ranks (one
+// rank owns them all: a range).
+inline bool metis_ownership(const proto::Job& job, int ranks) {
+  return job.sampling().ownership() == proto::Sampling::METIS && ranks > 1;
+}
+
 // Writes `parts` shards, rank r's made by make(r) (one in memory at a
 // time), into `dir` (replacing it). `job` gives the dataset, ownership and
 // direction recorded in the manifest.

@@ -25,11 +25,6 @@ namespace {
 constexpr const char* kFormat = "gnnrt-shards-2";
 
 
-template <typename T>
-Tensor tensor_of(const std::vector<T>& v, std::vector<int64_t> shape) {
-  return Tensor::from<T>(v, std::move(shape));
-}
-
 // The arrays of a shard, by file name, in a fixed order.
 std::vector<std::pair<std::string, Tensor>> arrays_of(const Shard& s) {
   const int64_t n = s.num_local();
@@ -279,12 +274,7 @@ void check_shard(const Shard& s, const fs::path& rd) {
     fail(rd, "arrays of different lengths");
   }
   const auto in_range = [&]<typename T>(const char* name, const std::vector<T>& v, int64_t lo, int64_t hi) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      const auto x = static_cast<int64_t>(v[i]);
-      if (x < lo || x >= hi) {
-        fail(rd / (std::string(name) + ".npy"), fmt::format("row {} holds {}, outside [{}, {})", i, x, lo, hi));
-      }
-    }
+    check_range(rd / (std::string(name) + ".npy"), v, lo, hi);
   };
   const auto local = static_cast<int64_t>(n);
   in_range("global_id", s.global_id, 0, s.num_nodes);
@@ -309,12 +299,7 @@ void check_shard(const Shard& s, const fs::path& rd) {
       mt.offset.back() != static_cast<int64_t>(mt.ranks.size()) || !std::is_sorted(mt.offset.begin(), mt.offset.end())) {
     fail(rd / "mirror_offset.npy", "offsets do not ascend from 0 to the number of mirror ranks");
   }
-  for (size_t i = 0; i < s.x.size(); ++i) {
-    if (!std::isfinite(s.x[i])) {
-      fail(rd / "x.npy", fmt::format("row {}, column {} is {}", i / static_cast<size_t>(s.num_features),
-                                     i % static_cast<size_t>(s.num_features), s.x[i]));
-    }
-  }
+  check_finite(rd / "x.npy", s.x, s.num_features);
   if (s.x_sparse) {
     for (size_t i = 0; i < s.x_sparse->values.size(); ++i) {
       if (!std::isfinite(s.x_sparse->values[i])) fail(rd / "x_values.npy", fmt::format("entry {} is {}", i, s.x_sparse->values[i]));

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -75,6 +76,15 @@ std::map<std::string, Tensor> read_arrays(const fs::path& dir, const Listing& li
   return arrays;
 }
 
+void check_finite(const fs::path& file, const std::vector<float>& x, int64_t width) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) {
+      fail(file, fmt::format("row {}, column {} is {}", i / static_cast<size_t>(width), i % static_cast<size_t>(width),
+                             x[i]));
+    }
+  }
+}
+
 void write_run(const fs::path& rank_folder, uint64_t run) {
   write_file_atomically(rank_folder / kRunFile, fmt::format("{:016x}\n", run));
 }
@@ -82,7 +92,7 @@ void write_run(const fs::path& rank_folder, uint64_t run) {
 void check_run(const fs::path& rank_folder, uint64_t run) {
   std::ifstream in(rank_folder / kRunFile);
   std::string found;
-  if (!(in >> found)) fail(rank_folder / kRunFile, "missing: this rank's shard is not there");
+  if (!(in >> found)) fail(rank_folder / kRunFile, "missing: this part of the shards is not there");
   const std::string expected = fmt::format("{:016x}", run);
   if (found != expected) {
     fail(rank_folder, fmt::format("belongs to another partition run ({}; the manifest's is {})", found, expected));

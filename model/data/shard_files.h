@@ -52,6 +52,27 @@ std::string as_printed(const std::string& recorded) {
   return text_of(m);
 }
 
+template <typename T>
+Tensor tensor_of(const std::vector<T>& v, std::vector<int64_t> shape) {
+  return Tensor::from<T>(v, std::move(shape));
+}
+
+// Every value of `v` in [lo, hi), else ShardError naming `file` and the row.
+template <typename T>
+void check_range(const fs::path& file, const std::vector<T>& v, int64_t lo, int64_t hi) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto x = static_cast<int64_t>(v[i]);
+    if (x < lo || x >= hi) {
+      fail(file, "row " + std::to_string(i) + " holds " + std::to_string(x) + ", outside [" + std::to_string(lo) +
+                     ", " + std::to_string(hi) + ")");
+    }
+  }
+}
+
+// Every value of the [rows, width] matrix `x` finite, else ShardError
+// naming `file`, the row and the column.
+void check_finite(const fs::path& file, const std::vector<float>& x, int64_t width);
+
 // Writes `t` as dir/<name>.npy and lists it (dtype, shape, checksum).
 void write_array(const fs::path& dir, const std::string& name, const Tensor& t, Listing& listing);
 // The arrays `listing` names in `dir`, each checked against its dtype,

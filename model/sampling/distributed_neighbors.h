@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -38,20 +39,30 @@ class OwnerExchange {
   // asked()[i]); returns [list, width] in the list's order.
   template <typename T>
   std::vector<T> rows(std::span<const T> answers, int64_t width) {
+    std::vector<T> result(order_.size() * static_cast<size_t>(width));
+    rows_into<T>(answers, width, result);
+    return result;
+  }
+  // The same into `result` [list, width] (the caller's buffer: no
+  // reordered copy beside the received one).
+  template <typename T>
+  void rows_into(std::span<const T> answers, int64_t width, std::span<T> result) {
     const size_t ranks = counts_.size(), w = static_cast<size_t>(width);
+    if (result.size() != order_.size() * w || answers.size() != asked_ids_.size() * w) {
+      throw std::logic_error("OwnerExchange::rows_into: buffers of another size than the exchange's");
+    }
     std::vector<size_t> out(ranks), in(ranks);
     for (size_t q = 0; q < ranks; ++q) {
       out[q] = asked_[q] * w;
       in[q] = counts_[q] * w;
     }
-    std::vector<T> got(order_.size() * w), result(order_.size() * w);
+    std::vector<T> got(order_.size() * w);
     comm_.alltoallv<T>(answers, out, got, in);
     sent(out, sizeof(T));
     for (size_t k = 0; k < order_.size(); ++k) {
       std::copy(got.begin() + static_cast<int64_t>(k * w), got.begin() + static_cast<int64_t>((k + 1) * w),
                 result.begin() + order_[k] * width);
     }
-    return result;
   }
 
   // Bytes this rank sent to the others through this exchange.

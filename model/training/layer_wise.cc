@@ -163,26 +163,32 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
 
 Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
   const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
-  std::vector<float> x = shard_.x;  // [owned, F]: layer 0's input of this rank's nodes
   int64_t width = shard_.num_features;
-  Tensor out;
+  Tensor out;  // the last segment's rows of this rank's nodes
+  bool first = true;
+  // Each segment's input: this rank's rows, then the halo's from their
+  // owners. One copy of each array at a time (the evaluation's peak memory
+  // is a layer's input and output: docs/sampling.md).
   for (Segment& g : segments_) {
     if (!g.program) {
       g.schema = sampled_schema(1, width, 1);
       g.schema.node_sets[0].target = false;
       g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
     }
-    // The halo's rows of this input from their owners.
-    std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
-    for (size_t i = 0; i < exchange_->asked().size(); ++i) {
-      const int64_t r = shard_.local(exchange_->asked()[i]);
-      std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
-    }
-    const std::vector<float> halo = exchange_->rows<float>(answers, width);
+    const std::span<const float> x = first ? std::span<const float>(shard_.x) : out.values<float>();
+    first = false;
     Tensor in(DType::kF32, {rows, width});
     auto iv = in.values<float>();
+    {
+      std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
+      for (size_t i = 0; i < exchange_->asked().size(); ++i) {
+        const int64_t r = shard_.local(exchange_->asked()[i]);
+        std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
+      }
+      exchange_->rows_into<float>(answers, width, iv.subspan(static_cast<size_t>(owned * width)));
+    }
     std::copy(x.begin(), x.end(), iv.begin());
-    std::copy(halo.begin(), halo.end(), iv.begin() + owned * width);
+    out = Tensor();
     auto& mem = core.memory();
     mem.put(features_name(hop_set_name(1)), std::move(in));
     mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
@@ -193,9 +199,8 @@ Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
     if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
     core.run(*g.program, context);
     out = core.read(*g.program, g.out);
+    mem.erase(features_name(hop_set_name(1)));  // the input: not alive beside the next one
     width = out.shape()[1];
-    const auto ov = out.values<float>();
-    x.assign(ov.begin(), ov.end());
   }
   return out;
 }
@@ -256,6 +261,7 @@ std::vector<float> ShardedLinkScores::run(Core& core, const runtime::RunContext&
     core.bind_graph(reversed_graph_name(kPairsSet), reversed_);
     core.run(*program_, context);
     const Tensor s = core.read(*program_, decoder_.module(decoder_.module_size() - 1).name());
+    core.memory().erase(features_name(hop_set_name(0)));
     const auto sv = s.values<float>();
     mine.assign(sv.begin(), sv.end());
   }

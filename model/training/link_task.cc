@@ -7,6 +7,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "model/data/node_shard_files.h"
 #include "model/data/products.h"
 #include "model/modules/network.h"
 #include "model/training/sampled_source.h"
@@ -100,11 +101,14 @@ LinkGraphs load_link_graphs(const proto::Job& job, int rank, int ranks) {
     throw std::invalid_argument(fmt::format("link: no training edges (the graph has {}; link.val_fraction = {}, "
                                             "link.test_fraction = {})", d.num_edges(), o.val, o.test));
   }
-  g.train = shard_with(d, g.split.train_graph, rank, ranks,
-                       job.sampling().ownership() == proto::Sampling::METIS && ranks > 1, job.seed());
-  // The evaluation's graphs: this rank's range of each.
-  g.val = shard_with(d, g.split.val_graph, rank, ranks);
-  g.test = shard_with(d, g.split.test_graph, rank, ranks);
+  g.train = shard_with(d, g.split.train_graph, rank, ranks, metis_ownership(job, ranks), job.seed());
+  // The evaluation's graphs, this rank's range of each: on one rank, or a
+  // layer chain's model over the shards (a module graph is not evaluated
+  // on many ranks).
+  if (ranks == 1 || job.model().module_size() == 0) {
+    g.val = shard_with(d, g.split.val_graph, rank, ranks);
+    g.test = shard_with(d, g.split.test_graph, rank, ranks);
+  }
   g.val_pairs = joined(g.split.val, g.split.val_negatives);
   g.test_pairs = joined(g.split.test, g.split.test_negatives);
   return g;

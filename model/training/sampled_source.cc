@@ -47,7 +47,7 @@ double ms_since(Clock::time_point t) {
 // Rank `rank`'s shard of the graph made in memory: generated (the
 // products-like graph) or cut from the loaded dataset.
 NodeShard make_node_shard(const proto::Job& job, int rank, int ranks) {
-  const bool metis = job.sampling().ownership() == proto::Sampling::METIS && ranks > 1;
+  const bool metis = metis_ownership(job, ranks);
   if (generates_products(job)) {
     if (metis) {
       throw std::invalid_argument("sampling.ownership = METIS needs a loaded dataset: the products-like graph is "
@@ -677,13 +677,12 @@ proto::ShardManifest write_sampled_shards(const std::filesystem::path& dir, cons
                                 "rank and reads no shards (node classification jobs do)");
   }
   if (generates_products(job)) {
-    (void)make_node_shard(job, 0, parts);  // refuses METIS ownership by name
+    if (metis_ownership(job, parts)) (void)make_node_shard(job, 0, parts);  // refuses METIS by name, at once
     const ProductsSpec spec = parse_products_spec(job.dataset().path());
     return write_node_shards(dir, job, parts, [&](int r) { return make_products_shard(spec, r, parts); });
   }
   const Dataset d = load_sampled_dataset(job);
-  const bool metis = job.sampling().ownership() == proto::Sampling::METIS && parts > 1;
-  const std::vector<int32_t> owners = metis ? metis_owners(d, parts, job.seed()) : std::vector<int32_t>{};
+  const std::vector<int32_t> owners = metis_ownership(job, parts) ? metis_owners(d, parts, job.seed()) : std::vector<int32_t>{};
   return write_node_shards(dir, job, parts,
                            [&](int r) { return node_shard(d, r, parts, job.sampling().undirected(), owners); });
 }

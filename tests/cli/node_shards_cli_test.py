@@ -193,6 +193,16 @@ code, text = run([GNNRT, "partition", "--parts", "2", "--out", str(vertex_cut), 
 check(code == 0, f"vertex-cut partition: exit {code}\n{text[-1000:]}")
 expect_refused(2, "holds vertex-cut shards for full-graph training (gnnrt-shards-2), this job reads node shards",
                *PRODUCTS, "--shards", str(vertex_cut))
+# gnnrt partition on a sampled job: ownership is the job's (no --method or
+# --seed), and a link job has no node shards; nothing written.
+for extra, message in ((["--method", "metis"], "gnnrt partition --method: a sampled job's nodes are owned as its "
+                                               "sampling.ownership says"),
+                       (["--seed", "3"], "gnnrt partition --seed"),
+                       (["--set", "link.val_fraction=0.1"], "gnnrt partition on a link job")):
+    out_dir = WORK / "refused_partition"
+    code, text = run([GNNRT, "partition", JOB, *SETS, *PRODUCTS, *extra, "--parts", "2", "--out", str(out_dir)])
+    check(code == 2 and message in text, f"partition {extra}: exit {code}, expected 2 naming {message!r}:\n{text[-800:]}")
+    check(not out_dir.exists(), f"partition {extra}: a folder was written")
 # A link job splits the whole edge list: no shards.
 expect_refused(2, "a link job splits the whole edge list on every rank, so it reads no shards", *PRODUCTS,
                "--set", "sampling.fanout=5,5", "--shards", str(shards), job=str(EXAMPLES / "cora_link.pbtxt"),

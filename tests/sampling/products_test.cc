@@ -152,6 +152,37 @@ TEST(NodeShardFiles, ReadBackEqualsTheShardsMadeInMemory) {
     proto::Job other = job;
     other.mutable_sampling()->set_ownership(metis ? proto::Sampling::RANGES : proto::Sampling::METIS);
     refused(other, 3, metis ? "owns nodes by metis" : "owns nodes by ranges");
+    // An array edited with its checksum made to agree: still refused by
+    // value, before any row is read out of bounds.
+    const auto edit = [&](const char* name, auto change) {
+      const auto file = dir / "rank-1" / (std::string(name) + ".npy");
+      const Tensor before = read_npy(file);
+      const Tensor edited = change(before);
+      write_npy(file, edited);
+      proto::ShardManifest patched = shard_files::read_manifest(dir, kNodeShardFormat);
+      for (auto& a : *patched.mutable_rank(1)->mutable_array()) {
+        if (a.name() == name) a.set_xxh64(shard_files::hash_bytes(edited.bytes()));
+      }
+      write_file_atomically(dir / shard_files::kManifest, shard_files::text_of(patched));
+      return before;
+    };
+    const auto expect_refused = [&](const std::string& message) {
+      try {
+        read_node_shard(dir, 1, ranks, job, true);
+        ADD_FAILURE() << "not refused: " << message;
+      } catch (const ShardError& e) {
+        EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      }
+    };
+    {  // offsets that go down mid-way: row 1 would read past the edges
+      const Tensor before = edit("indptr", [](const Tensor& t) {
+        std::vector<int64_t> v = t.to_vector<int64_t>();
+        v[1] = v.back() + 50;
+        return Tensor::from<int64_t>(v, t.shape());
+      });
+      expect_refused("rank-1/indptr.npy: row 2 holds");
+      edit("indptr", [&](const Tensor&) { return before; });
+    }
     // A label out of range, its checksum made to agree.
     if (!metis) {
       const auto y_file = dir / "rank-1" / "y.npy";
