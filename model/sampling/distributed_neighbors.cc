@@ -6,7 +6,7 @@
 namespace gnnrt::model {
 
 OwnerExchange::OwnerExchange(std::span<const int32_t> nodes, const NodeShard& shard, collectives::Communicator& comm)
-    : comm_(comm) {
+    : shard_(shard), comm_(comm) {
   const int ranks = comm.size();
   counts_.assign(static_cast<size_t>(ranks), 0);
   std::vector<int> owner(nodes.size());
@@ -86,9 +86,7 @@ void DistributedNeighbors::fetch(std::span<const int32_t> nodes, std::span<const
   x = rows.rows<float>(answers, shard_.num_features);
   bytes_sent_ += rows.bytes_sent();
   OwnerExchange labels(labelled, shard_, comm_);
-  std::vector<int32_t> mine(labels.asked().size());
-  for (size_t i = 0; i < mine.size(); ++i) mine[i] = shard_.y[static_cast<size_t>(shard_.local(labels.asked()[i]))];
-  y = labels.rows<int32_t>(mine, 1);
+  y = labels.fetch<int32_t>(shard_.y, 1);
   bytes_sent_ += labels.bytes_sent();
 }
 

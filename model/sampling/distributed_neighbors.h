@@ -43,8 +43,26 @@ class OwnerExchange {
     rows_into<T>(answers, width, result);
     return result;
   }
-  // The same into `result` [list, width] (the caller's buffer: no
-  // reordered copy beside the received one).
+  // The owners answer from `owned` [shard.owned(), width] (this rank's
+  // rows by local index); `result` [list, width] gets the list's rows.
+  template <typename T>
+  void fetch_into(std::span<const T> owned, int64_t width, std::span<T> result) {
+    std::vector<T> answers(asked_ids_.size() * static_cast<size_t>(width));
+    for (size_t i = 0; i < asked_ids_.size(); ++i) {
+      std::copy_n(owned.begin() + shard_.local(asked_ids_[i]) * width, width,
+                  answers.begin() + static_cast<int64_t>(i) * width);
+    }
+    rows_into<T>(answers, width, result);
+  }
+  template <typename T>
+  std::vector<T> fetch(std::span<const T> owned, int64_t width) {
+    std::vector<T> result(order_.size() * static_cast<size_t>(width));
+    fetch_into<T>(owned, width, result);
+    return result;
+  }
+
+  // rows() into `result` [list, width] (the caller's buffer: no reordered
+  // copy beside the received one).
   template <typename T>
   void rows_into(std::span<const T> answers, int64_t width, std::span<T> result) {
     const size_t ranks = counts_.size(), w = static_cast<size_t>(width);
@@ -70,6 +88,7 @@ class OwnerExchange {
   void sent(const std::vector<size_t>& counts, size_t element_bytes);
 
  private:
+  const NodeShard& shard_;
   collectives::Communicator& comm_;
   std::vector<size_t> counts_, asked_;
   std::vector<int64_t> order_;

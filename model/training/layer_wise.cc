@@ -136,9 +136,7 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
   // halo's degrees from their owners.
   std::vector<int32_t> degree(static_cast<size_t>(owned));
   for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
-  std::vector<int32_t> asked(exchange_->asked().size());
-  for (size_t i = 0; i < asked.size(); ++i) asked[i] = degree[shard.local(exchange_->asked()[i])];
-  const std::vector<int32_t> halo_degree = exchange_->rows<int32_t>(asked, 1);
+  const std::vector<int32_t> halo_degree = exchange_->fetch<int32_t>(degree, 1);
   const auto degree_of = [&](int32_t r) {
     return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
   };
@@ -179,14 +177,7 @@ Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
     first = false;
     Tensor in(DType::kF32, {rows, width});
     auto iv = in.values<float>();
-    {
-      std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
-      for (size_t i = 0; i < exchange_->asked().size(); ++i) {
-        const int64_t r = shard_.local(exchange_->asked()[i]);
-        std::copy_n(x.begin() + r * width, width, answers.begin() + static_cast<int64_t>(i) * width);
-      }
-      exchange_->rows_into<float>(answers, width, iv.subspan(static_cast<size_t>(owned * width)));
-    }
+    exchange_->fetch_into<float>(x, width, iv.subspan(static_cast<size_t>(owned * width)));
     std::copy(x.begin(), x.end(), iv.begin());
     out = Tensor();
     auto& mem = core.memory();
@@ -207,7 +198,7 @@ Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
 
 ShardedLinkScores::ShardedLinkScores(const NodeShard& graph, const proto::Model& embeddings, proto::Model decoder,
                                      int hops, const EdgeList& pairs, collectives::Communicator& comm)
-    : graph_(graph), embed_(graph, embeddings, hops, comm), decoder_(std::move(decoder)), comm_(comm) {
+    : embed_(graph, embeddings, hops, comm), decoder_(std::move(decoder)), comm_(comm) {
   const int ranks = comm.size(), rank = comm.rank();
   const int64_t p = pairs.size();
   for (int q = 0; q < ranks; ++q) {
@@ -240,27 +231,21 @@ ShardedLinkScores::ShardedLinkScores(const NodeShard& graph, const proto::Model&
 std::vector<float> ShardedLinkScores::run(Core& core, const runtime::RunContext& context) {
   const Tensor own = embed_.run(core, context);  // [owned, width]
   const int64_t width = own.shape()[1];
-  const auto ov = own.values<float>();
-  std::vector<float> answers(exchange_->asked().size() * static_cast<size_t>(width));
-  for (size_t i = 0; i < exchange_->asked().size(); ++i) {
-    std::copy_n(ov.begin() + graph_.local(exchange_->asked()[i]) * width, width,
-                answers.begin() + static_cast<int64_t>(i) * width);
-  }
-  std::vector<float> rows = exchange_->rows<float>(answers, width);  // [endpoints, width]
+  Tensor rows(DType::kF32, {static_cast<int64_t>(endpoints_.size()), width});  // the endpoints'
+  exchange_->fetch_into<float>(own.values<float>(), width, rows.values<float>());
   std::vector<float> mine;
   if (shape_.edge_rows[0] > 0) {
+    const std::string& score = decoder_.module(decoder_.module_size() - 1).name();
     if (!program_) {
       Schema schema = sampled_schema(0, width, 1, true);
       for (auto& set : schema.edge_sets) set.target = false;
-      const std::string score = decoder_.module(decoder_.module_size() - 1).name();
       program_ = core.compile(build_module_inference(decoder_, schema, shape_, false, {score}).program, {});
     }
-    const auto m = static_cast<int64_t>(endpoints_.size());
-    core.memory().put(features_name(hop_set_name(0)), Tensor::from<float>(rows, {m, width}));
+    core.memory().put(features_name(hop_set_name(0)), std::move(rows));
     core.bind_graph(kPairsSet, pairs_);
     core.bind_graph(reversed_graph_name(kPairsSet), reversed_);
     core.run(*program_, context);
-    const Tensor s = core.read(*program_, decoder_.module(decoder_.module_size() - 1).name());
+    const Tensor s = core.read(*program_, score);
     core.memory().erase(features_name(hop_set_name(0)));
     const auto sv = s.values<float>();
     mine.assign(sv.begin(), sv.end());

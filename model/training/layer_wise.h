@@ -101,7 +101,6 @@ class ShardedLinkScores {
   std::vector<float> run(runtime::Core& core, const runtime::RunContext& context);
 
  private:
-  const NodeShard& graph_;
   ShardedLayerWise embed_;
   proto::Model decoder_;
   collectives::Communicator& comm_;

@@ -21,11 +21,12 @@ Usage: node_shards_cli_test.py GNNRT EXAMPLES_DIR MPIRUN... (run by ctest; WORK 
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from cli_common import check, damaged_copy, expect_error_on_every_rank, finish, run
 
 GNNRT, EXAMPLES = sys.argv[1], Path(sys.argv[2])
 MPIRUN = sys.argv[3:]
@@ -35,19 +36,6 @@ GRAPH = "products:nodes=3000,edges=30000,features=12,classes=5"
 SETS = ["--set", "model.layer[0].out=16", "--set", "model.layer[3].out=16", "--set", "sampling.batch_size=100",
         "--set", "schedule.epochs=1"]
 SMALL = [*SETS, "--threads", "1", "--no-cache"]
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED:", what)
-    return ok
-
-
-def run(args, timeout=300):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout + p.stderr
 
 
 def partition(parts, out, *extra):
@@ -74,10 +62,7 @@ def expect_refused(ranks, message, *extra, job=JOB, small=SMALL):
     params = WORK / "refused_params"
     shutil.rmtree(params, ignore_errors=True)
     code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", job, *small, *extra, "--params-out", str(params)])
-    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
-    check(code == 2, f"{message!r}: exit {code}, expected 2\n{out[-3000:]}")
-    check(len(errors) == ranks, f"{message!r}: {len(errors)} error lines for {ranks} ranks:\n" + "\n".join(errors))
-    check(any(message in line for line in errors), f"no error says {message!r}:\n" + "\n".join(errors))
+    expect_error_on_every_rank(code, out, ranks, message, 2)
     check(re.search(r"epoch +1/", out) is None, f"{message!r}: a step ran before the error")
     check(not params.exists(), f"{message!r}: parameters were written")
     return out
@@ -145,12 +130,8 @@ expect_refused(2, "was written with sampling.undirected = true, the job has fals
                "--set", "sampling.ownership=METIS", "--shards", str(metis_shards))
 
 
-def damaged(name, damage, source=shards):
-    copy = WORK / name
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(source, copy)
-    damage(copy)
-    return copy
+def damaged(name, damage):
+    return damaged_copy(shards, WORK / name, damage)
 
 
 expect_refused(2, "rank-1/indices.npy: missing", *PRODUCTS, "--shards",
@@ -208,7 +189,4 @@ expect_refused(2, "a link job splits the whole edge list on every rank, so it re
                "--set", "sampling.fanout=5,5", "--shards", str(shards), job=str(EXAMPLES / "cora_link.pbtxt"),
                small=LINK_SMALL)
 
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
-print("all node shard checks passed")
+finish()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cli_common import check, damaged_copy, expect_error_on_every_rank, finish, run
+
 GNNRT = sys.argv[1]
 MPIRUN = sys.argv[2:]
 WORK = Path(os.environ.get("GNNRT_WORK", "/tmp/gnnrt_shards_cli"))
@@ -25,19 +27,6 @@ COMMON = ["--no-cache", "--dataset", DATASET, "--set", "schedule.epochs=2"]
 # check added with the whole-job fingerprint, the flips, the degenerate
 # inputs and colour; the Release suite runs them all.
 QUICK = os.environ.get("GNNRT_TEST_QUICK") == "1"
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAILED:", what)
-    return ok
-
-
-def run(args, timeout=120):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout + p.stderr
 
 
 def train(ranks, *extra, mpmd=None):
@@ -51,10 +40,7 @@ def train(ranks, *extra, mpmd=None):
 
 def expect_refused(ranks, message, *extra, mpmd=None, status=2):
     code, out = train(ranks, *extra, mpmd=mpmd)
-    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
-    check(code == status, f"{message!r}: exit {code}, expected {status}\n{out[-3000:]}")
-    check(len(errors) == ranks, f"{message!r}: {len(errors)} error lines for {ranks} ranks:\n" + "\n".join(errors))
-    check(any(message in line for line in errors), f"no error says {message!r}:\n" + "\n".join(errors))
+    expect_error_on_every_rank(code, out, ranks, message, status)
     check(re.search(r"epoch +1/", out) is None, f"{message!r}: a step ran before the error")
 
 
@@ -144,11 +130,7 @@ expect_refused(3, "holds shards for 2 ranks, but the job runs on 3", "--shards",
 
 
 def damaged(name, damage):
-    copy = WORK / name
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(shards, copy)
-    damage(copy)
-    return copy
+    return damaged_copy(shards, WORK / name, damage)
 
 
 missing = damaged("missing", lambda d: (d / "rank-1" / "x.npy").unlink())
@@ -250,10 +232,7 @@ expect_refused(2, "the job is for 3 ranks (partition.parts) but runs on 2", "--p
 def expect_failed_everywhere(ranks, message, *extra, status=1, job=()):
     """A failure on rank 0 only (the ranks' writer) ends every rank with an error."""
     code, out = run([*MPIRUN, "-np", str(ranks), GNNRT, "train", *job, *COMMON, *extra])
-    errors = [line for line in out.splitlines() if "gnnrt: error:" in line]
-    check(code == status, f"{message!r}: exit {code}, expected {status}\n{out[-3000:]}")
-    check(len(errors) == ranks, f"{message!r}: {len(errors)} error lines for {ranks} ranks:\n" + "\n".join(errors))
-    check(any(message in line for line in errors), f"no error says {message!r}:\n" + "\n".join(errors))
+    expect_error_on_every_rank(code, out, ranks, message, status)
     return out
 
 
@@ -422,5 +401,4 @@ if not QUICK:
                        capture_output=True, timeout=120)
     check(b"\x1b[" in p.stdout, f"on a terminal: no colour codes\n{p.stdout[-1500:]!r}")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

@@ -186,6 +186,24 @@ TEST(SampledDistributed, LinkPredictionTrainsToTheOneRankParameters) {
   EXPECT_EQ(compared, 10);  // 6 of the encoder, 4 of the MLP decoder
 }
 
+// Each epoch's validation and test figures (val_acc, test_acc) of `j`
+// trained alone and over the ranks.
+using Evaluations = std::vector<std::pair<double, double>>;
+std::pair<Evaluations, Evaluations> evaluations_alone_and_shared(const proto::Job& j) {
+  Evaluations one, many;
+  TrainOptions alone;
+  alone.progress = false;
+  alone.no_cache = true;
+  alone.threads = 1;
+  alone.on_epoch = [&](const EpochMetrics& m) { one.emplace_back(m.val_acc, m.test_acc); };
+  train(j, alone);
+  TrainOptions shared = alone;
+  shared.communicator = world();
+  shared.on_epoch = [&](const EpochMetrics& m) { many.emplace_back(m.val_acc, m.test_acc); };
+  train(j, shared);
+  return {one, many};
+}
+
 // Layer-wise evaluation over the shards (each rank its nodes, the halo's
 // rows from their owners) gives the one-rank accuracies, for GCN (whose
 // weights need the halo's degrees) and SAGE.
@@ -201,17 +219,7 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
     j.mutable_optimizer()->set_lr(1e-9);
     apply_override(j, std::string("model.layer[0].type=") + conv);
     apply_override(j, std::string("model.layer[2].type=") + conv);
-    std::vector<std::pair<double, double>> one, many;
-    TrainOptions alone;
-    alone.progress = false;
-    alone.no_cache = true;
-    alone.threads = 1;
-    alone.on_epoch = [&](const EpochMetrics& m) { one.emplace_back(m.val_acc, m.test_acc); };
-    train(j, alone);
-    TrainOptions shared = alone;
-    shared.communicator = world();
-    shared.on_epoch = [&](const EpochMetrics& m) { many.emplace_back(m.val_acc, m.test_acc); };
-    train(j, shared);
+    const auto [one, many] = evaluations_alone_and_shared(j);
     ASSERT_EQ(one.size(), 2u);
     ASSERT_EQ(many.size(), 2u);
     for (size_t e = 0; e < 2; ++e) {
@@ -241,17 +249,7 @@ TEST(SampledDistributed, ShardedLinkEvaluationGivesTheOneRankAucs) {
     apply_override(j, "link.val_fraction=0.1");
     apply_override(j, "link.test_fraction=0.1");
     apply_override(j, std::string("link.decoder=") + decoder);
-    std::vector<std::pair<double, double>> one, many;
-    TrainOptions alone;
-    alone.progress = false;
-    alone.no_cache = true;
-    alone.threads = 1;
-    alone.on_epoch = [&](const EpochMetrics& m) { one.emplace_back(m.val_acc, m.test_acc); };
-    train(j, alone);
-    TrainOptions shared = alone;
-    shared.communicator = world();
-    shared.on_epoch = [&](const EpochMetrics& m) { many.emplace_back(m.val_acc, m.test_acc); };
-    train(j, shared);
+    const auto [one, many] = evaluations_alone_and_shared(j);
     ASSERT_EQ(one.size(), 2u);
     ASSERT_EQ(many.size(), 2u) << conv;
     for (size_t e = 0; e < 2; ++e) {
