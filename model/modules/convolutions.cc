@@ -33,10 +33,10 @@ Port gin(ModuleContext& c) {
   ValueId h;
   if (in.src.sparse()) {
     const ValueId y = c.project(in.src, c.param("nn.0.weight", {hidden, width}, Init::kTorchLinear, width, hidden));
-    h = c.b.add(self(y), c.b.aggregate(ops::Reduce::kSum, g, y));
+    h = c.b.add(self(y), c.aggregate(ops::Reduce::kSum, g, y));
     h = c.b.relu(c.b.bias_add(h, c.param("nn.0.bias", {hidden}, Init::kTorchLinear, width, hidden)));
   } else {
-    const ValueId agg = c.b.aggregate(ops::Reduce::kSum, g, in.src.value);
+    const ValueId agg = c.aggregate(ops::Reduce::kSum, g, in.src.value);
     h = c.b.add(self(in.dst.value), agg);
     h = c.b.relu(c.linear("nn.0", h, width, hidden, true));
   }
@@ -56,11 +56,11 @@ Port sage(ModuleContext& c) {
   ValueId h;
   if (in.src.sparse()) {
     const ValueId lin_l = c.param("lin_l.weight", {out, width}, Init::kTorchLinear, width, out);
-    h = c.b.aggregate(reduce, c.graph(in.edges), c.project(in.src, lin_l));
+    h = c.aggregate(reduce, c.graph(in.edges), c.project(in.src, lin_l));
     h = c.b.bias_add(h, c.param("lin_l.bias", {out}, Init::kTorchLinear, width, out));
     h = c.b.add(h, c.project(in.dst, c.param("lin_r.weight", {out, width}, Init::kTorchLinear, width, out)));
   } else {
-    const ValueId agg = c.b.aggregate(reduce, c.graph(in.edges), in.src.value);
+    const ValueId agg = c.aggregate(reduce, c.graph(in.edges), in.src.value);
     h = c.linear("lin_l", agg, width, out, true);
     h = c.b.add(h, c.linear("lin_r", in.dst.value, in.dst.width, out, false));
   }
@@ -85,7 +85,7 @@ Port gcn(ModuleContext& c) {
   const int64_t width = in.src.width, out = positive(c, m.out(), "out");
   const int32_t g = c.self_loop_graph(in.edges);
   ValueId h = c.project(in.src, c.param("lin.weight", {out, width}, Init::kGlorot, width, out));
-  h = c.b.aggregate(ops::Reduce::kSum, g, h, c.gcn_norm(g));
+  h = c.aggregate(ops::Reduce::kSum, g, h, c.gcn_norm(g));
   if (m.bias()) h = c.b.bias_add(h, c.param("bias", {out}, Init::kZeros, width, out));
   return c.nodes(in.dst.set, out, c.zero_padding(in.dst.set, h));
 }
@@ -122,7 +122,7 @@ Port gat(ModuleContext& c) {
   const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), a_dst);
   ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
   if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g, c.edge_ids(g));
-  ValueId out = c.b.aggregate(ops::Reduce::kSum, g, h_src, alpha);
+  ValueId out = c.aggregate(ops::Reduce::kSum, g, h_src, alpha);
   int64_t width = hc;
   if (!m.concat()) {
     if (heads > 1) out = c.b.head_mean(out, heads);

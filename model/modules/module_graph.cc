@@ -38,8 +38,8 @@ std::string module_label(const proto::Model& model, int i) {
 class ModuleGraphBuilder {
  public:
   ModuleGraphBuilder(std::string name, const proto::Model& model, const Schema& schema, const BucketShape& shape,
-                     bool training, bool replicated)
-      : b_(std::move(name)), model_(model), schema_(schema), shape_(shape), training_(training) {
+                     bool training, bool replicated, AggregationSplit* split = nullptr)
+      : b_(std::move(name)), model_(model), schema_(schema), shape_(shape), training_(training), split_(split) {
     if (replicated) b_.replicate();
   }
 
@@ -47,6 +47,12 @@ class ModuleGraphBuilder {
     forward();
     const ValueId loss = losses();
     return finish(loss);
+  }
+
+  // The forward pass, with no outputs but what the modules made so.
+  Network forward_only() {
+    forward();
+    return finish(runtime::kNoValue);
   }
 
   std::map<std::string, Port> ports() {
@@ -114,7 +120,8 @@ class ModuleGraphBuilder {
       std::vector<Port> inputs;
       for (const std::string& in : m.input()) inputs.push_back(ports_.at(in));
       Builder::Scope scope(b_, m.name());
-      ModuleContext c(b_, schema_, shape_, training_, m, static_cast<uint64_t>(i + 1), std::move(inputs), declared_);
+      ModuleContext c(b_, schema_, shape_, training_, m, static_cast<uint64_t>(i + 1), std::move(inputs), declared_,
+                      split_);
       Port out = module_kind(m).build(c);
       out.name = m.name();
       ports_[m.name()] = out;
@@ -284,6 +291,7 @@ class ModuleGraphBuilder {
   const Schema& schema_;
   const BucketShape& shape_;
   const bool training_;
+  AggregationSplit* split_;
   std::map<std::string, Port> ports_;
   DeclaredParams declared_;
 };
@@ -383,6 +391,15 @@ std::map<std::string, Port> module_ports(const proto::Model& model, const Schema
 Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
                                bool replicated, const std::vector<std::string>& outputs) {
   return ModuleGraphBuilder("infer", model, schema, shape, false, replicated).inference(outputs);
+}
+
+Network build_split_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                              AggregationSplit& split, const std::vector<std::string>& outputs) {
+  const bool messages = split.part == AggregationSplit::Part::kMessages;
+  ModuleGraphBuilder builder(messages ? "messages" : "transform", model, schema, shape, false, false, &split);
+  Network n = messages ? builder.forward_only() : builder.inference(outputs);
+  if (!split.found) throw std::invalid_argument("model: no convolution to split at its aggregation");
+  return n;
 }
 
 }  // namespace gnnrt::model

@@ -38,6 +38,13 @@ Network build_module_train_step(const proto::Model& model, const Schema& schema,
 Network build_module_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
                                bool replicated = false, const std::vector<std::string>& outputs = {});
 
+// A segment of a layer chain (one convolution and the modules around it)
+// as the two programs of an AggregationSplit (modules.h): split.part says
+// which; `outputs` as above, for the transform part. Fills in `split`;
+// throws when the model has no convolution or one that does not split.
+Network build_split_inference(const proto::Model& model, const Schema& schema, const BucketShape& shape,
+                              AggregationSplit& split, const std::vector<std::string>& outputs);
+
 // What each module and data tensor is (rows, set, width), by name, as the
 // model builds on `shape` in eval mode.
 std::map<std::string, Port> module_ports(const proto::Model& model, const Schema& schema, const BucketShape& shape);

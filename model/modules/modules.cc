@@ -147,9 +147,10 @@ const ModuleKind& module_kind(const proto::Module& module) {
 }
 
 ModuleContext::ModuleContext(runtime::Builder& builder, const Schema& s, const BucketShape& sh, bool train,
-                             const proto::Module& m, uint64_t k, std::vector<Port> in, DeclaredParams& declared)
+                             const proto::Module& m, uint64_t k, std::vector<Port> in, DeclaredParams& declared,
+                             AggregationSplit* split)
     : b(builder), schema(s), shape(sh), training(train), module(m), key(k), inputs(std::move(in)),
-      declared_(declared) {}
+      declared_(declared), split_(split) {}
 
 void ModuleContext::alias(const std::string& key_suffix, const std::string& param_suffix) {
   const ParamAlias a{scope() + "." + key_suffix, scope() + "." + param_suffix};
@@ -201,6 +202,32 @@ ValueId ModuleContext::linear(const std::string& prefix, ValueId x, int64_t in, 
   ValueId h = b.linear(x, param(prefix + ".weight", {out, in}, Init::kTorchLinear, in, out));
   if (bias) h = b.bias_add(h, param(prefix + ".bias", {out}, Init::kTorchLinear, in, out));
   return h;
+}
+
+ValueId ModuleContext::aggregate(ops::Reduce reduce, int32_t g, ValueId x, ValueId edge_weight) {
+  if (!split_) return b.aggregate(reduce, g, x, edge_weight);
+  const auto norm = declared_.gcn_norms.find(g);
+  const bool gcn = edge_weight != runtime::kNoValue && norm != declared_.gcn_norms.end() && norm->second == edge_weight;
+  if (split_->found) fail("a program split at its aggregation holds one convolution");
+  if (edge_weight != runtime::kNoValue && !gcn) fail("an aggregation weighted by the messages does not split");
+  const runtime::GraphInfo& graph = b.program().graphs.at(static_cast<size_t>(g));
+  const runtime::ValueInfo& v = b.program().value(x);
+  split_->found = true;
+  split_->reduce = reduce;
+  split_->self_loops = graph.name.ends_with(self_loop_graph_name(""));
+  split_->gcn_norm = gcn;
+  split_->from_input = v.role == runtime::Role::kInput;
+  split_->width = v.shape[1];
+  if (split_->part == AggregationSplit::Part::kTransform) {
+    return b.input(kAggregateName, DType::kF32, {graph.num_dst, split_->width});
+  }
+  // The messages as an output; the rest of the program, fed them in place
+  // of the aggregate (the same rows: the split's programs see only their
+  // own nodes), is dead and dropped by the compiler.
+  const ValueId m = split_->from_input ? b.scale(x, 1.0) : x;
+  b.program().value(m).name = kMessagesName;
+  b.output(m);
+  return x;
 }
 
 ValueId ModuleContext::project(const Port& x, ValueId weight) {

@@ -129,10 +129,32 @@ struct DeclaredParams {
   std::map<int32_t, runtime::ValueId> gcn_norms;  // by graph: built once per program
 };
 
+// A convolution's aggregation taken out of its program, for the evaluation
+// over node shards (ShardedLayerWise, docs/sampling.md): the messages part
+// stops where the aggregation starts and outputs what it would aggregate
+// (kMessagesName); the transform part starts from the aggregate, an input
+// (kAggregateName) that the caller makes, the halo's rows a column block
+// at a time. One aggregation a program, unweighted or with GCN's weights:
+// GIN, SAGE and GCN split; GAT's attention weights are refused.
+struct AggregationSplit {
+  enum class Part { kMessages, kTransform };
+  Part part = Part::kMessages;
+  // What the convolution aggregates, filled in as it builds.
+  bool found = false;
+  ops::Reduce reduce = ops::Reduce::kSum;
+  bool self_loops = false;  // over the edges and a loop per destination
+  bool gcn_norm = false;    // weighted by GCN's normalisation
+  bool from_input = false;  // the messages are the program's input itself
+  int64_t width = 0;        // of the messages
+};
+inline constexpr const char* kMessagesName = "messages";
+inline constexpr const char* kAggregateName = "aggregate";
+
 class ModuleContext {
  public:
   ModuleContext(runtime::Builder& b, const Schema& schema, const BucketShape& shape, bool training,
-                const proto::Module& module, uint64_t key, std::vector<Port> inputs, DeclaredParams& declared);
+                const proto::Module& module, uint64_t key, std::vector<Port> inputs, DeclaredParams& declared,
+                AggregationSplit* split = nullptr);
 
   runtime::Builder& b;
   const Schema& schema;
@@ -156,6 +178,11 @@ class ModuleContext {
   void alias(const std::string& key_suffix, const std::string& param_suffix);
   // torch.nn.Linear "<module>.<prefix>.weight" / ".bias" applied to x.
   runtime::ValueId linear(const std::string& prefix, runtime::ValueId x, int64_t in, int64_t out, bool bias);
+  // A convolution's aggregation of x over `graph` (Builder::aggregate),
+  // or, under an AggregationSplit, its messages output or its aggregate an
+  // input.
+  runtime::ValueId aggregate(ops::Reduce reduce, int32_t graph, runtime::ValueId x,
+                             runtime::ValueId edge_weight = runtime::kNoValue);
   // x · weightᵀ, x dense or sparse.
   runtime::ValueId project(const Port& x, runtime::ValueId weight);
   // GCN's D^-1/2 (A + I) D^-1/2 edge weights of a self-loop graph, built
@@ -194,6 +221,7 @@ class ModuleContext {
 
  private:
   DeclaredParams& declared_;
+  AggregationSplit* split_;
 };
 
 struct ModuleKind {

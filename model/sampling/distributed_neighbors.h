@@ -47,12 +47,18 @@ class OwnerExchange {
   // rows by local index); `result` [list, width] gets the list's rows.
   template <typename T>
   void fetch_into(std::span<const T> owned, int64_t width, std::span<T> result) {
-    std::vector<T> answers(asked_ids_.size() * static_cast<size_t>(width));
+    fetch_columns_into<T>(owned, width, 0, width, result);
+  }
+  // Columns [begin, end) of the rows: `result` [list, end - begin].
+  template <typename T>
+  void fetch_columns_into(std::span<const T> owned, int64_t width, int64_t begin, int64_t end, std::span<T> result) {
+    const int64_t w = end - begin;
+    std::vector<T> answers(asked_ids_.size() * static_cast<size_t>(w));
     for (size_t i = 0; i < asked_ids_.size(); ++i) {
-      std::copy_n(owned.begin() + shard_.local(asked_ids_[i]) * width, width,
-                  answers.begin() + static_cast<int64_t>(i) * width);
+      std::copy_n(owned.begin() + shard_.local(asked_ids_[i]) * width + begin, w,
+                  answers.begin() + static_cast<int64_t>(i) * w);
     }
-    rows_into<T>(answers, width, result);
+    rows_into<T>(answers, w, result);
   }
   template <typename T>
   std::vector<T> fetch(std::span<const T> owned, int64_t width) {

@@ -38,11 +38,14 @@ std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& contex
       std::fill(dst.begin() + shard_.indptr[v], dst.begin() + shard_.indptr[v + 1], static_cast<int32_t>(v));
     }
     edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
-    for (int64_t v = 0; v < n; ++v) {  // the shard holds no loops: one per node
+    // GCN's and GAT's graph (24 bytes an edge: built only for them).
+    const bool loops = std::any_of(model_.module().begin(), model_.module().end(),
+                                   [](const proto::Module& m) { return m.has_gcn() || m.has_gat(); });
+    for (int64_t v = 0; loops && v < n; ++v) {  // the shard holds no loops: one per node
       src.push_back(static_cast<int32_t>(v));
       dst.push_back(static_cast<int32_t>(v));
     }
-    loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
+    if (loops) loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, n, n));
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int64_t v = 0; v < n; ++v) ids[v] = static_cast<int32_t>(v);
     identity_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, n, n));
@@ -56,7 +59,7 @@ std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& contex
   for (int h = 0; h < hops_; ++h) {
     mem.put(features_name(hop_set_name(h)), Tensor(DType::kF32, {n, 0}));
     core.bind_graph(block_set_name(h), edges_);
-    core.bind_graph(self_loop_graph_name(block_set_name(h)), loops_);
+    if (loops_) core.bind_graph(self_loop_graph_name(block_set_name(h)), loops_);
     core.bind_graph(prefix_graph_name(block_set_name(h)), identity_);
   }
   if (pairs_) {
@@ -83,6 +86,7 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
     : shard_(shard), hops_(hops) {
   // The segments: convolution k and what follows it.
   int segment = -1;
+  bool loops = false;
   for (const proto::Module& m : model.module()) {
     const bool conv = m.has_gcn() || m.has_sage() || m.has_gat() || m.has_gin();
     if (conv || segment < 0) {
@@ -101,7 +105,9 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
     }
     if (conv) {
       g.has_conv = true;
+      g.split = !m.has_gat();
       gcn_ = gcn_ || m.has_gcn();
+      loops = loops || m.has_gcn() || m.has_gat();
       const std::string block = block_set_name(0);
       if (copy.has_gcn()) copy.mutable_gcn()->set_edges(block);
       if (copy.has_sage()) copy.mutable_sage()->set_edges(block);
@@ -132,68 +138,166 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
   }
   const auto e = static_cast<int64_t>(src.size());
   edges_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
-  // GCN's weights with the graph's degrees (in-edges and the loop); the
-  // halo's degrees from their owners.
-  std::vector<int32_t> degree(static_cast<size_t>(owned));
-  for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
-  const std::vector<int32_t> halo_degree = exchange_->fetch<int32_t>(degree, 1);
-  const auto degree_of = [&](int32_t r) {
-    return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
-  };
-  for (int64_t v = 0; v < owned; ++v) {
-    src.push_back(static_cast<int32_t>(v));
-    dst.push_back(static_cast<int32_t>(v));
+  // GCN's and GAT's graph: the in-edges and a loop a node (24 bytes an edge:
+  // built only for them). GCN's weights with the graph's degrees (in-edges
+  // and the loop); the halo's degrees from their owners.
+  if (loops) {
+    for (int64_t v = 0; v < owned; ++v) {
+      src.push_back(static_cast<int32_t>(v));
+      dst.push_back(static_cast<int32_t>(v));
+    }
+    loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
   }
-  loops_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(src, dst, rows, owned));
-  norm_.resize(src.size());
-  for (size_t i = 0; i < src.size(); ++i) {
-    norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
+  if (gcn_) {
+    std::vector<int32_t> degree(static_cast<size_t>(owned));
+    for (int64_t v = 0; v < owned; ++v) degree[v] = static_cast<int32_t>(shard.indptr[v + 1] - shard.indptr[v] + 1);
+    const std::vector<int32_t> halo_degree = exchange_->fetch<int32_t>(degree, 1);
+    const auto degree_of = [&](int32_t r) {
+      return static_cast<double>(r < owned ? degree[r] : halo_degree[static_cast<size_t>(r - owned)]);
+    };
+    norm_.resize(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
+    }
   }
   std::vector<int32_t> ids(static_cast<size_t>(owned));
   std::iota(ids.begin(), ids.end(), 0);
   prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
+  own_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, owned, owned));
+  const std::vector<int32_t> no_edges;
+  none_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(no_edges, no_edges, owned, owned));
   shape_.node_rows = {owned, rows};
   shape_.edge_rows = {e};
   shape_.self_loop_edges = {e + owned};
   shape_.graph_rows = 1;
   shape_.padded = false;
+  // The split programs see only this rank's nodes (their block is empty).
+  split_shape_ = shape_;
+  split_shape_.node_rows = {owned, owned};
+  split_shape_.edge_rows = {0};
+  split_shape_.self_loop_edges = {owned};
+  // Column blocks whose halo rows hold at most about a quarter of a
+  // layer's own rows; every rank takes as many blocks (each is an exchange).
+  const int64_t halo = rows - owned;
+  int64_t blocks[1] = {halo == 0 ? 1 : (4 * halo + std::max<int64_t>(owned, 1) - 1) / std::max<int64_t>(owned, 1)};
+  comm.allreduce<int64_t>(std::span<int64_t>(blocks), collectives::ReduceOp::max);
+  blocks_ = blocks[0];
 }
 
 Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
-  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
-  int64_t width = shard_.num_features;
-  Tensor out;  // the last segment's rows of this rank's nodes
-  bool first = true;
-  // Each segment's input: this rank's rows, then the halo's from their
-  // owners. One copy of each array at a time (the evaluation's peak memory
-  // is a layer's input and output: docs/sampling.md).
+  // One layer's input at a time: its rows of this rank's nodes (and, for a
+  // whole layer, the halo's), dropped once the layer has run.
+  Tensor out = Tensor::from<float>(shard_.x, {shard_.owned(), shard_.num_features});
   for (Segment& g : segments_) {
-    if (!g.program) {
-      g.schema = sampled_schema(1, width, 1);
-      g.schema.node_sets[0].target = false;
-      g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
-    }
-    const std::span<const float> x = first ? std::span<const float>(shard_.x) : out.values<float>();
-    first = false;
-    Tensor in(DType::kF32, {rows, width});
-    auto iv = in.values<float>();
-    exchange_->fetch_into<float>(x, width, iv.subspan(static_cast<size_t>(owned * width)));
-    std::copy(x.begin(), x.end(), iv.begin());
-    out = Tensor();
-    auto& mem = core.memory();
-    mem.put(features_name(hop_set_name(1)), std::move(in));
-    mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
-    const std::string block = block_set_name(0);
-    core.bind_graph(block, edges_);
-    core.bind_graph(self_loop_graph_name(block), loops_);
-    core.bind_graph(prefix_graph_name(block), prefix_);
-    if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
-    core.run(*g.program, context);
-    out = core.read(*g.program, g.out);
-    mem.erase(features_name(hop_set_name(1)));  // the input: not alive beside the next one
-    width = out.shape()[1];
+    out = g.split ? run_split(core, context, g, std::move(out)) : run_whole(core, context, g, std::move(out));
   }
   return out;
+}
+
+Tensor ShardedLayerWise::run_whole(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
+  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], width = in.shape()[1];
+  if (!g.program) {
+    g.schema = sampled_schema(1, width, 1);
+    g.schema.node_sets[0].target = false;
+    g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
+  }
+  Tensor all(DType::kF32, {rows, width});  // own rows, then the halo's from their owners
+  const auto iv = in.values<float>();
+  auto av = all.values<float>();
+  exchange_->fetch_into<float>(iv, width, av.subspan(static_cast<size_t>(owned * width)));
+  std::copy(iv.begin(), iv.end(), av.begin());
+  in = Tensor();
+  auto& mem = core.memory();
+  const std::string hop1 = features_name(hop_set_name(1)), block = block_set_name(0);
+  mem.put(hop1, std::move(all));
+  mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
+  core.bind_graph(block, edges_);
+  if (loops_) core.bind_graph(self_loop_graph_name(block), loops_);
+  core.bind_graph(prefix_graph_name(block), prefix_);
+  if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
+  core.run(*g.program, context);
+  Tensor out = core.read(*g.program, g.out);
+  mem.erase(hop1);
+  return out;
+}
+
+Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
+  const int64_t owned = shard_.owned(), width = in.shape()[1];
+  if (!g.transform) {
+    g.schema = sampled_schema(1, width, 1);
+    g.schema.node_sets[0].target = false;
+    AggregationSplit transform;
+    transform.part = AggregationSplit::Part::kTransform;
+    g.transform = core.compile(build_split_inference(g.model, g.schema, split_shape_, transform, {g.out}).program, {});
+    g.aggregation.part = AggregationSplit::Part::kMessages;
+    Network messages = build_split_inference(g.model, g.schema, split_shape_, g.aggregation, {});
+    if (!g.aggregation.from_input) g.messages = core.compile(std::move(messages.program), {});
+  }
+  auto& mem = core.memory();
+  const std::string hop1 = features_name(hop_set_name(1)), block = block_set_name(0);
+  mem.put(hop1, std::move(in));
+  mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
+  core.bind_graph(block, none_);
+  core.bind_graph(self_loop_graph_name(block), own_);
+  core.bind_graph(prefix_graph_name(block), own_);
+  Tensor messages;
+  if (g.messages) {
+    core.run(*g.messages, context);
+    messages = core.read(*g.messages, kMessagesName);
+  }
+  const Tensor& m = g.messages ? messages : mem.at(hop1);
+  Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
+  messages = Tensor();
+  mem.put(kAggregateName, std::move(agg));
+  core.run(*g.transform, context);
+  Tensor out = core.read(*g.transform, g.out);
+  mem.erase(hop1);
+  mem.erase(kAggregateName);
+  return out;
+}
+
+Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& context, const AggregationSplit& a,
+                                   std::span<const float> messages, int64_t width) {
+  static constexpr const char* kGraph = "halo.edges";
+  static constexpr const char* kRows = "halo.rows";
+  static constexpr const char* kNorm = "halo.gcn_norm";
+  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
+  const int64_t edges = a.self_loops ? shape_.self_loop_edges[0] : shape_.edge_rows[0];
+  const int64_t step = std::max<int64_t>(1, (width + blocks_ - 1) / blocks_);
+  auto& mem = core.memory();
+  core.bind_graph(kGraph, a.self_loops ? loops_ : edges_);
+  if (a.gcn_norm) mem.put(kNorm, Tensor::from<float>(norm_, {edges}));
+  Tensor agg(DType::kF32, {owned, width});
+  auto av = agg.values<float>();
+  // Every rank the same blocks (a narrower width ends its last exchanges
+  // with empty ones).
+  for (int64_t k = 0; k < blocks_; ++k) {
+    const int64_t begin = std::min(width, k * step), end = std::min(width, begin + step), w = end - begin;
+    Tensor x(DType::kF32, {rows, w});  // the block's columns: own rows, then the halo's
+    auto xv = x.values<float>();
+    for (int64_t r = 0; r < owned; ++r) std::copy_n(messages.begin() + r * width + begin, w, xv.begin() + r * w);
+    exchange_->fetch_columns_into<float>(messages, width, begin, end, xv.subspan(static_cast<size_t>(owned * w)));
+    if (w == 0) continue;
+    auto& program = aggregations_[{static_cast<int>(a.reduce), a.self_loops, a.gcn_norm, w}];
+    if (!program) {
+      runtime::Builder b("halo_aggregate");
+      const int32_t graph = b.graph(kGraph, rows, owned, edges);
+      const runtime::ValueId x = b.input(kRows, DType::kF32, {rows, w});
+      const runtime::ValueId weight = a.gcn_norm ? b.input(kNorm, DType::kF32, {edges}) : runtime::kNoValue;
+      const runtime::ValueId y = b.aggregate(a.reduce, graph, x, weight);
+      b.program().value(y).name = kAggregateName;
+      b.output(y);
+      program = core.compile(b.take(), {});
+    }
+    mem.put(kRows, std::move(x));
+    core.run(*program, context);
+    const Tensor y = core.read(*program, kAggregateName);
+    mem.erase(kRows);
+    const auto yv = y.values<float>();
+    for (int64_t r = 0; r < owned; ++r) std::copy_n(yv.begin() + r * w, w, av.begin() + r * width + begin);
+  }
+  if (a.gcn_norm) mem.erase(kNorm);
+  return agg;
 }
 
 ShardedLinkScores::ShardedLinkScores(const NodeShard& graph, const proto::Model& embeddings, proto::Model decoder,

@@ -12,7 +12,10 @@
 //     node shards, each rank its share of the pairs.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <span>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -52,11 +55,18 @@ class LayerWise {
 
 // Layer-wise inference over node shards (many ranks): each rank computes
 // its own nodes' rows of each layer from all their in-neighbours, whose
-// rows of the layer before come from their owners (the halo: one exchange a
-// layer). A chain of modules splits into layers: each convolution with the
-// modules after it up to the next (the modules before the first go with
-// it); other module graphs are not evaluated on many ranks. Collective:
-// every rank runs it alike.
+// rows of the layer before come from their owners (the halo). A chain of
+// modules splits into layers: each convolution with the modules after it
+// up to the next (the modules before the first go with it); other module
+// graphs are not evaluated on many ranks. Collective: every rank runs it
+// alike.
+//
+// GIN, SAGE and GCN layers run split at their aggregation
+// (AggregationSplit): the messages of this rank's nodes, then the
+// aggregate a column block at a time (the halo's columns of the block from
+// their owners), then the transform, so a rank holds its own rows and one
+// block of the halo's, never a layer's rows of all nodes. GAT's attention
+// weights need whole rows: its layers fetch the halo's rows whole.
 class ShardedLayerWise {
  public:
   // Whether the model splits into layers.
@@ -71,19 +81,34 @@ class ShardedLayerWise {
   struct Segment {
     proto::Model model;
     Schema schema;
-    bool has_conv = false;
+    bool has_conv = false, split = false;
     std::string out;
-    std::shared_ptr<const runtime::CompiledProgram> program;
+    std::shared_ptr<const runtime::CompiledProgram> program;  // whole: own rows and the halo's
+    AggregationSplit aggregation;
+    std::shared_ptr<const runtime::CompiledProgram> messages, transform;
   };
+  // One segment: its input's rows of this rank's nodes in, its output's out.
+  Tensor run_whole(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
+  Tensor run_split(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
+  // The aggregation of `messages` [owned, width] over this rank's in-edges,
+  // the halo's columns a block at a time.
+  Tensor aggregate(runtime::Core& core, const runtime::RunContext& context, const AggregationSplit& a,
+                   std::span<const float> messages, int64_t width);
+
   const NodeShard& shard_;
   const int hops_;
   std::vector<Segment> segments_;
   bool gcn_ = false;
   std::vector<int32_t> halo_;
   std::unique_ptr<OwnerExchange> exchange_;
-  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_;
+  // The in-edges (sources: own rows, then the halo's), with a loop a node,
+  // and the narrowing to own rows; the split programs' graphs over own rows.
+  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_, none_, own_;
   std::vector<float> norm_;
-  BucketShape shape_;
+  BucketShape shape_, split_shape_;
+  int64_t blocks_ = 1;  // column blocks of a split layer's aggregation (the same on every rank)
+  // The aggregation programs, by (reduce, loops, weighted, block width).
+  std::map<std::tuple<int, bool, bool, int64_t>, std::shared_ptr<const runtime::CompiledProgram>> aggregations_;
 };
 
 // A link model's evaluation over node shards (many ranks): the embeddings
