@@ -21,7 +21,8 @@ namespace gnnrt::model {
 // A list of nodes routed to their owners (the shard's: contiguous ranges or METIS parts).
 // Constructing it sends the ids (collective); then rows of any width come
 // back from the owners in the list's order, as often as asked (collective
-// each: layer-wise inference asks for its halo's rows once a layer).
+// each: layer-wise inference asks for its halo's rows, or a block of their
+// columns, a layer).
 class OwnerExchange {
  public:
   OwnerExchange(std::span<const int32_t> nodes, const NodeShard& shard, collectives::Communicator& comm);

@@ -214,7 +214,6 @@ Tensor ShardedLayerWise::run_whole(Core& core, const runtime::RunContext& contex
   core.bind_graph(block, edges_);
   if (loops_) core.bind_graph(self_loop_graph_name(block), loops_);
   core.bind_graph(prefix_graph_name(block), prefix_);
-  if (gcn_) mem.put(gcn_norm_name(self_loop_graph_name(block)), Tensor::from<float>(norm_, {shape_.self_loop_edges[0]}));
   core.run(*g.program, context);
   Tensor out = core.read(*g.program, g.out);
   mem.erase(hop1);
@@ -269,15 +268,13 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
   if (a.gcn_norm) mem.put(kNorm, Tensor::from<float>(norm_, {edges}));
   Tensor agg(DType::kF32, {owned, width});
   auto av = agg.values<float>();
-  // Every rank the same blocks (a narrower width ends its last exchanges
-  // with empty ones).
-  for (int64_t k = 0; k < blocks_; ++k) {
-    const int64_t begin = std::min(width, k * step), end = std::min(width, begin + step), w = end - begin;
+  // Every rank the same blocks (the width and blocks_ are every rank's).
+  for (int64_t begin = 0; begin < width; begin += step) {
+    const int64_t end = std::min(width, begin + step), w = end - begin;
     Tensor x(DType::kF32, {rows, w});  // the block's columns: own rows, then the halo's
     auto xv = x.values<float>();
     for (int64_t r = 0; r < owned; ++r) std::copy_n(messages.begin() + r * width + begin, w, xv.begin() + r * w);
     exchange_->fetch_columns_into<float>(messages, width, begin, end, xv.subspan(static_cast<size_t>(owned * w)));
-    if (w == 0) continue;
     auto& program = aggregations_[{static_cast<int>(a.reduce), a.self_loops, a.gcn_norm, w}];
     if (!program) {
       runtime::Builder b("halo_aggregate");

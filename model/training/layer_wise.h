@@ -7,7 +7,8 @@
 //     bind their batches under the same names); a link model's "pairs"
 //     edge set holds the pairs to score.
 //   - ShardedLayerWise (many ranks): each rank its own nodes a layer at a
-//     time, the halo's rows from their owners once a layer.
+//     time, the halo's rows (or their columns a block at a time) from
+//     their owners.
 //   - ShardedLinkScores (many ranks): a link model's pairs scored over
 //     node shards, each rank its share of the pairs.
 #pragma once
@@ -76,6 +77,8 @@ class ShardedLayerWise {
 
   // The model's last rows of this rank's nodes, [owned, width].
   Tensor run(runtime::Core& core, const runtime::RunContext& context);
+  // The column blocks a split layer's aggregation takes (every rank's).
+  int64_t blocks() const { return blocks_; }
 
  private:
   struct Segment {

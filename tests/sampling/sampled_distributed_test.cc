@@ -239,8 +239,9 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
 // The evaluation over the shards gives the one-rank layer-wise inference's
 // rows, node for node, with the same parameters: GIN, SAGE (max) and GCN
 // split at their aggregation (the halo's columns a block at a time: 4
-// blocks at 2 and 3 ranks here), GAT with the halo's rows whole, and a
-// split layer after a whole one.
+// blocks at 2 ranks here, 8 at 3), a SAGE whose messages come from a
+// module before it (a messages program), and GAT with the halo's rows
+// whole before a split GCN.
 TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
   const auto comm = world();
   const ProductsSpec spec = parse_products_spec("products:nodes=900,edges=9000,features=12,classes=5");
@@ -248,7 +249,9 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
   for (const char* layers : {"layer { type: GIN out: 16 } layer { type: RELU } layer { type: GIN }",
                              "layer { type: SAGE out: 16 aggr: MAX } layer { type: RELU } layer { type: SAGE }",
                              "layer { type: GCN out: 16 } layer { type: ELU } layer { type: GCN out: 7 }",
-                             "layer { type: GAT out: 8 heads: 2 } layer { type: ELU } layer { type: SAGE }"}) {
+                             "layer { type: LINEAR out: 10 } layer { type: SAGE out: 16 } layer { type: RELU } "
+                             "layer { type: SAGE }",
+                             "layer { type: GAT out: 8 heads: 2 } layer { type: ELU } layer { type: GCN }"}) {
     const proto::Job j = parse_job(std::string("model { ") + layers + " }", "test job");
     const proto::Model model = sampled_model(j.model(), 2, whole.num_classes);
     const std::string last = model.module(model.module_size() - 1).name();
@@ -260,6 +263,9 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
     const runtime::RunContext context{.step = 1, .lr = 0, .seed = 3};
     const Tensor expected = alone.run(one, context).front();
     ShardedLayerWise sharded(mine, model, 2, *comm);
+    if (comm->size() > 1) {
+      EXPECT_GT(sharded.blocks(), 1) << layers;  // the halo in several blocks
+    }
     const Tensor got = sharded.run(many, context);
     const int64_t width = expected.shape()[1];
     ASSERT_EQ(got.shape(), (std::vector<int64_t>{mine.owned(), width})) << layers;
