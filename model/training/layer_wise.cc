@@ -10,6 +10,34 @@ namespace gnnrt::model {
 
 using runtime::Core;
 
+namespace {
+
+// Whether a module computes each row from that row alone once its
+// convolution's aggregate is given: a split layer's transform then runs in
+// row chunks.
+bool row_wise(const proto::Module& m) {
+  switch (m.kind_case()) {
+    case proto::Module::kGin:
+    case proto::Module::kSage:
+    case proto::Module::kGcn:
+    case proto::Module::kLinear:
+    case proto::Module::kMlp:
+    case proto::Module::kRelu:
+    case proto::Module::kElu:
+    case proto::Module::kActivation:
+    case proto::Module::kDropout:  // evaluation: the identity
+    case proto::Module::kSlice:
+    case proto::Module::kScale:
+      return true;
+    case proto::Module::kLayerNorm:
+      return m.layer_norm().mode() == proto::LayerNormModule::NODE;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 LayerWise::LayerWise(const NodeShard& shard, const proto::Model& model, const Schema& schema, int hops,
                      std::vector<std::string> outputs, const EdgeList* pairs)
     : shard_(shard), model_(model), schema_(schema), hops_(hops), outputs_(std::move(outputs)), pairs_(pairs) {
@@ -114,6 +142,7 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
       if (copy.has_gat()) copy.mutable_gat()->set_edges(block);
       if (copy.has_gin()) copy.mutable_gin()->set_edges(block);
     }
+    g.rowwise = g.rowwise && row_wise(m);
     *g.model.add_module() = std::move(copy);
     g.out = m.name();
   }
@@ -222,20 +251,18 @@ Tensor ShardedLayerWise::run_whole(Core& core, const runtime::RunContext& contex
 
 Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
   const int64_t owned = shard_.owned(), width = in.shape()[1];
-  if (!g.transform) {
+  if (g.schema.node_sets.empty()) {  // the first run
     g.schema = sampled_schema(1, width, 1);
     g.schema.node_sets[0].target = false;
-    AggregationSplit transform;
-    transform.part = AggregationSplit::Part::kTransform;
-    g.transform = core.compile(build_split_inference(g.model, g.schema, split_shape_, transform, {g.out}).program, {});
     g.aggregation.part = AggregationSplit::Part::kMessages;
     Network messages = build_split_inference(g.model, g.schema, split_shape_, g.aggregation, {});
     if (!g.aggregation.from_input) g.messages = core.compile(std::move(messages.program), {});
   }
   auto& mem = core.memory();
-  const std::string hop1 = features_name(hop_set_name(1)), block = block_set_name(0);
+  const std::string hop1 = features_name(hop_set_name(1)), hop0 = features_name(hop_set_name(0));
+  const std::string block = block_set_name(0);
   mem.put(hop1, std::move(in));
-  mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
+  mem.put(hop0, Tensor(DType::kF32, {owned, 0}));
   core.bind_graph(block, none_);
   core.bind_graph(self_loop_graph_name(block), own_);
   core.bind_graph(prefix_graph_name(block), own_);
@@ -245,11 +272,56 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     messages = core.read(*g.messages, kMessagesName);
   }
   const Tensor& m = g.messages ? messages : mem.at(hop1);
-  Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
+  const Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
   messages = Tensor();
-  mem.put(kAggregateName, std::move(agg));
-  core.run(*g.transform, context);
-  Tensor out = core.read(*g.transform, g.out);
+  // The rest of the layer on own rows; in row chunks where every module
+  // works row by row, so its work space is a chunk's, not all own rows'.
+  in = std::move(mem.at(hop1));
+  mem.erase(hop1);
+  const int64_t chunk = g.rowwise ? std::max<int64_t>(1, (owned + kTransformChunks - 1) / kTransformChunks) : owned;
+  Tensor out;
+  int64_t begin = 0;
+  do {
+    const int64_t rows = std::min(chunk, owned - begin);
+    auto& program = g.transforms[rows];
+    auto& graphs = chunk_graphs_[rows];
+    if (!program) {
+      BucketShape shape = split_shape_;
+      shape.node_rows = {rows, rows};
+      shape.self_loop_edges = {rows};
+      AggregationSplit transform;
+      transform.part = AggregationSplit::Part::kTransform;
+      program = core.compile(build_split_inference(g.model, g.schema, shape, transform, {g.out}).program, {});
+    }
+    if (!graphs.first) {
+      std::vector<int32_t> ids(static_cast<size_t>(rows)), none;
+      std::iota(ids.begin(), ids.end(), 0);
+      graphs = {std::make_shared<const Core::Adjacency>(Core::Adjacency::build(none, none, rows, rows)),
+                std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, rows))};
+    }
+    const auto slice = [&](const Tensor& t) {  // rows [begin, begin + rows) of t
+      const int64_t w = t.shape()[1];
+      const auto v = t.values<float>().subspan(static_cast<size_t>(begin * w), static_cast<size_t>(rows * w));
+      return Tensor::from<float>(v, {rows, w});
+    };
+    mem.put(hop1, rows == owned ? std::move(in) : slice(in));
+    mem.put(hop0, Tensor(DType::kF32, {rows, 0}));
+    mem.put(kAggregateName, rows == owned ? agg : slice(agg));
+    core.bind_graph(block, graphs.first);
+    core.bind_graph(self_loop_graph_name(block), graphs.second);
+    core.bind_graph(prefix_graph_name(block), graphs.second);
+    core.run(*program, context);
+    const Tensor part = core.read(*program, g.out);
+    if (rows == owned) {
+      out = part;
+    } else {
+      const int64_t w = part.shape()[1];
+      if (begin == 0) out = Tensor(DType::kF32, {owned, w});
+      const auto pv = part.values<float>();
+      std::copy(pv.begin(), pv.end(), out.values<float>().begin() + begin * w);
+    }
+    begin += rows;
+  } while (begin < owned);
   mem.erase(hop1);
   mem.erase(kAggregateName);
   return out;

@@ -85,11 +85,15 @@ class ShardedLayerWise {
     proto::Model model;
     Schema schema;
     bool has_conv = false, split = false;
+    bool rowwise = true;  // every module works row by row: its transform runs in row chunks
     std::string out;
     std::shared_ptr<const runtime::CompiledProgram> program;  // whole: own rows and the halo's
     AggregationSplit aggregation;
-    std::shared_ptr<const runtime::CompiledProgram> messages, transform;
+    std::shared_ptr<const runtime::CompiledProgram> messages;
+    std::map<int64_t, std::shared_ptr<const runtime::CompiledProgram>> transforms;  // by chunk rows
   };
+  // A split layer's transform runs in this many row chunks (when row-wise).
+  static constexpr int64_t kTransformChunks = 4;
   // One segment: its input's rows of this rank's nodes in, its output's out.
   Tensor run_whole(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
   Tensor run_split(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
@@ -112,6 +116,9 @@ class ShardedLayerWise {
   int64_t blocks_ = 1;  // column blocks of a split layer's aggregation (the same on every rank)
   // The aggregation programs, by (reduce, loops, weighted, block width).
   std::map<std::tuple<int, bool, bool, int64_t>, std::shared_ptr<const runtime::CompiledProgram>> aggregations_;
+  // The transform's graphs over a chunk of own rows (no edges; the identity), by rows.
+  std::map<int64_t, std::pair<std::shared_ptr<const runtime::Core::Adjacency>,
+                              std::shared_ptr<const runtime::Core::Adjacency>>> chunk_graphs_;
 };
 
 // A link model's evaluation over node shards (many ranks): the embeddings

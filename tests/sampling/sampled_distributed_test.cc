@@ -239,9 +239,9 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
 // The evaluation over the shards gives the one-rank layer-wise inference's
 // rows, node for node, with the same parameters: GIN, SAGE (max) and GCN
 // split at their aggregation (the halo's columns a block at a time: 4
-// blocks at 2 ranks here, 8 at 3), a SAGE whose messages come from a
-// module before it (a messages program), and GAT with the halo's rows
-// whole before a split GCN.
+// blocks at 2 ranks here, 8 at 3; the rest of the layer in 4 row chunks),
+// a SAGE whose messages come from a module before it (a messages
+// program), and GAT with the halo's rows whole before a split GCN.
 TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
   const auto comm = world();
   const ProductsSpec spec = parse_products_spec("products:nodes=900,edges=9000,features=12,classes=5");
