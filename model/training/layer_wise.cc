@@ -192,19 +192,11 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
   std::vector<int32_t> ids(static_cast<size_t>(owned));
   std::iota(ids.begin(), ids.end(), 0);
   prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
-  own_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, owned, owned));
-  const std::vector<int32_t> no_edges;
-  none_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(no_edges, no_edges, owned, owned));
   shape_.node_rows = {owned, rows};
   shape_.edge_rows = {e};
   shape_.self_loop_edges = {e + owned};
   shape_.graph_rows = 1;
   shape_.padded = false;
-  // The split programs see only this rank's nodes (their block is empty).
-  split_shape_ = shape_;
-  split_shape_.node_rows = {owned, owned};
-  split_shape_.edge_rows = {0};
-  split_shape_.self_loop_edges = {owned};
   // Column blocks whose halo rows hold at most about a quarter of a
   // layer's own rows; every rank takes as many blocks (each is an exchange).
   const int64_t halo = rows - owned;
@@ -255,24 +247,28 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     g.schema = sampled_schema(1, width, 1);
     g.schema.node_sets[0].target = false;
     g.aggregation.part = AggregationSplit::Part::kMessages;
-    Network messages = build_split_inference(g.model, g.schema, split_shape_, g.aggregation, {});
+    Network messages = build_split_inference(g.model, g.schema, own_rows_shape(owned), g.aggregation, {});
     if (!g.aggregation.from_input) g.messages = core.compile(std::move(messages.program), {});
   }
   auto& mem = core.memory();
   const std::string hop1 = features_name(hop_set_name(1)), hop0 = features_name(hop_set_name(0));
   const std::string block = block_set_name(0);
+  const auto bind_own_rows = [&](int64_t rows) {  // the split programs' graphs
+    const auto& [none, identity] = own_rows_graphs(rows);
+    core.bind_graph(block, none);
+    core.bind_graph(self_loop_graph_name(block), identity);
+    core.bind_graph(prefix_graph_name(block), identity);
+  };
   mem.put(hop1, std::move(in));
   mem.put(hop0, Tensor(DType::kF32, {owned, 0}));
-  core.bind_graph(block, none_);
-  core.bind_graph(self_loop_graph_name(block), own_);
-  core.bind_graph(prefix_graph_name(block), own_);
+  bind_own_rows(owned);
   Tensor messages;
   if (g.messages) {
     core.run(*g.messages, context);
     messages = core.read(*g.messages, kMessagesName);
   }
   const Tensor& m = g.messages ? messages : mem.at(hop1);
-  const Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
+  Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
   messages = Tensor();
   // The rest of the layer on own rows; in row chunks where every module
   // works row by row, so its work space is a chunk's, not all own rows'.
@@ -284,20 +280,11 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
   do {
     const int64_t rows = std::min(chunk, owned - begin);
     auto& program = g.transforms[rows];
-    auto& graphs = chunk_graphs_[rows];
     if (!program) {
-      BucketShape shape = split_shape_;
-      shape.node_rows = {rows, rows};
-      shape.self_loop_edges = {rows};
       AggregationSplit transform;
       transform.part = AggregationSplit::Part::kTransform;
-      program = core.compile(build_split_inference(g.model, g.schema, shape, transform, {g.out}).program, {});
-    }
-    if (!graphs.first) {
-      std::vector<int32_t> ids(static_cast<size_t>(rows)), none;
-      std::iota(ids.begin(), ids.end(), 0);
-      graphs = {std::make_shared<const Core::Adjacency>(Core::Adjacency::build(none, none, rows, rows)),
-                std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, rows))};
+      program = core.compile(
+          build_split_inference(g.model, g.schema, own_rows_shape(rows), transform, {g.out}).program, {});
     }
     const auto slice = [&](const Tensor& t) {  // rows [begin, begin + rows) of t
       const int64_t w = t.shape()[1];
@@ -306,10 +293,8 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     };
     mem.put(hop1, rows == owned ? std::move(in) : slice(in));
     mem.put(hop0, Tensor(DType::kF32, {rows, 0}));
-    mem.put(kAggregateName, rows == owned ? agg : slice(agg));
-    core.bind_graph(block, graphs.first);
-    core.bind_graph(self_loop_graph_name(block), graphs.second);
-    core.bind_graph(prefix_graph_name(block), graphs.second);
+    mem.put(kAggregateName, rows == owned ? std::move(agg) : slice(agg));
+    bind_own_rows(rows);
     core.run(*program, context);
     const Tensor part = core.read(*program, g.out);
     if (rows == owned) {
@@ -325,6 +310,26 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
   mem.erase(hop1);
   mem.erase(kAggregateName);
   return out;
+}
+
+BucketShape ShardedLayerWise::own_rows_shape(int64_t rows) const {
+  BucketShape shape = shape_;
+  shape.node_rows = {rows, rows};
+  shape.edge_rows = {0};
+  shape.self_loop_edges = {rows};
+  return shape;
+}
+
+const std::pair<std::shared_ptr<const Core::Adjacency>, std::shared_ptr<const Core::Adjacency>>&
+ShardedLayerWise::own_rows_graphs(int64_t rows) {
+  auto& graphs = own_rows_graphs_[rows];
+  if (!graphs.first) {
+    std::vector<int32_t> ids(static_cast<size_t>(rows)), none;
+    std::iota(ids.begin(), ids.end(), 0);
+    graphs = {std::make_shared<const Core::Adjacency>(Core::Adjacency::build(none, none, rows, rows)),
+              std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, rows))};
+  }
+  return graphs;
 }
 
 Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& context, const AggregationSplit& a,

@@ -16,8 +16,9 @@
 #include <map>
 #include <memory>
 #include <span>
-#include <tuple>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -97,6 +98,12 @@ class ShardedLayerWise {
   // One segment: its input's rows of this rank's nodes in, its output's out.
   Tensor run_whole(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
   Tensor run_split(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
+  // The split programs' shape and graphs over `rows` of this rank's nodes
+  // (all of them, or a chunk): no halo, an empty block; the graphs are
+  // (no edges, the identity), made once a row count.
+  BucketShape own_rows_shape(int64_t rows) const;
+  const std::pair<std::shared_ptr<const runtime::Core::Adjacency>, std::shared_ptr<const runtime::Core::Adjacency>>&
+  own_rows_graphs(int64_t rows);
   // The aggregation of `messages` [owned, width] over this rank's in-edges,
   // the halo's columns a block at a time.
   Tensor aggregate(runtime::Core& core, const runtime::RunContext& context, const AggregationSplit& a,
@@ -109,16 +116,15 @@ class ShardedLayerWise {
   std::vector<int32_t> halo_;
   std::unique_ptr<OwnerExchange> exchange_;
   // The in-edges (sources: own rows, then the halo's), with a loop a node,
-  // and the narrowing to own rows; the split programs' graphs over own rows.
-  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_, none_, own_;
+  // and the narrowing to own rows.
+  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_;
   std::vector<float> norm_;
-  BucketShape shape_, split_shape_;
+  BucketShape shape_;
   int64_t blocks_ = 1;  // column blocks of a split layer's aggregation (the same on every rank)
   // The aggregation programs, by (reduce, loops, weighted, block width).
   std::map<std::tuple<int, bool, bool, int64_t>, std::shared_ptr<const runtime::CompiledProgram>> aggregations_;
-  // The transform's graphs over a chunk of own rows (no edges; the identity), by rows.
   std::map<int64_t, std::pair<std::shared_ptr<const runtime::Core::Adjacency>,
-                              std::shared_ptr<const runtime::Core::Adjacency>>> chunk_graphs_;
+                              std::shared_ptr<const runtime::Core::Adjacency>>> own_rows_graphs_;  // by rows
 };
 
 // A link model's evaluation over node shards (many ranks): the embeddings
