@@ -119,10 +119,8 @@ Port gat(ModuleContext& c) {
   const ValueId att_dst = c.param("att_dst", {1, heads, channels}, Init::kGlorot, heads, channels);
   ValueId a_dst = c.b.head_dot(h_dst, att_dst, heads);
   if (info.block) a_dst = c.narrow(in.edges, a_dst);  // the destinations' rows of the sources' scores
-  const ValueId score = c.b.sddmm_add(g, c.b.head_dot(h_src, att_src, heads), a_dst);
-  ValueId alpha = c.b.softmax(g, c.b.leaky_relu(score, m.negative_slope()));
-  if (c.training) alpha = c.b.dropout(alpha, m.attention_dropout(), c.key, g, c.edge_ids(g));
-  ValueId out = c.aggregate(ops::Reduce::kSum, g, h_src, alpha);
+  ValueId out = c.attend(g, h_src, c.b.head_dot(h_src, att_src, heads), a_dst, heads, m.negative_slope(),
+                         m.attention_dropout());
   int64_t width = hc;
   if (!m.concat()) {
     if (heads > 1) out = c.b.head_mean(out, heads);

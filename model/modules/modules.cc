@@ -208,14 +208,43 @@ ValueId ModuleContext::aggregate(ops::Reduce reduce, int32_t g, ValueId x, Value
   if (!split_) return b.aggregate(reduce, g, x, edge_weight);
   const auto norm = declared_.gcn_norms.find(g);
   const bool gcn = edge_weight != runtime::kNoValue && norm != declared_.gcn_norms.end() && norm->second == edge_weight;
-  if (split_->found) fail("a program split at its aggregation holds one convolution");
   if (edge_weight != runtime::kNoValue && !gcn) fail("an aggregation weighted by the messages does not split");
+  split_->reduce = reduce;
+  split_->gcn_norm = gcn;
+  return split_at(g, x);
+}
+
+ValueId attention_weights(runtime::Builder& b, int32_t graph, ValueId a_src, ValueId a_dst, double negative_slope) {
+  return b.softmax(graph, b.leaky_relu(b.sddmm_add(graph, a_src, a_dst), negative_slope));
+}
+
+ValueId ModuleContext::attend(int32_t g, ValueId h_src, ValueId a_src, ValueId a_dst, int64_t heads,
+                              double negative_slope, double dropout) {
+  if (!split_) {
+    ValueId alpha = attention_weights(b, g, a_src, a_dst, negative_slope);
+    if (training) alpha = b.dropout(alpha, dropout, key, g, edge_ids(g));
+    return b.aggregate(ops::Reduce::kSum, g, h_src, alpha);
+  }
+  if (training) fail("an attention split at its aggregation is evaluated, not trained");
+  split_->reduce = ops::Reduce::kSum;
+  split_->heads = heads;
+  split_->negative_slope = negative_slope;
+  if (split_->part == AggregationSplit::Part::kMessages) {
+    // The scores beside the messages: the caller weighs the edges.
+    for (const auto& [v, name] : {std::pair{a_src, kSourceScoresName}, std::pair{a_dst, kDestinationScoresName}}) {
+      b.program().value(v).name = name;
+      b.output(v);
+    }
+  }
+  return split_at(g, h_src);
+}
+
+ValueId ModuleContext::split_at(int32_t g, ValueId x) {
+  if (split_->found) fail("a program split at its aggregation holds one convolution");
   const runtime::GraphInfo& graph = b.program().graphs.at(static_cast<size_t>(g));
   const runtime::ValueInfo& v = b.program().value(x);
   split_->found = true;
-  split_->reduce = reduce;
   split_->self_loops = graph.name.ends_with(self_loop_graph_name(""));
-  split_->gcn_norm = gcn;
   split_->from_input = v.role == runtime::Role::kInput;
   split_->width = v.shape[1];
   if (split_->part == AggregationSplit::Part::kTransform) {

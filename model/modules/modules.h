@@ -134,8 +134,11 @@ struct DeclaredParams {
 // stops where the aggregation starts and outputs what it would aggregate
 // (kMessagesName); the transform part starts from the aggregate, an input
 // (kAggregateName) that the caller makes, the halo's rows a column block
-// at a time. One aggregation a program, unweighted or with GCN's weights:
-// GIN, SAGE and GCN split; GAT's attention weights are refused.
+// at a time. One aggregation a program: unweighted, with GCN's weights, or
+// with GAT's attention, whose messages part also outputs the per-head
+// scores of the sources and destinations (kSourceScoresName,
+// kDestinationScoresName) for the caller to weigh the edges with
+// (attention_weights). Other weights are refused.
 struct AggregationSplit {
   enum class Part { kMessages, kTransform };
   Part part = Part::kMessages;
@@ -146,9 +149,20 @@ struct AggregationSplit {
   bool gcn_norm = false;    // weighted by GCN's normalisation
   bool from_input = false;  // the messages are the program's input itself
   int64_t width = 0;        // of the messages
+  int64_t heads = 0;        // GAT's attention heads (0: no attention)
+  double negative_slope = 0;
 };
 inline constexpr const char* kMessagesName = "messages";
+inline constexpr const char* kSourceScoresName = "scores.src";
+inline constexpr const char* kDestinationScoresName = "scores.dst";
 inline constexpr const char* kAggregateName = "aggregate";
+
+// GAT's attention weights over `graph`: per edge and head,
+// softmax over the destination's in-edges of
+// leaky_relu(a_src[src] + a_dst[dst]) (a_src [N_src, H], a_dst [N_dst, H]):
+// [E, H].
+runtime::ValueId attention_weights(runtime::Builder& b, int32_t graph, runtime::ValueId a_src,
+                                   runtime::ValueId a_dst, double negative_slope);
 
 class ModuleContext {
  public:
@@ -183,6 +197,12 @@ class ModuleContext {
   // input.
   runtime::ValueId aggregate(ops::Reduce reduce, int32_t graph, runtime::ValueId x,
                              runtime::ValueId edge_weight = runtime::kNoValue);
+  // GAT's aggregation: sum over `graph`'s edges of h_src[src] weighted by
+  // attention_weights(a_src, a_dst) per head (h_src [N_src, H*C]), the
+  // weights dropped out at `dropout` while training; under an
+  // AggregationSplit, as aggregate() with the scores output too.
+  runtime::ValueId attend(int32_t graph, runtime::ValueId h_src, runtime::ValueId a_src, runtime::ValueId a_dst,
+                          int64_t heads, double negative_slope, double dropout);
   // x · weightᵀ, x dense or sparse.
   runtime::ValueId project(const Port& x, runtime::ValueId weight);
   // GCN's D^-1/2 (A + I) D^-1/2 edge weights of a self-loop graph, built
@@ -220,6 +240,11 @@ class ModuleContext {
   [[noreturn]] void fail(const std::string& what) const;
 
  private:
+  // Under an AggregationSplit, the aggregation of x over graph g taken out
+  // (the split's reduce and weights already set): its messages output or
+  // its aggregate an input.
+  runtime::ValueId split_at(int32_t g, runtime::ValueId x);
+
   DeclaredParams& declared_;
   AggregationSplit* split_;
 };

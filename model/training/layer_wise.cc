@@ -12,16 +12,22 @@ using runtime::Core;
 
 namespace {
 
-// Whether a module computes each row from that row alone once its
-// convolution's aggregate is given: a split layer's transform then runs in
-// row chunks.
+// The graph of a split layer's halo programs: this rank's in-edges (and loops).
+constexpr const char* kHaloGraph = "halo.edges";
+
+// Whether a module computes each row from that row alone (a convolution:
+// once its aggregate is given). ShardedLayerWise evaluates chains of these
+// alone: its programs see a chunk of a rank's own rows (a GRAPH layer
+// norm's or a pool's statistics would be the chunk's).
 bool row_wise(const proto::Module& m) {
   switch (m.kind_case()) {
     case proto::Module::kGin:
     case proto::Module::kSage:
     case proto::Module::kGcn:
+    case proto::Module::kGat:
     case proto::Module::kLinear:
     case proto::Module::kMlp:
+    case proto::Module::kResidualMlp:
     case proto::Module::kRelu:
     case proto::Module::kElu:
     case proto::Module::kActivation:
@@ -104,7 +110,7 @@ std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& contex
 bool ShardedLayerWise::splits(const proto::Model& model, int hops) {
   std::string input = features_name(hop_set_name(hops));
   for (const proto::Module& m : model.module()) {
-    if (m.input_size() != 1 || m.input(0) != input) return false;
+    if (m.input_size() != 1 || m.input(0) != input || !row_wise(m)) return false;
     input = m.name();
   }
   return true;
@@ -133,7 +139,6 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
     }
     if (conv) {
       g.has_conv = true;
-      g.split = !m.has_gat();
       gcn_ = gcn_ || m.has_gcn();
       loops = loops || m.has_gcn() || m.has_gat();
       const std::string block = block_set_name(0);
@@ -142,7 +147,6 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
       if (copy.has_gat()) copy.mutable_gat()->set_edges(block);
       if (copy.has_gin()) copy.mutable_gin()->set_edges(block);
     }
-    g.rowwise = g.rowwise && row_wise(m);
     *g.model.add_module() = std::move(copy);
     g.out = m.name();
   }
@@ -189,9 +193,6 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
       norm_[i] = static_cast<float>(1.0 / std::sqrt(degree_of(src[i])) / std::sqrt(degree_of(dst[i])));
     }
   }
-  std::vector<int32_t> ids(static_cast<size_t>(owned));
-  std::iota(ids.begin(), ids.end(), 0);
-  prefix_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(ids, ids, rows, owned));
   shape_.node_rows = {owned, rows};
   shape_.edge_rows = {e};
   shape_.self_loop_edges = {e + owned};
@@ -206,46 +207,22 @@ ShardedLayerWise::ShardedLayerWise(const NodeShard& shard, const proto::Model& m
 }
 
 Tensor ShardedLayerWise::run(Core& core, const runtime::RunContext& context) {
-  // One layer's input at a time: its rows of this rank's nodes (and, for a
-  // whole layer, the halo's), dropped once the layer has run.
+  // One layer's input at a time: its rows of this rank's nodes, dropped
+  // once the layer has run.
   Tensor out = Tensor::from<float>(shard_.x, {shard_.owned(), shard_.num_features});
   for (Segment& g : segments_) {
-    out = g.split ? run_split(core, context, g, std::move(out)) : run_whole(core, context, g, std::move(out));
+    out = run_segment(core, context, g, std::move(out));
   }
   return out;
 }
 
-Tensor ShardedLayerWise::run_whole(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
-  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], width = in.shape()[1];
-  if (!g.program) {
-    g.schema = sampled_schema(1, width, 1);
-    g.schema.node_sets[0].target = false;
-    g.program = core.compile(build_module_inference(g.model, g.schema, shape_, false, {g.out}).program, {});
-  }
-  Tensor all(DType::kF32, {rows, width});  // own rows, then the halo's from their owners
-  const auto iv = in.values<float>();
-  auto av = all.values<float>();
-  exchange_->fetch_into<float>(iv, width, av.subspan(static_cast<size_t>(owned * width)));
-  std::copy(iv.begin(), iv.end(), av.begin());
-  in = Tensor();
-  auto& mem = core.memory();
-  const std::string hop1 = features_name(hop_set_name(1)), block = block_set_name(0);
-  mem.put(hop1, std::move(all));
-  mem.put(features_name(hop_set_name(0)), Tensor(DType::kF32, {owned, 0}));
-  core.bind_graph(block, edges_);
-  if (loops_) core.bind_graph(self_loop_graph_name(block), loops_);
-  core.bind_graph(prefix_graph_name(block), prefix_);
-  core.run(*g.program, context);
-  Tensor out = core.read(*g.program, g.out);
-  mem.erase(hop1);
-  return out;
-}
-
-Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
+Tensor ShardedLayerWise::run_segment(Core& core, const runtime::RunContext& context, Segment& g, Tensor in) {
   const int64_t owned = shard_.owned(), width = in.shape()[1];
   if (g.schema.node_sets.empty()) {  // the first run
     g.schema = sampled_schema(1, width, 1);
     g.schema.node_sets[0].target = false;
+  }
+  if (g.has_conv && g.aggregation.width == 0) {  // the first run
     g.aggregation.part = AggregationSplit::Part::kMessages;
     Network messages = build_split_inference(g.model, g.schema, own_rows_shape(owned), g.aggregation, {});
     if (!g.aggregation.from_input) g.messages = core.compile(std::move(messages.program), {});
@@ -259,22 +236,32 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     core.bind_graph(self_loop_graph_name(block), identity);
     core.bind_graph(prefix_graph_name(block), identity);
   };
-  mem.put(hop1, std::move(in));
-  mem.put(hop0, Tensor(DType::kF32, {owned, 0}));
-  bind_own_rows(owned);
-  Tensor messages;
-  if (g.messages) {
-    core.run(*g.messages, context);
-    messages = core.read(*g.messages, kMessagesName);
+  Tensor agg;
+  if (g.has_conv) {
+    mem.put(hop1, std::move(in));
+    mem.put(hop0, Tensor(DType::kF32, {owned, 0}));
+    bind_own_rows(owned);
+    Tensor messages;
+    if (g.messages) {
+      core.run(*g.messages, context);
+      messages = core.read(*g.messages, kMessagesName);
+    }
+    const Tensor& m = g.messages ? messages : mem.at(hop1);
+    Tensor alpha;  // GAT's weights, [edges, heads]
+    if (g.aggregation.heads > 0) {
+      alpha = attention(core, context, g.aggregation, core.read(*g.messages, kSourceScoresName),
+                        core.read(*g.messages, kDestinationScoresName));
+    }
+    agg = aggregate(core, context, g.aggregation, m.values<float>(), alpha);
+    messages = Tensor();
+    alpha = Tensor();
+    in = std::move(mem.at(hop1));
+    mem.erase(hop1);
   }
-  const Tensor& m = g.messages ? messages : mem.at(hop1);
-  Tensor agg = aggregate(core, context, g.aggregation, m.values<float>(), g.aggregation.width);
-  messages = Tensor();
-  // The rest of the layer on own rows; in row chunks where every module
-  // works row by row, so its work space is a chunk's, not all own rows'.
-  in = std::move(mem.at(hop1));
-  mem.erase(hop1);
-  const int64_t chunk = g.rowwise ? std::max<int64_t>(1, (owned + kTransformChunks - 1) / kTransformChunks) : owned;
+  // The rest of the layer (a segment without a convolution: all of it) on
+  // own rows in row chunks (every module works row by row: splits()), so
+  // its work space is a chunk's, not all own rows'.
+  const int64_t chunk = std::max<int64_t>(1, (owned + kTransformChunks - 1) / kTransformChunks);
   Tensor out;
   int64_t begin = 0;
   do {
@@ -284,7 +271,10 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
       AggregationSplit transform;
       transform.part = AggregationSplit::Part::kTransform;
       program = core.compile(
-          build_split_inference(g.model, g.schema, own_rows_shape(rows), transform, {g.out}).program, {});
+          (g.has_conv ? build_split_inference(g.model, g.schema, own_rows_shape(rows), transform, {g.out})
+                      : build_module_inference(g.model, g.schema, own_rows_shape(rows), false, {g.out}))
+              .program,
+          {});
     }
     const auto slice = [&](const Tensor& t) {  // rows [begin, begin + rows) of t
       const int64_t w = t.shape()[1];
@@ -293,7 +283,7 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     };
     mem.put(hop1, rows == owned ? std::move(in) : slice(in));
     mem.put(hop0, Tensor(DType::kF32, {rows, 0}));
-    mem.put(kAggregateName, rows == owned ? std::move(agg) : slice(agg));
+    if (g.has_conv) mem.put(kAggregateName, rows == owned ? std::move(agg) : slice(agg));
     bind_own_rows(rows);
     core.run(*program, context);
     const Tensor part = core.read(*program, g.out);
@@ -308,7 +298,7 @@ Tensor ShardedLayerWise::run_split(Core& core, const runtime::RunContext& contex
     begin += rows;
   } while (begin < owned);
   mem.erase(hop1);
-  mem.erase(kAggregateName);
+  if (g.has_conv) mem.erase(kAggregateName);
   return out;
 }
 
@@ -332,32 +322,73 @@ ShardedLayerWise::own_rows_graphs(int64_t rows) {
   return graphs;
 }
 
-Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& context, const AggregationSplit& a,
-                                   std::span<const float> messages, int64_t width) {
-  static constexpr const char* kGraph = "halo.edges";
-  static constexpr const char* kRows = "halo.rows";
-  static constexpr const char* kNorm = "halo.gcn_norm";
-  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1];
-  const int64_t edges = a.self_loops ? shape_.self_loop_edges[0] : shape_.edge_rows[0];
-  const int64_t step = std::max<int64_t>(1, (width + blocks_ - 1) / blocks_);
+Tensor ShardedLayerWise::attention(Core& core, const runtime::RunContext& context, const AggregationSplit& a,
+                                   const Tensor& src, const Tensor& dst) {
+  static constexpr const char* kSrc = "halo.scores.src";
+  static constexpr const char* kDst = "halo.scores.dst";
+  static constexpr const char* kWeights = "halo.attention";
+  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], edges = shape_.self_loop_edges[0];
+  // The sources' scores: own rows, then the halo's whole (heads floats a node).
+  Tensor scores(DType::kF32, {rows, a.heads});
+  auto sv = scores.values<float>();
+  const auto own = src.values<float>();
+  std::copy(own.begin(), own.end(), sv.begin());
+  exchange_->fetch_into<float>(own, a.heads, sv.subspan(static_cast<size_t>(owned * a.heads)));
+  auto& program = attentions_[{a.heads, a.negative_slope}];
+  if (!program) {
+    runtime::Builder b("halo_attention");
+    const int32_t graph = b.graph(kHaloGraph, rows, owned, edges);
+    const runtime::ValueId alpha =
+        attention_weights(b, graph, b.input(kSrc, DType::kF32, {rows, a.heads}),
+                          b.input(kDst, DType::kF32, {owned, a.heads}), a.negative_slope);
+    b.program().value(alpha).name = kWeights;
+    b.output(alpha);
+    program = core.compile(b.take(), {});
+  }
   auto& mem = core.memory();
-  core.bind_graph(kGraph, a.self_loops ? loops_ : edges_);
-  if (a.gcn_norm) mem.put(kNorm, Tensor::from<float>(norm_, {edges}));
+  core.bind_graph(kHaloGraph, loops_);
+  mem.put(kSrc, std::move(scores));
+  mem.put(kDst, dst);
+  core.run(*program, context);
+  mem.erase(kSrc);
+  mem.erase(kDst);
+  return core.read(*program, kWeights);
+}
+
+Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& context, const AggregationSplit& a,
+                                   std::span<const float> messages, const Tensor& alpha) {
+  static constexpr const char* kRows = "halo.rows";
+  static constexpr const char* kWeight = "halo.weight";
+  const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], width = a.width;
+  const int64_t edges = a.self_loops ? shape_.self_loop_edges[0] : shape_.edge_rows[0];
+  auto& mem = core.memory();
+  core.bind_graph(kHaloGraph, a.self_loops ? loops_ : edges_);
+  if (a.gcn_norm) mem.put(kWeight, Tensor::from<float>(norm_, {edges, 1}));
   Tensor agg(DType::kF32, {owned, width});
   auto av = agg.values<float>();
-  // Every rank the same blocks (the width and blocks_ are every rank's).
-  for (int64_t begin = 0; begin < width; begin += step) {
-    const int64_t end = std::min(width, begin + step), w = end - begin;
+  // Every rank the same blocks (the width, heads and blocks_ are every rank's).
+  for (const Block& block : column_blocks(width, a.heads, blocks_)) {
+    const int64_t begin = block.begin, w = block.end - block.begin;
     Tensor x(DType::kF32, {rows, w});  // the block's columns: own rows, then the halo's
     auto xv = x.values<float>();
     for (int64_t r = 0; r < owned; ++r) std::copy_n(messages.begin() + r * width + begin, w, xv.begin() + r * w);
-    exchange_->fetch_columns_into<float>(messages, width, begin, end, xv.subspan(static_cast<size_t>(owned * w)));
-    auto& program = aggregations_[{static_cast<int>(a.reduce), a.self_loops, a.gcn_norm, w}];
+    exchange_->fetch_columns_into<float>(messages, width, begin, block.end, xv.subspan(static_cast<size_t>(owned * w)));
+    // The edges' weights: GCN's (bound above), or the attention of the
+    // block's heads.
+    const int64_t weights = a.gcn_norm ? 1 : block.heads;
+    if (a.heads > 0) {
+      Tensor wt(DType::kF32, {edges, weights});
+      const auto all = alpha.values<float>();
+      auto wv = wt.values<float>();
+      for (int64_t e = 0; e < edges; ++e) std::copy_n(all.begin() + e * a.heads + block.head, weights, wv.begin() + e * weights);
+      mem.put(kWeight, std::move(wt));
+    }
+    auto& program = aggregations_[{static_cast<int>(a.reduce), a.self_loops, weights, w}];
     if (!program) {
       runtime::Builder b("halo_aggregate");
-      const int32_t graph = b.graph(kGraph, rows, owned, edges);
+      const int32_t graph = b.graph(kHaloGraph, rows, owned, edges);
       const runtime::ValueId x = b.input(kRows, DType::kF32, {rows, w});
-      const runtime::ValueId weight = a.gcn_norm ? b.input(kNorm, DType::kF32, {edges}) : runtime::kNoValue;
+      const runtime::ValueId weight = weights > 0 ? b.input(kWeight, DType::kF32, {edges, weights}) : runtime::kNoValue;
       const runtime::ValueId y = b.aggregate(a.reduce, graph, x, weight);
       b.program().value(y).name = kAggregateName;
       b.output(y);
@@ -367,11 +398,39 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
     core.run(*program, context);
     const Tensor y = core.read(*program, kAggregateName);
     mem.erase(kRows);
+    if (a.heads > 0) mem.erase(kWeight);
     const auto yv = y.values<float>();
     for (int64_t r = 0; r < owned; ++r) std::copy_n(yv.begin() + r * w, w, av.begin() + r * width + begin);
   }
-  if (a.gcn_norm) mem.erase(kNorm);
+  if (a.gcn_norm) mem.erase(kWeight);
   return agg;
+}
+
+std::vector<ShardedLayerWise::Block> ShardedLayerWise::column_blocks(int64_t width, int64_t heads, int64_t blocks) {
+  std::vector<Block> out;
+  if (heads == 0) {  // no heads: `blocks` even blocks
+    const int64_t step = std::max<int64_t>(1, (width + blocks - 1) / blocks);
+    for (int64_t begin = 0; begin < width; begin += step) out.push_back({begin, std::min(width, begin + step), 0, 0});
+    return out;
+  }
+  // Attention: a block never straddles a head boundary, so one weight a
+  // head applies to its columns: whole heads a block, or pieces of a head.
+  const int64_t channels = width / heads;
+  if (blocks <= heads) {
+    const int64_t per = (heads + blocks - 1) / blocks;
+    for (int64_t h = 0; h < heads; h += per) {
+      const int64_t k = std::min(per, heads - h);
+      out.push_back({h * channels, (h + k) * channels, h, k});
+    }
+    return out;
+  }
+  const int64_t pieces = (blocks + heads - 1) / heads, step = std::max<int64_t>(1, (channels + pieces - 1) / pieces);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t c = 0; c < channels; c += step) {
+      out.push_back({h * channels + c, h * channels + std::min(channels, c + step), h, 1});
+    }
+  }
+  return out;
 }
 
 ShardedLinkScores::ShardedLinkScores(const NodeShard& graph, const proto::Model& embeddings, proto::Model decoder,

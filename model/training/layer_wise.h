@@ -58,20 +58,22 @@ class LayerWise {
 // Layer-wise inference over node shards (many ranks): each rank computes
 // its own nodes' rows of each layer from all their in-neighbours, whose
 // rows of the layer before come from their owners (the halo). A chain of
-// modules splits into layers: each convolution with the modules after it
-// up to the next (the modules before the first go with it); other module
-// graphs are not evaluated on many ranks. Collective: every rank runs it
-// alike.
+// modules that work row by row (convolutions, linear maps, activations, a
+// NODE layer norm, ...) splits into layers: each convolution with the
+// modules after it up to the next (the modules before the first go with
+// it); other module graphs are not evaluated on many ranks. Collective:
+// every rank runs it alike.
 //
-// GIN, SAGE and GCN layers run split at their aggregation
+// Every convolution's layer runs split at its aggregation
 // (AggregationSplit): the messages of this rank's nodes, then the
 // aggregate a column block at a time (the halo's columns of the block from
 // their owners), then the transform, so a rank holds its own rows and one
 // block of the halo's, never a layer's rows of all nodes. GAT's attention
-// weights need whole rows: its layers fetch the halo's rows whole.
+// weights come first, from its per-head scores (the halo's whole: heads
+// floats a node); its blocks keep to whole heads or pieces of one.
 class ShardedLayerWise {
  public:
-  // Whether the model splits into layers.
+  // Whether the model is such a chain.
   static bool splits(const proto::Model& model, int hops);
 
   ShardedLayerWise(const NodeShard& shard, const proto::Model& model, int hops, collectives::Communicator& comm);
@@ -85,29 +87,40 @@ class ShardedLayerWise {
   struct Segment {
     proto::Model model;
     Schema schema;
-    bool has_conv = false, split = false;
-    bool rowwise = true;  // every module works row by row: its transform runs in row chunks
+    bool has_conv = false;  // else the model has none: it runs on own rows alone
     std::string out;
-    std::shared_ptr<const runtime::CompiledProgram> program;  // whole: own rows and the halo's
     AggregationSplit aggregation;
     std::shared_ptr<const runtime::CompiledProgram> messages;
     std::map<int64_t, std::shared_ptr<const runtime::CompiledProgram>> transforms;  // by chunk rows
   };
-  // A split layer's transform runs in this many row chunks (when row-wise).
+  // A split layer's transform runs in this many row chunks.
   static constexpr int64_t kTransformChunks = 4;
   // One segment: its input's rows of this rank's nodes in, its output's out.
-  Tensor run_whole(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
-  Tensor run_split(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
+  Tensor run_segment(runtime::Core& core, const runtime::RunContext& context, Segment& g, Tensor in);
   // The split programs' shape and graphs over `rows` of this rank's nodes
   // (all of them, or a chunk): no halo, an empty block; the graphs are
   // (no edges, the identity), made once a row count.
   BucketShape own_rows_shape(int64_t rows) const;
   const std::pair<std::shared_ptr<const runtime::Core::Adjacency>, std::shared_ptr<const runtime::Core::Adjacency>>&
   own_rows_graphs(int64_t rows);
-  // The aggregation of `messages` [owned, width] over this rank's in-edges,
-  // the halo's columns a block at a time.
+  // GAT's attention weights [edges and loops, heads] over this rank's
+  // in-edges from the scores of its own nodes as sources (src) and
+  // destinations (dst), the halo's source scores from their owners.
+  Tensor attention(runtime::Core& core, const runtime::RunContext& context, const AggregationSplit& a,
+                   const Tensor& src, const Tensor& dst);
+  // The aggregation of `messages` [owned, a.width] over this rank's
+  // in-edges, the halo's columns a block at a time; weighted by `alpha`
+  // (attention()) when a.heads > 0.
   Tensor aggregate(runtime::Core& core, const runtime::RunContext& context, const AggregationSplit& a,
-                   std::span<const float> messages, int64_t width);
+                   std::span<const float> messages, const Tensor& alpha);
+  // Columns [begin, end) of the messages, and the attention heads
+  // [head, head + heads) that weigh them (none without attention).
+  struct Block {
+    int64_t begin, end, head, heads;
+  };
+  // About `blocks` column blocks of `width` (exactly that many without
+  // heads); with `heads`, each within whole heads or one head.
+  static std::vector<Block> column_blocks(int64_t width, int64_t heads, int64_t blocks);
 
   const NodeShard& shard_;
   const int hops_;
@@ -115,14 +128,16 @@ class ShardedLayerWise {
   bool gcn_ = false;
   std::vector<int32_t> halo_;
   std::unique_ptr<OwnerExchange> exchange_;
-  // The in-edges (sources: own rows, then the halo's), with a loop a node,
-  // and the narrowing to own rows.
-  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_, prefix_;
+  // The in-edges (sources: own rows, then the halo's), and with a loop a
+  // node (GCN and GAT).
+  std::shared_ptr<const runtime::Core::Adjacency> edges_, loops_;
   std::vector<float> norm_;
   BucketShape shape_;
   int64_t blocks_ = 1;  // column blocks of a split layer's aggregation (the same on every rank)
-  // The aggregation programs, by (reduce, loops, weighted, block width).
-  std::map<std::tuple<int, bool, bool, int64_t>, std::shared_ptr<const runtime::CompiledProgram>> aggregations_;
+  // The aggregation programs, by (reduce, loops, weights an edge, block width).
+  std::map<std::tuple<int, bool, int64_t, int64_t>, std::shared_ptr<const runtime::CompiledProgram>> aggregations_;
+  // The attention programs, by (heads, negative slope).
+  std::map<std::pair<int64_t, double>, std::shared_ptr<const runtime::CompiledProgram>> attentions_;
   std::map<int64_t, std::pair<std::shared_ptr<const runtime::Core::Adjacency>,
                               std::shared_ptr<const runtime::Core::Adjacency>>> own_rows_graphs_;  // by rows
 };

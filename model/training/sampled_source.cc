@@ -40,6 +40,9 @@ namespace {
 using runtime::Core;
 using Clock = std::chrono::steady_clock;
 
+// Logged when a model is not evaluated on many ranks (ShardedLayerWise::splits).
+constexpr const char* kNotSharded = "a module graph that is no chain of row-wise modules is not evaluated on many ranks";
+
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -440,8 +443,7 @@ ModelParameters SampledSource::load(Core&) {
                  maker_->batches_per_epoch(),
                  replicated_ ? fmt::format(", each split over {} ranks; sampled {}{}", ranks_,
                                            ahead_ ? "ahead of the step" : "in the step",
-                                           sharded_eval_ ? std::string()
-                                               : "; a module graph that is no chain is not evaluated on many ranks")
+                                           sharded_eval_ ? std::string() : std::string("; ") + kNotSharded)
                              : std::string(),
                  fmt::join(job_.sampling().fanout(), ", "), job_.sampling().replace() ? ", with replacement" : "",
                  job_.sampling().disjoint() ? ", disjoint trees" : "", params_.size());
@@ -452,7 +454,7 @@ ModelParameters SampledSource::load(Core&) {
                    s.train.size(), s.train_supervision.size(), std::min<int64_t>(job_.sampling().batch_size(),
                    s.train_supervision.size()), job_.link().negative_ratio(), s.val.size(), s.test.size(),
                    s.val_negatives.size(), s.test_negatives.size(), proto::Link::Decoder_Name(job_.link().decoder()),
-                   replicated_ && !sharded_eval_ ? "; a module graph is not evaluated on many ranks" : "");
+                   replicated_ && !sharded_eval_ ? std::string("; ") + kNotSharded : std::string());
     }
   }
   return model;

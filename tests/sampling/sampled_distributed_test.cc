@@ -237,11 +237,13 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
 }
 
 // The evaluation over the shards gives the one-rank layer-wise inference's
-// rows, node for node, with the same parameters: GIN, SAGE (max) and GCN
-// split at their aggregation (the halo's columns a block at a time: 4
+// rows, node for node, with the same parameters: GIN, SAGE (max), GCN and
+// GAT split at their aggregation (the halo's columns a block at a time: 4
 // blocks at 2 ranks here, 8 at 3; the rest of the layer in 4 row chunks),
 // a SAGE whose messages come from a module before it (a messages
-// program), and GAT with the halo's rows whole before a split GCN.
+// program), a NODE layer norm in a transform's row chunks, GAT before
+// GCN, and GAT's blocks as pieces of one head (1 head), whole heads (5
+// heads in 4 blocks at 2 ranks: 2, 2, 1) and pieces of several.
 TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
   const auto comm = world();
   const ProductsSpec spec = parse_products_spec("products:nodes=900,edges=9000,features=12,classes=5");
@@ -251,7 +253,11 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
                              "layer { type: GCN out: 16 } layer { type: ELU } layer { type: GCN out: 7 }",
                              "layer { type: LINEAR out: 10 } layer { type: SAGE out: 16 } layer { type: RELU } "
                              "layer { type: SAGE }",
-                             "layer { type: GAT out: 8 heads: 2 } layer { type: ELU } layer { type: GCN }"}) {
+                             "layer { type: GAT out: 8 heads: 2 } layer { type: ELU } layer { type: GCN }",
+                             "layer { type: GAT out: 16 } layer { type: RELU } layer { type: GAT }",
+                             "layer { type: SAGE out: 16 } layer { type: LAYER_NORM mode: NODE } layer { type: GIN }",
+                             "layer { type: GAT out: 4 heads: 5 concat: false negative_slope: 0.3 } "
+                             "layer { type: ELU } layer { type: GAT heads: 3 }"}) {
     const proto::Job j = parse_job(std::string("model { ") + layers + " }", "test job");
     const proto::Model model = sampled_model(j.model(), 2, whole.num_classes);
     const std::string last = model.module(model.module_size() - 1).name();
