@@ -249,12 +249,13 @@ Tensor ShardedLayerWise::run_segment(Core& core, const runtime::RunContext& cont
     const Tensor& m = g.messages ? messages : mem.at(hop1);
     Tensor alpha;  // GAT's weights, [edges, heads]
     if (g.aggregation.heads > 0) {
+      // The scores are the messages program's (GAT's messages are x Wᵀ).
+      if (!g.messages) throw std::logic_error("an attention split without a messages program");
       alpha = attention(core, context, g.aggregation, core.read(*g.messages, kSourceScoresName),
                         core.read(*g.messages, kDestinationScoresName));
     }
-    agg = aggregate(core, context, g.aggregation, m.values<float>(), alpha);
+    agg = aggregate(core, context, g.aggregation, m.values<float>(), std::move(alpha));
     messages = Tensor();
-    alpha = Tensor();
     in = std::move(mem.at(hop1));
     mem.erase(hop1);
   }
@@ -328,6 +329,8 @@ Tensor ShardedLayerWise::attention(Core& core, const runtime::RunContext& contex
   static constexpr const char* kDst = "halo.scores.dst";
   static constexpr const char* kWeights = "halo.attention";
   const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], edges = shape_.self_loop_edges[0];
+  // GAT over a block is homogeneous: its graph has a loop a destination.
+  if (!a.self_loops) throw std::logic_error("an attention split over a graph without loops");
   // The sources' scores: own rows, then the halo's whole (heads floats a node).
   Tensor scores(DType::kF32, {rows, a.heads});
   auto sv = scores.values<float>();
@@ -356,7 +359,7 @@ Tensor ShardedLayerWise::attention(Core& core, const runtime::RunContext& contex
 }
 
 Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& context, const AggregationSplit& a,
-                                   std::span<const float> messages, const Tensor& alpha) {
+                                   std::span<const float> messages, Tensor alpha) {
   static constexpr const char* kRows = "halo.rows";
   static constexpr const char* kWeight = "halo.weight";
   const int64_t owned = shard_.owned(), rows = shape_.node_rows[1], width = a.width;
@@ -367,6 +370,7 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
   Tensor agg(DType::kF32, {owned, width});
   auto av = agg.values<float>();
   // Every rank the same blocks (the width, heads and blocks_ are every rank's).
+  int64_t bound = -1;  // the head whose weights are bound (pieces of one head share them)
   for (const Block& block : column_blocks(width, a.heads, blocks_)) {
     const int64_t begin = block.begin, w = block.end - block.begin;
     Tensor x(DType::kF32, {rows, w});  // the block's columns: own rows, then the halo's
@@ -374,14 +378,21 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
     for (int64_t r = 0; r < owned; ++r) std::copy_n(messages.begin() + r * width + begin, w, xv.begin() + r * w);
     exchange_->fetch_columns_into<float>(messages, width, begin, block.end, xv.subspan(static_cast<size_t>(owned * w)));
     // The edges' weights: GCN's (bound above), or the attention of the
-    // block's heads.
+    // block's heads: all of alpha when they are all its heads (moved once),
+    // else a copy of their columns.
     const int64_t weights = a.gcn_norm ? 1 : block.heads;
-    if (a.heads > 0) {
+    if (a.heads > 0 && block.heads == a.heads && bound < 0) {
+      mem.put(kWeight, std::move(alpha));
+      bound = 0;
+    } else if (a.heads > 0 && block.heads < a.heads && block.head != bound) {
       Tensor wt(DType::kF32, {edges, weights});
       const auto all = alpha.values<float>();
       auto wv = wt.values<float>();
-      for (int64_t e = 0; e < edges; ++e) std::copy_n(all.begin() + e * a.heads + block.head, weights, wv.begin() + e * weights);
+      for (int64_t e = 0; e < edges; ++e) {
+        std::copy_n(all.begin() + e * a.heads + block.head, weights, wv.begin() + e * weights);
+      }
       mem.put(kWeight, std::move(wt));
+      bound = block.head;
     }
     auto& program = aggregations_[{static_cast<int>(a.reduce), a.self_loops, weights, w}];
     if (!program) {
@@ -398,36 +409,36 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
     core.run(*program, context);
     const Tensor y = core.read(*program, kAggregateName);
     mem.erase(kRows);
-    if (a.heads > 0) mem.erase(kWeight);
     const auto yv = y.values<float>();
     for (int64_t r = 0; r < owned; ++r) std::copy_n(yv.begin() + r * w, w, av.begin() + r * width + begin);
   }
-  if (a.gcn_norm) mem.erase(kWeight);
+  if (a.gcn_norm || a.heads > 0) mem.erase(kWeight);
   return agg;
 }
 
 std::vector<ShardedLayerWise::Block> ShardedLayerWise::column_blocks(int64_t width, int64_t heads, int64_t blocks) {
+  // Blocks of at most `step` columns.
+  const int64_t step = std::max<int64_t>(1, (width + blocks - 1) / blocks);
   std::vector<Block> out;
-  if (heads == 0) {  // no heads: `blocks` even blocks
-    const int64_t step = std::max<int64_t>(1, (width + blocks - 1) / blocks);
+  if (heads == 0) {
     for (int64_t begin = 0; begin < width; begin += step) out.push_back({begin, std::min(width, begin + step), 0, 0});
     return out;
   }
-  // Attention: a block never straddles a head boundary, so one weight a
-  // head applies to its columns: whole heads a block, or pieces of a head.
+  // Attention: a block never straddles a head boundary, so one weight an
+  // edge applies to each column: whole heads a block, or pieces of a head.
   const int64_t channels = width / heads;
-  if (blocks <= heads) {
-    const int64_t per = (heads + blocks - 1) / blocks;
+  if (channels <= step) {
+    const int64_t per = std::max<int64_t>(1, step / std::max<int64_t>(channels, 1));
     for (int64_t h = 0; h < heads; h += per) {
       const int64_t k = std::min(per, heads - h);
       out.push_back({h * channels, (h + k) * channels, h, k});
     }
     return out;
   }
-  const int64_t pieces = (blocks + heads - 1) / heads, step = std::max<int64_t>(1, (channels + pieces - 1) / pieces);
+  const int64_t pieces = (channels + step - 1) / step, piece = (channels + pieces - 1) / pieces;
   for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t c = 0; c < channels; c += step) {
-      out.push_back({h * channels + c, h * channels + std::min(channels, c + step), h, 1});
+    for (int64_t c = 0; c < channels; c += piece) {
+      out.push_back({h * channels + c, h * channels + std::min(channels, c + piece), h, 1});
     }
   }
   return out;

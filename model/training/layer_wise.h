@@ -7,8 +7,7 @@
 //     bind their batches under the same names); a link model's "pairs"
 //     edge set holds the pairs to score.
 //   - ShardedLayerWise (many ranks): each rank its own nodes a layer at a
-//     time, the halo's rows (or their columns a block at a time) from
-//     their owners.
+//     time, the halo's columns a block at a time from their owners.
 //   - ShardedLinkScores (many ranks): a link model's pairs scored over
 //     node shards, each rank its share of the pairs.
 #pragma once
@@ -80,8 +79,20 @@ class ShardedLayerWise {
 
   // The model's last rows of this rank's nodes, [owned, width].
   Tensor run(runtime::Core& core, const runtime::RunContext& context);
-  // The column blocks a split layer's aggregation takes (every rank's).
+  // The column blocks a split layer's aggregation aims at (every rank's;
+  // column_blocks() makes them).
   int64_t blocks() const { return blocks_; }
+
+  // Columns [begin, end) of a layer's messages, and the attention heads
+  // [head, head + heads) that weigh them (none without attention).
+  struct Block {
+    int64_t begin, end, head, heads;
+    bool operator==(const Block&) const = default;
+  };
+  // The blocks of `width` columns for `blocks`: each at most
+  // ceil(width / blocks) columns wide; with `heads` (attention), each
+  // within whole heads or a piece of one head (so a few more blocks).
+  static std::vector<Block> column_blocks(int64_t width, int64_t heads, int64_t blocks);
 
  private:
   struct Segment {
@@ -112,15 +123,7 @@ class ShardedLayerWise {
   // in-edges, the halo's columns a block at a time; weighted by `alpha`
   // (attention()) when a.heads > 0.
   Tensor aggregate(runtime::Core& core, const runtime::RunContext& context, const AggregationSplit& a,
-                   std::span<const float> messages, const Tensor& alpha);
-  // Columns [begin, end) of the messages, and the attention heads
-  // [head, head + heads) that weigh them (none without attention).
-  struct Block {
-    int64_t begin, end, head, heads;
-  };
-  // About `blocks` column blocks of `width` (exactly that many without
-  // heads); with `heads`, each within whole heads or one head.
-  static std::vector<Block> column_blocks(int64_t width, int64_t heads, int64_t blocks);
+                   std::span<const float> messages, Tensor alpha);
 
   const NodeShard& shard_;
   const int hops_;

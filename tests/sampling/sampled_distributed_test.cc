@@ -242,8 +242,9 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
 // blocks at 2 ranks here, 8 at 3; the rest of the layer in 4 row chunks),
 // a SAGE whose messages come from a module before it (a messages
 // program), a NODE layer norm in a transform's row chunks, GAT before
-// GCN, and GAT's blocks as pieces of one head (1 head), whole heads (5
-// heads in 4 blocks at 2 ranks: 2, 2, 1) and pieces of several.
+// GCN, and GAT's blocks as pieces of one head (1 head), whole heads (7
+// heads of 2 channels: 2, 2, 2, 1 a block at 2 ranks, 1 at 3) and pieces
+// of several (3 heads of 5: 2 pieces a head).
 TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
   const auto comm = world();
   const ProductsSpec spec = parse_products_spec("products:nodes=900,edges=9000,features=12,classes=5");
@@ -256,8 +257,8 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
                              "layer { type: GAT out: 8 heads: 2 } layer { type: ELU } layer { type: GCN }",
                              "layer { type: GAT out: 16 } layer { type: RELU } layer { type: GAT }",
                              "layer { type: SAGE out: 16 } layer { type: LAYER_NORM mode: NODE } layer { type: GIN }",
-                             "layer { type: GAT out: 4 heads: 5 concat: false negative_slope: 0.3 } "
-                             "layer { type: ELU } layer { type: GAT heads: 3 }"}) {
+                             "layer { type: GAT out: 2 heads: 7 concat: false negative_slope: 0.3 } "
+                             "layer { type: ELU } layer { type: GAT heads: 3 bias: false }"}) {
     const proto::Job j = parse_job(std::string("model { ") + layers + " }", "test job");
     const proto::Model model = sampled_model(j.model(), 2, whole.num_classes);
     const std::string last = model.module(model.module_size() - 1).name();
@@ -269,9 +270,8 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
     const runtime::RunContext context{.step = 1, .lr = 0, .seed = 3};
     const Tensor expected = alone.run(one, context).front();
     ShardedLayerWise sharded(mine, model, 2, *comm);
-    if (comm->size() > 1) {
-      EXPECT_GT(sharded.blocks(), 1) << layers;  // the halo in several blocks
-    }
+    // The halo in several blocks (ceil(4 * halo / own): values checked by hand).
+    EXPECT_EQ(sharded.blocks(), comm->size() == 1 ? 1 : comm->size() == 2 ? 4 : 8) << layers;
     const Tensor got = sharded.run(many, context);
     const int64_t width = expected.shape()[1];
     ASSERT_EQ(got.shape(), (std::vector<int64_t>{mine.owned(), width})) << layers;
@@ -286,6 +286,23 @@ TEST(SampledDistributed, ShardedLayerWiseGivesTheOneRankRows) {
     }
     EXPECT_GT(largest, 1e-3) << layers;  // rows worth comparing
   }
+}
+
+// The column blocks of a split layer's aggregation: at most
+// ceil(width / blocks) columns; attention's within whole heads or a piece
+// of one head (hand-computed).
+TEST(SampledDistributed, ColumnBlocksKeepToHeads) {
+  using B = ShardedLayerWise::Block;
+  const auto blocks = ShardedLayerWise::column_blocks;
+  EXPECT_EQ(blocks(10, 0, 4), (std::vector<B>{{0, 3, 0, 0}, {3, 6, 0, 0}, {6, 9, 0, 0}, {9, 10, 0, 0}}));
+  EXPECT_EQ(blocks(9, 0, 4), (std::vector<B>{{0, 3, 0, 0}, {3, 6, 0, 0}, {6, 9, 0, 0}}));
+  EXPECT_EQ(blocks(2, 0, 4), (std::vector<B>{{0, 1, 0, 0}, {1, 2, 0, 0}}));
+  EXPECT_EQ(blocks(14, 7, 4), (std::vector<B>{{0, 4, 0, 2}, {4, 8, 2, 2}, {8, 12, 4, 2}, {12, 14, 6, 1}}));
+  EXPECT_EQ(blocks(15, 3, 4), (std::vector<B>{{0, 3, 0, 1}, {3, 5, 0, 1}, {5, 8, 1, 1}, {8, 10, 1, 1},
+                                              {10, 13, 2, 1}, {13, 15, 2, 1}}));
+  EXPECT_EQ(blocks(16, 1, 4), (std::vector<B>{{0, 4, 0, 1}, {4, 8, 0, 1}, {8, 12, 0, 1}, {12, 16, 0, 1}}));
+  EXPECT_EQ(blocks(8, 8, 4), (std::vector<B>{{0, 2, 0, 2}, {2, 4, 2, 2}, {4, 6, 4, 2}, {6, 8, 6, 2}}));
+  EXPECT_EQ(blocks(20, 4, 1), (std::vector<B>{{0, 20, 0, 4}}));
 }
 
 // Link prediction's evaluation over the shards (each rank its nodes'
