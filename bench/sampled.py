@@ -205,6 +205,31 @@ def torch_step():
     out["step_ms"] = min(out["index_add"], out["csr"])
     out["edges"] = int(sum(len(b[0]) for b in blocks))
     out["nodes"] = int(frontier[-1])
+    # The step's dense floor: its matrix products alone (lin_l and lin_r a
+    # layer: forward, the weights' gradients, and the inputs' but layer 0's),
+    # each timed in torch on this BLAS. gnnrt calls the same OpenBLAS, so
+    # the step against torch cannot beat torch's step against this floor.
+    def mm_ms(a, b):
+        x, y = torch.randn(*a), torch.randn(*b)
+        x @ y
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            x @ y
+            times.append(1e3 * (time.perf_counter() - t))
+        return statistics.median(times)
+    floor = 0.0
+    for layer in range(3):
+        n, i, o = int(frontier[2 - layer]), widths[layer], widths[layer + 1]
+        products = mm_ms((n, i), (i, o)) + mm_ms((o, n), (n, i)) + (mm_ms((n, o), (o, i)) if layer else 0)
+        floor += 2 * products  # lin_l and lin_r
+    out["gemm_floor_ms"] = floor
+    out["gemm_gflop"] = sum(2 * (3 if layer else 2) * 2 * int(frontier[2 - layer]) * widths[layer] * widths[layer + 1]
+                            for layer in range(3)) / 1e9
+    # The BLAS torch runs on (Debian's libblas.so.3 alternative: OpenBLAS
+    # when installed, else the reference BLAS, about 10x slower here).
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    out["blas"] = sorted({l.split()[-1] for l in maps if "blas" in l.split()[-1]})
     return out
 
 
@@ -385,6 +410,9 @@ def main():
         tr = result["torch"]
         print(f"torch step on one batch's blocks ({tr['nodes']} nodes, {tr['edges']} edges): index_add "
               f"{tr['index_add']:.1f} ms, csr {tr['csr']:.1f} ms; gnnrt {result['speedup_vs_torch']:.2f}x")
+        print(f"  the step's matrix products alone ({tr['gemm_gflop']:.1f} GFLOP, torch on {', '.join(tr['blas'])}): "
+              f"{tr['gemm_floor_ms']:.1f} ms; gnnrt {t['step_ms'] / tr['gemm_floor_ms']:.2f}x and torch "
+              f"{tr['step_ms'] / tr['gemm_floor_ms']:.2f}x that floor")
     print_link(result.get("link", {}))
     try:
         import matplotlib
