@@ -110,7 +110,7 @@ void check_capacity(const Program& p, const MemoryPlan& plan, const DeviceProfil
   if (plan.peak_bytes <= profile.hbm_bytes) return;
   const std::string where =
       plan.peak_op >= 0 ? p.describe(static_cast<size_t>(plan.peak_op)) : std::string("no op");
-  throw CompileError(fmt::format(
+  throw CapacityError(fmt::format(
       "program '{}' does not fit the device: planned peak {} bytes ({}: {} persistent + {} "
       "graphs + {} arena, most live at {}) exceeds the {} bytes ({}) of one {} core; use a "
       "smaller model or graph, more cores, or --hbm-bytes",

@@ -28,7 +28,7 @@ struct MemoryPlan {
 // Sets ValueInfo::offset of every temp an op defines; returns the plan.
 MemoryPlan plan_memory(Program& p);
 
-// Throws CompileError if the plan does not fit the profile's HBM, naming the
+// Throws CapacityError if the plan does not fit the profile's HBM, naming the
 // peak op, the planned bytes and the capacity.
 void check_capacity(const Program& p, const MemoryPlan& plan, const DeviceProfile& profile);
 

@@ -18,6 +18,12 @@ class CompileError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A program whose planned peak exceeds the device's memory (check_capacity):
+// callers with a smaller program to offer catch it.
+class CapacityError : public CompileError {
+ public:
+  using CompileError::CompileError;
+};
 
 // SSA and reference checks: every op input is defined before use (by an op,
 // or bound: input, parameter, state), every temp is defined exactly once,

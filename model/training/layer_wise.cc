@@ -64,6 +64,10 @@ LayerWise::LayerWise(const NodeShard& shard, const proto::Model& model, const Sc
 
 Network LayerWise::build() const { return build_module_inference(model_, schema_, shape_, false, outputs_); }
 
+void LayerWise::compile(Core& core) {
+  if (!program_) program_ = core.compile(build().program, {});
+}
+
 std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& context) {
   const int64_t n = shard_.num_nodes;
   if (!edges_) {
@@ -87,7 +91,7 @@ std::vector<Tensor> LayerWise::run(Core& core, const runtime::RunContext& contex
       pair_graph_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(pairs_->src, pairs_->dst, n, n));
       pairs_reversed_ = std::make_shared<const Core::Adjacency>(Core::Adjacency::build(pairs_->dst, pairs_->src, n, n));
     }
-    program_ = core.compile(build().program, {});
+    compile(core);
   }
   auto& mem = core.memory();
   for (int h = 0; h < hops_; ++h) {

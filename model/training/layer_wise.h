@@ -39,6 +39,9 @@ class LayerWise {
 
   // The program (its parameters), built on first use.
   Network build() const;
+  // Compiles the program ahead of the first run (runtime::CapacityError
+  // when it does not fit the device).
+  void compile(runtime::Core& core);
   // The outputs' rows: [nodes, width], or [pairs, width] for a module on the pairs.
   std::vector<Tensor> run(runtime::Core& core, const runtime::RunContext& context);
 

@@ -30,6 +30,7 @@
 #include "model/training/layer_wise.h"
 #include "model/training/link_task.h"
 #include "model/training/sampled_batches.h"
+#include "runtime/passes.h"
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
 #include "runtime/npy.h"
@@ -378,7 +379,7 @@ BucketShape smallest_bucket(int hops, bool link) {
   return s;
 }
 
-ModelParameters SampledSource::load(Core&) {
+ModelParameters SampledSource::load(Core& core) {
   ModelParameters model;
   agreed_step(comm_, "loading the graph", [&] {
     const auto& fanouts = job_.sampling().fanout();
@@ -430,6 +431,26 @@ ModelParameters SampledSource::load(Core&) {
   if (!replicated_ && !whole_eval_ && rank_ == 0) {
     spdlog::warn("the graph's {} edges are too many to evaluate on one rank (2^31 with the loops): no validation; "
                  "run on more ranks to evaluate", shard_.indices.size());
+  }
+  // One rank evaluates a node model with one program over the whole graph
+  // when it fits the core; else a layer at a time as many ranks do
+  // (ShardedLayerWise over this one rank), found out before any training.
+  if (whole_eval_ && !link_) {
+    try {
+      layer_wise_ = std::make_unique<LayerWise>(shard_, model_, schema_, job_.sampling().fanout_size(),
+                                                std::vector<std::string>{model_.loss_term(0).input()});
+      layer_wise_->compile(core);
+    } catch (const runtime::CapacityError& e) {
+      layer_wise_.reset();
+      whole_eval_ = false;
+      sharded_eval_ = comm_ && ShardedLayerWise::splits(model_, job_.sampling().fanout_size());
+      if (sharded_eval_) {
+        spdlog::info("the whole graph's evaluation program does not fit one core ({}): evaluating a layer at a time",
+                     e.what());
+      } else {
+        spdlog::warn("no validation: {}; {}", e.what(), kNotSharded);
+      }
+    }
   }
   prefetch_ = std::make_unique<Prefetcher>(*maker_, ahead_ ? job_.sampling().prefetch() : 0,
                                            job_.schedule().epochs());
@@ -553,6 +574,10 @@ void SampledSource::finish(TrainResult& result, const Core&) const {
 }
 
 Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) {
+  if (!whole_eval_) {  // one rank, a layer at a time: its own rows are every node's
+    if (!sharded_) sharded_ = std::make_unique<ShardedLayerWise>(shard_, model_, job_.sampling().fanout_size(), *comm_);
+    return sharded_->run(core, context);
+  }
   if (!layer_wise_) {
     layer_wise_ = std::make_unique<LayerWise>(shard_, model_, schema_, job_.sampling().fanout_size(),
                                               std::vector<std::string>{model_.loss_term(0).input()});
@@ -640,7 +665,7 @@ void SampledSource::evaluate_sharded(Core& core, const runtime::RunContext& cont
 
 // Log-probabilities, as the full-graph jobs write them.
 void SampledSource::write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) {
-  if (!whole_eval_) {
+  if (replicated_ || !(whole_eval_ || sharded_eval_)) {
     spdlog::warn("--logits-out: the graph is too large to infer on one rank; nothing written to {}", path.string());
     return;
   }

@@ -236,6 +236,45 @@ TEST(SampledDistributed, ShardedEvaluationGivesTheOneRankAccuracies) {
   }
 }
 
+// One rank whose core cannot hold the whole graph's evaluation program
+// evaluates a layer at a time instead (ShardedLayerWise over a one-rank
+// communicator), to the accuracies of the whole program on a core that can;
+// without a communicator to run it on, there is no validation.
+TEST(SampledDistributed, OneRankEvaluatesALayerAtATimeWhenTheWholeGraphDoesNotFit) {
+  proto::Job j = job();
+  j.mutable_dataset()->set_path(
+      "products:nodes=3000,edges=30000,features=8,classes=5,train_fraction=0.08,val_fraction=0.2");
+  j.mutable_schedule()->set_epochs(2);
+  const auto self = std::make_shared<collectives::Communicator>(*world()->split(world()->rank(), 0));
+  const auto evaluations = [&](int64_t hbm_bytes, std::shared_ptr<collectives::Communicator> comm) {
+    Evaluations out;
+    TrainOptions o;
+    o.progress = false;
+    o.no_cache = true;
+    o.threads = 1;
+    o.hbm_bytes = hbm_bytes;
+    o.communicator = std::move(comm);
+    o.on_epoch = [&](const EpochMetrics& m) { out.emplace_back(m.val_acc, m.test_acc); };
+    train(j, o);
+    return out;
+  };
+  // Above the training's and the layer-at-a-time programs' planned peaks,
+  // below the whole program's (0.26 and 1.52 against 3.57 MB).
+  constexpr int64_t kSmall = 2'500'000;
+  const Evaluations whole = evaluations(0, nullptr), none = evaluations(kSmall, nullptr),
+                    layers = evaluations(kSmall, self);
+  ASSERT_EQ(whole.size(), 2u);
+  ASSERT_EQ(none.size(), 2u);
+  ASSERT_EQ(layers.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_GT(whole[e].first, 0.0);
+    EXPECT_EQ(none[e].first, 0.0) << "the whole program fits: the test's memory is too large";
+    // A node's argmax may flip on a last-bit difference: within 1 node.
+    EXPECT_NEAR(layers[e].first, whole[e].first, 1.0 / 600) << "validation, epoch " << e + 1;
+    EXPECT_NEAR(layers[e].second, whole[e].second, 1.0 / 2000) << "test, epoch " << e + 1;
+  }
+}
+
 // The evaluation over the shards gives the one-rank layer-wise inference's
 // rows, node for node, with the same parameters: GIN, SAGE (max), GCN and
 // GAT split at their aggregation (the halo's columns a block at a time: 4
