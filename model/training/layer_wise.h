@@ -6,8 +6,9 @@
 //     nodes and every block all in-edges, bound before each run (the steps
 //     bind their batches under the same names); a link model's "pairs"
 //     edge set holds the pairs to score.
-//   - ShardedLayerWise (many ranks): each rank its own nodes a layer at a
-//     time, the halo's columns a block at a time from their owners.
+//   - ShardedLayerWise (many ranks, or one whose core cannot hold
+//     LayerWise's program): each rank its own nodes a layer at a time, the
+//     halo's columns a block at a time from their owners.
 //   - ShardedLinkScores (many ranks): a link model's pairs scored over
 //     node shards, each rank its share of the pairs.
 #pragma once

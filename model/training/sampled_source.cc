@@ -30,7 +30,7 @@
 #include "model/training/layer_wise.h"
 #include "model/training/link_task.h"
 #include "model/training/sampled_batches.h"
-#include "runtime/passes.h"
+#include "runtime/passes.h"  // CapacityError
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
 #include "runtime/npy.h"
@@ -283,13 +283,14 @@ class SampledSource final : public BatchSource {
 
   // Layer-wise full-neighbourhood inference: every node's output of each
   // layer from all its in-neighbours, a layer at a time over the whole
-  // graph (here, one rank: the whole graph's program), then the validation
-  // and test accuracies.
+  // graph (one rank: the whole graph's program when it fits the core, else
+  // ShardedLayerWise over the one rank), then the validation and test
+  // accuracies.
   void evaluate(Core& core, const runtime::RunContext& context) override;
   bool keeps_best() const override { return true; }
   bool has_validation() const override {
-    if (link_) return (replicated_ ? sharded_eval_ : whole_eval_) && links_->val_pairs.size() > 0;
-    return (replicated_ ? sharded_eval_ : whole_eval_) && !shard_.val.empty();
+    if (link_) return (whole_eval_ || sharded_eval_) && links_->val_pairs.size() > 0;
+    return (whole_eval_ || sharded_eval_) && !shard_.val.empty();
   }
   bool writes_logits() const override { return !replicated_ && !link_; }
   void write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) override;
@@ -352,8 +353,10 @@ class SampledSource final : public BatchSource {
   Counts counts_;
   mutable Counts counts_before_;
   std::unique_ptr<LayerWise> layer_wise_;
-  bool sharded_eval_ = false;  // many ranks: the model splits into layers
-  bool whole_eval_ = false;    // one rank: the whole graph fits one program
+  // Many ranks, or one whose core cannot hold the whole program: a layer at
+  // a time (the model splits into layers).
+  bool sharded_eval_ = false;
+  bool whole_eval_ = false;  // one rank: the whole graph in one program
   std::unique_ptr<ShardedLayerWise> sharded_;
   double val_acc_ = 0, test_acc_ = 0, infer_ms_ = 0;
 };
@@ -448,7 +451,8 @@ ModelParameters SampledSource::load(Core& core) {
         spdlog::info("the whole graph's evaluation program does not fit one core ({}): evaluating a layer at a time",
                      e.what());
       } else {
-        spdlog::warn("no validation: {}; {}", e.what(), kNotSharded);
+        spdlog::warn("no validation: {}; {}", e.what(),
+                     comm_ ? kNotSharded : "no communicator to evaluate a layer at a time on");
       }
     }
   }
@@ -574,7 +578,7 @@ void SampledSource::finish(TrainResult& result, const Core&) const {
 }
 
 Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) {
-  if (!whole_eval_) {  // one rank, a layer at a time: its own rows are every node's
+  if (!whole_eval_ && sharded_eval_ && !replicated_) {  // one rank, a layer at a time: its rows are every node's
     if (!sharded_) sharded_ = std::make_unique<ShardedLayerWise>(shard_, model_, job_.sampling().fanout_size(), *comm_);
     return sharded_->run(core, context);
   }
@@ -666,7 +670,8 @@ void SampledSource::evaluate_sharded(Core& core, const runtime::RunContext& cont
 // Log-probabilities, as the full-graph jobs write them.
 void SampledSource::write_logits(Core& core, const std::filesystem::path& path, const runtime::RunContext& context) {
   if (replicated_ || !(whole_eval_ || sharded_eval_)) {
-    spdlog::warn("--logits-out: the graph is too large to infer on one rank; nothing written to {}", path.string());
+    spdlog::warn("--logits-out: the graph is not evaluated on one rank (said above); nothing written to {}",
+                 path.string());
     return;
   }
   Tensor logits = infer_all(core, context);

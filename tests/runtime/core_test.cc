@@ -75,8 +75,8 @@ TEST(MemoryPlan, TooSmallDeviceFailsAtCompileNamingTheOpAndTheBytes) {
   Core core(tiny, {});
   try {
     core.compile(two_layers(300), {});
-    FAIL() << "expected a CompileError";
-  } catch (const CompileError& e) {
+    FAIL() << "expected a CapacityError";
+  } catch (const CapacityError& e) {  // a CompileError callers can tell from the others
     EXPECT_THAT(e.what(), HasSubstr("does not fit"));
     EXPECT_THAT(e.what(), HasSubstr("4096 bytes"));
     EXPECT_THAT(e.what(), HasSubstr("op #"));
