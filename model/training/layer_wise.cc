@@ -307,6 +307,15 @@ Tensor ShardedLayerWise::run_segment(Core& core, const runtime::RunContext& cont
   return out;
 }
 
+Tensor ShardedLayerWise::with_halo(std::span<const float> own, int64_t width, int64_t begin, int64_t end) {
+  const int64_t owned = shard_.owned(), w = end - begin;
+  Tensor x(DType::kF32, {shape_.node_rows[1], w});
+  auto xv = x.values<float>();
+  for (int64_t r = 0; r < owned; ++r) std::copy_n(own.begin() + r * width + begin, w, xv.begin() + r * w);
+  exchange_->fetch_columns_into<float>(own, width, begin, end, xv.subspan(static_cast<size_t>(owned * w)));
+  return x;
+}
+
 BucketShape ShardedLayerWise::own_rows_shape(int64_t rows) const {
   BucketShape shape = shape_;
   shape.node_rows = {rows, rows};
@@ -336,11 +345,7 @@ Tensor ShardedLayerWise::attention(Core& core, const runtime::RunContext& contex
   // GAT over a block is homogeneous: its graph has a loop a destination.
   if (!a.self_loops) throw std::logic_error("an attention split over a graph without loops");
   // The sources' scores: own rows, then the halo's whole (heads floats a node).
-  Tensor scores(DType::kF32, {rows, a.heads});
-  auto sv = scores.values<float>();
-  const auto own = src.values<float>();
-  std::copy(own.begin(), own.end(), sv.begin());
-  exchange_->fetch_into<float>(own, a.heads, sv.subspan(static_cast<size_t>(owned * a.heads)));
+  Tensor scores = with_halo(src.values<float>(), a.heads, 0, a.heads);
   auto& program = attentions_[{a.heads, a.negative_slope}];
   if (!program) {
     runtime::Builder b("halo_attention");
@@ -377,10 +382,7 @@ Tensor ShardedLayerWise::aggregate(Core& core, const runtime::RunContext& contex
   int64_t bound = -1;  // the head whose weights are bound (pieces of one head share them)
   for (const Block& block : column_blocks(width, a.heads, blocks_)) {
     const int64_t begin = block.begin, w = block.end - block.begin;
-    Tensor x(DType::kF32, {rows, w});  // the block's columns: own rows, then the halo's
-    auto xv = x.values<float>();
-    for (int64_t r = 0; r < owned; ++r) std::copy_n(messages.begin() + r * width + begin, w, xv.begin() + r * w);
-    exchange_->fetch_columns_into<float>(messages, width, begin, block.end, xv.subspan(static_cast<size_t>(owned * w)));
+    Tensor x = with_halo(messages, width, begin, block.end);
     // The edges' weights: GCN's (bound above), or the attention of the
     // block's heads: all of alpha when they are all its heads (moved once),
     // else a copy of their columns.

@@ -118,6 +118,9 @@ class ShardedLayerWise {
   BucketShape own_rows_shape(int64_t rows) const;
   const std::pair<std::shared_ptr<const runtime::Core::Adjacency>, std::shared_ptr<const runtime::Core::Adjacency>>&
   own_rows_graphs(int64_t rows);
+  // Columns [begin, end) of `own` [owned, width] and of the halo's rows
+  // (from their owners, collective): [owned + halo, end - begin].
+  Tensor with_halo(std::span<const float> own, int64_t width, int64_t begin, int64_t end);
   // GAT's attention weights [edges and loops, heads] over this rank's
   // in-edges from the scores of its own nodes as sources (src) and
   // destinations (dst), the halo's source scores from their owners.

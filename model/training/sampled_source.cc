@@ -30,10 +30,10 @@
 #include "model/training/layer_wise.h"
 #include "model/training/link_task.h"
 #include "model/training/sampled_batches.h"
-#include "runtime/passes.h"  // CapacityError
 #include "model/training/setup.h"
 #include "model/training/state_dict.h"
 #include "runtime/npy.h"
+#include "runtime/passes.h"  // CapacityError
 
 namespace gnnrt::model {
 namespace {
@@ -302,8 +302,12 @@ class SampledSource final : public BatchSource {
   // graph's program; many: over the shards, each rank its share of pairs).
   void evaluate_links(Core& core, const runtime::RunContext& context);
   const runtime::CompiledProgram& program(Core& core, const BucketShape& shape);
-  // Every node's logits (the model's last module) by layer-wise inference.
+  // This rank's nodes' logits (the model's last module) by layer-wise
+  // inference: the whole graph's program (one rank, whole_eval_), else a
+  // layer at a time over the shards (ShardedLayerWise).
   Tensor infer_all(Core& core, const runtime::RunContext& context);
+  // The whole graph's program (LayerWise), made on first use.
+  LayerWise& whole_graph();
 
   const proto::Job job_;
   std::shared_ptr<collectives::Communicator> comm_;
@@ -440,9 +444,7 @@ ModelParameters SampledSource::load(Core& core) {
   // (ShardedLayerWise over this one rank), found out before any training.
   if (whole_eval_ && !link_) {
     try {
-      layer_wise_ = std::make_unique<LayerWise>(shard_, model_, schema_, job_.sampling().fanout_size(),
-                                                std::vector<std::string>{model_.loss_term(0).input()});
-      layer_wise_->compile(core);
+      whole_graph().compile(core);
     } catch (const runtime::CapacityError& e) {
       layer_wise_.reset();
       whole_eval_ = false;
@@ -578,15 +580,19 @@ void SampledSource::finish(TrainResult& result, const Core&) const {
 }
 
 Tensor SampledSource::infer_all(Core& core, const runtime::RunContext& context) {
-  if (!whole_eval_ && sharded_eval_ && !replicated_) {  // one rank, a layer at a time: its rows are every node's
+  if (!whole_eval_) {
     if (!sharded_) sharded_ = std::make_unique<ShardedLayerWise>(shard_, model_, job_.sampling().fanout_size(), *comm_);
     return sharded_->run(core, context);
   }
+  return std::move(whole_graph().run(core, context).front());
+}
+
+LayerWise& SampledSource::whole_graph() {
   if (!layer_wise_) {
     layer_wise_ = std::make_unique<LayerWise>(shard_, model_, schema_, job_.sampling().fanout_size(),
                                               std::vector<std::string>{model_.loss_term(0).input()});
   }
-  return std::move(layer_wise_->run(core, context).front());
+  return *layer_wise_;
 }
 
 void SampledSource::evaluate(Core& core, const runtime::RunContext& context) {
@@ -646,8 +652,7 @@ void SampledSource::evaluate_links(Core& core, const runtime::RunContext& contex
 // Each rank its own nodes' logits; the correct counts summed over the ranks.
 void SampledSource::evaluate_sharded(Core& core, const runtime::RunContext& context) {
   const auto start = Clock::now();
-  if (!sharded_) sharded_ = std::make_unique<ShardedLayerWise>(shard_, model_, job_.sampling().fanout_size(), *comm_);
-  const Tensor logits = sharded_->run(core, context);
+  const Tensor logits = infer_all(core, context);
   const auto v = logits.values<float>();
   const int64_t c = logits.shape()[1];
   std::vector<double> counts(4, 0.0);  // val correct, val nodes, test correct, test nodes
